@@ -1,0 +1,39 @@
+"""headrace: the Dataflow Model in Python, with Beam's API, on Apache Spark.
+
+`import headrace as beam` gives Beam's core names: Pipeline, Create, Map, ParDo, GroupByKey,
+CombinePerKey, WindowInto, ... and the modules `window`, `combiners`, `pvalue`, `io`,
+`metrics`, `options`, `testing`.
+"""
+
+from headrace import coders, combiners, io, metrics, pvalue, transforms, window  # noqa: F401
+from headrace.errors import HeadraceError
+from headrace.io import ReadFromText, WriteToText
+from headrace.metrics import Metrics
+from headrace.model.combine import CombineFn
+from headrace.model.window import TimestampCombiner
+from headrace.model.windowed import TimestampedValue, PaneInfo, PaneInfoTiming
+from headrace.options.pipeline_options import PipelineOptions
+from headrace.pipeline.dofn import DoFn
+from headrace.pipeline.pipeline import Pipeline, PipelineResult, PipelineState
+from headrace.pipeline.ptransform import PTransform, ptransform_fn
+from headrace.pipeline.pvalue import PCollection, TaggedOutput
+from headrace.transforms.core import (
+    CoGroupByKey, CombineGlobally, CombinePerKey, CombineValues, Create, Filter, FlatMap,
+    FlatMapTuple, Flatten, GroupByKey, Keys, KvSwap, Map, MapTuple, ParDo, Partition, Reshuffle,
+    Values, WindowInto, WithKeys,
+)
+from headrace.transforms.util import Distinct, RemoveDuplicates
+from headrace.runners.local import LocalRunner
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CoGroupByKey", "CombineFn", "CombineGlobally", "CombinePerKey", "CombineValues", "Create",
+    "Distinct", "DoFn", "Filter", "FlatMap", "FlatMapTuple", "Flatten", "GroupByKey",
+    "HeadraceError", "Keys", "KvSwap", "LocalRunner", "Map", "MapTuple", "Metrics", "PCollection",
+    "PTransform", "PaneInfo", "PaneInfoTiming", "ParDo", "Partition", "Pipeline",
+    "PipelineOptions", "PipelineResult", "PipelineState", "ReadFromText", "RemoveDuplicates",
+    "Reshuffle", "TaggedOutput", "TimestampCombiner", "TimestampedValue", "Values",
+    "WindowInto", "WithKeys", "WriteToText", "coders", "combiners", "io", "metrics",
+    "ptransform_fn", "pvalue", "transforms", "window",
+]

@@ -1,0 +1,57 @@
+"""The errors headrace raises; each message says what was wrong, where, and how to fix it."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+
+class HeadraceError(Exception):
+    """Base class of every error headrace raises on purpose."""
+
+
+class InvalidArgumentError(HeadraceError, ValueError):
+    """An argument to a transform, window function or option has the wrong type or value."""
+
+
+class PipelineConstructionError(HeadraceError, ValueError):
+    """The pipeline graph is malformed (duplicate label, wrong input kind, bad composition)."""
+
+
+class DuplicateLabelError(PipelineConstructionError, RuntimeError):
+    """Two transforms were applied with the same full label."""
+
+
+class KeyEncodingError(HeadraceError, TypeError):
+    """A grouping key cannot be encoded deterministically, so equal keys might not group."""
+
+
+class ElementError(HeadraceError):
+    """An element could not be processed by a step (wraps the user's exception)."""
+
+    def __init__(self, step: str, element: Any, cause: BaseException, phase: str = "process"):
+        self.step = step
+        self.element = element
+        self.cause = cause
+        self.phase = phase
+        super().__init__(
+            f"step '{step}' failed in {phase} on element {_short_repr(element)}: "
+            f"{type(cause).__name__}: {cause}")
+
+
+class PipelineExecutionError(HeadraceError, RuntimeError):
+    """The pipeline failed while running; names the step and element that failed."""
+
+    def __init__(self, message: str, step: Optional[str] = None, element: Any = None,
+                 attempts: int = 0):
+        self.step = step
+        self.element = element
+        self.attempts = attempts
+        super().__init__(message)
+
+
+def _short_repr(value: Any, limit: int = 200) -> str:
+    try:
+        text = repr(value)
+    except Exception as exc:  # a broken __repr__ must not hide the real error
+        text = f"<unprintable {type(value).__name__}: {exc}>"
+    return text if len(text) <= limit else text[: limit - 3] + "..."

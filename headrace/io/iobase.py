@@ -1,0 +1,48 @@
+"""Bounded sources and the `Read` primitive that runners split and read in parallel."""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, List
+
+from headrace.errors import InvalidArgumentError, PipelineConstructionError
+from headrace.model.window import GlobalWindows, Windowing
+from headrace.pipeline.ptransform import PTransform
+from headrace.pipeline.pvalue import PBegin, PCollection
+
+
+class BoundedSource:
+    """A finite input: `split()` into independent parts, `read(part)` yields values or TimestampedValues."""
+
+    def split(self, desired_parallelism: int) -> List[Any]:
+        """Returns picklable parts that together cover the source exactly once."""
+        raise NotImplementedError
+
+    def read(self, part: Any) -> Iterable[Any]:
+        """Yields the records of one part."""
+        raise NotImplementedError
+
+    def display_name(self) -> str:
+        """A short description for labels and errors."""
+        return type(self).__name__
+
+
+class Read(PTransform):
+    """Reads a BoundedSource into a PCollection in the global window."""
+
+    _primitive = True
+
+    def __init__(self, source: BoundedSource) -> None:
+        super().__init__()
+        if not isinstance(source, BoundedSource):
+            raise InvalidArgumentError(f"Read needs a BoundedSource, got {type(source).__name__}")
+        self.source = source
+
+    def default_label(self) -> str:
+        return f"Read({self.source.display_name()})"
+
+    def expand(self, pbegin: Any) -> PCollection:
+        if not isinstance(pbegin, PBegin):
+            raise PipelineConstructionError(
+                "Read is a root transform: apply it to the pipeline, e.g. p | ReadFromText(path)")
+        return self.pipeline.new_pcollection(Windowing(GlobalWindows()), True,
+                                             element_type=self.get_output_type())

@@ -1,0 +1,418 @@
+"""The CombineFn protocol (with `retract_input` for retractions) and the built-in combine functions."""
+
+from __future__ import annotations
+
+import heapq
+from typing import Any, Callable, Iterable, List, Optional
+
+from headrace.errors import InvalidArgumentError
+
+
+class CombineFn:
+    """An associative, commutative aggregation: create, add, merge, compact and extract accumulators."""
+
+    def setup(self, *args: Any, **kwargs: Any) -> None:
+        """Called once per instance before use."""
+
+    def teardown(self, *args: Any, **kwargs: Any) -> None:
+        """Called once per instance when it is discarded."""
+
+    def create_accumulator(self, *args: Any, **kwargs: Any) -> Any:
+        """Returns a fresh, empty accumulator."""
+        raise NotImplementedError(f"{type(self).__name__} must implement create_accumulator")
+
+    def add_input(self, mutable_accumulator: Any, element: Any, *args: Any, **kwargs: Any) -> Any:
+        """Returns the accumulator with one more input (may mutate and return the argument)."""
+        raise NotImplementedError(f"{type(self).__name__} must implement add_input")
+
+    def add_inputs(self, mutable_accumulator: Any, elements: Iterable[Any], *args: Any,
+                   **kwargs: Any) -> Any:
+        """Returns the accumulator with all of `elements` added."""
+        for e in elements:
+            mutable_accumulator = self.add_input(mutable_accumulator, e, *args, **kwargs)
+        return mutable_accumulator
+
+    def merge_accumulators(self, accumulators: Iterable[Any], *args: Any, **kwargs: Any) -> Any:
+        """Returns one accumulator combining all of `accumulators` (the first may be mutated)."""
+        raise NotImplementedError(f"{type(self).__name__} must implement merge_accumulators")
+
+    def compact(self, accumulator: Any, *args: Any, **kwargs: Any) -> Any:
+        """Returns a smaller equivalent accumulator before it is stored or shuffled."""
+        return accumulator
+
+    def extract_output(self, accumulator: Any, *args: Any, **kwargs: Any) -> Any:
+        """Returns the result for an accumulator."""
+        raise NotImplementedError(f"{type(self).__name__} must implement extract_output")
+
+    def retract_input(self, mutable_accumulator: Any, element: Any) -> Any:
+        """Returns the accumulator with one earlier input withdrawn; raise NotImplementedError if impossible."""
+        raise NotImplementedError
+
+    def can_retract(self) -> bool:
+        """True when `retract_input` is implemented (else retractions recompute from inputs)."""
+        return type(self).retract_input is not CombineFn.retract_input
+
+    def apply(self, elements: Iterable[Any], *args: Any, **kwargs: Any) -> Any:
+        """Combines an iterable of inputs in one go."""
+        return self.extract_output(
+            self.add_inputs(self.create_accumulator(*args, **kwargs), elements, *args, **kwargs),
+            *args, **kwargs)
+
+    def default_label(self) -> str:
+        """The label used when this CombineFn is applied without one."""
+        return type(self).__name__
+
+    @staticmethod
+    def from_callable(fn: Callable[[Iterable[Any]], Any]) -> "CombineFn":
+        """Wraps a function of an iterable (like `sum`) as a CombineFn."""
+        return CallableWrapperCombineFn(fn)
+
+    @staticmethod
+    def maybe_from_callable(fn: Any, has_side_inputs: bool = True) -> "CombineFn":
+        """Returns `fn` if it is a CombineFn, wraps it if it is callable, else raises."""
+        if isinstance(fn, CombineFn):
+            return fn
+        if isinstance(fn, type) and issubclass(fn, CombineFn):
+            raise InvalidArgumentError(
+                f"got the CombineFn class {fn.__name__}; pass an instance: {fn.__name__}()")
+        if callable(fn):
+            return CallableWrapperCombineFn(fn)
+        raise InvalidArgumentError(
+            f"expected a CombineFn or a callable such as sum, got {type(fn).__name__} {fn!r}")
+
+
+class _Empty:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "<empty>"
+
+    def __reduce__(self):
+        return (_empty, ())
+
+
+def _empty() -> "_Empty":
+    return EMPTY
+
+
+EMPTY = _Empty.__new__(_Empty)
+
+
+class CallableWrapperCombineFn(CombineFn):
+    """Wraps `fn(iterable) -> value`; buffers inputs and compacts them by calling `fn` on the buffer."""
+
+    _BUFFER = 10
+
+    def __init__(self, fn: Callable[..., Any], buffer_size: int = _BUFFER) -> None:
+        if not callable(fn):
+            raise InvalidArgumentError(f"CombineFn needs a callable, got {fn!r}")
+        self._fn = fn
+        self._buffer_size = buffer_size
+
+    def create_accumulator(self, *args, **kwargs):
+        return []
+
+    def add_input(self, accumulator, element, *args, **kwargs):
+        accumulator.append(element)
+        if len(accumulator) > self._buffer_size:
+            accumulator[:] = [self._fn(accumulator, *args, **kwargs)]
+        return accumulator
+
+    def add_inputs(self, accumulator, elements, *args, **kwargs):
+        accumulator.extend(elements)
+        if len(accumulator) > self._buffer_size:
+            accumulator[:] = [self._fn(accumulator, *args, **kwargs)]
+        return accumulator
+
+    def merge_accumulators(self, accumulators, *args, **kwargs):
+        out: List[Any] = []
+        for a in accumulators:
+            out.extend(a)
+            if len(out) > self._buffer_size:
+                out[:] = [self._fn(out, *args, **kwargs)]
+        return out
+
+    def compact(self, accumulator, *args, **kwargs):
+        return [self._fn(accumulator, *args, **kwargs)] if len(accumulator) > 1 else accumulator
+
+    def extract_output(self, accumulator, *args, **kwargs):
+        return self._fn(accumulator, *args, **kwargs)
+
+    def default_label(self) -> str:
+        return f"CombinePerKey({getattr(self._fn, '__name__', type(self._fn).__name__)})"
+
+    def __repr__(self) -> str:
+        return f"CallableWrapperCombineFn({self._fn!r})"
+
+
+class SumCombineFn(CombineFn):
+    """Sums numbers (what `CombinePerKey(sum)` runs); can retract by subtraction."""
+
+    def create_accumulator(self):
+        return 0
+
+    def add_input(self, acc, element):
+        return acc + element
+
+    def add_inputs(self, acc, elements):
+        return acc + sum(elements)
+
+    def merge_accumulators(self, accumulators):
+        return sum(accumulators)
+
+    def extract_output(self, acc):
+        return acc
+
+    def retract_input(self, acc, element):
+        return acc - element
+
+
+class _ExtremumCombineFn(CombineFn):
+    _pick: Callable[[Any, Any], Any]
+    _fn: Callable[..., Any]
+
+    def create_accumulator(self):
+        return EMPTY
+
+    def add_input(self, acc, element):
+        return element if acc is EMPTY else type(self)._pick(acc, element)
+
+    def merge_accumulators(self, accumulators):
+        acc: Any = EMPTY
+        for a in accumulators:
+            if a is not EMPTY:
+                acc = a if acc is EMPTY else type(self)._pick(acc, a)
+        return acc
+
+    def extract_output(self, acc):
+        return type(self)._fn([]) if acc is EMPTY else acc
+
+
+class MinCombineFn(_ExtremumCombineFn):
+    """The smallest input (what `CombinePerKey(min)` runs)."""
+
+    _pick = staticmethod(min)
+    _fn = staticmethod(min)
+
+
+class MaxCombineFn(_ExtremumCombineFn):
+    """The largest input (what `CombinePerKey(max)` runs)."""
+
+    _pick = staticmethod(max)
+    _fn = staticmethod(max)
+
+
+_BUILTIN_FNS = {sum: SumCombineFn, min: MinCombineFn, max: MaxCombineFn}
+
+
+def as_combine_fn(fn: Any) -> CombineFn:
+    """Turns `fn` (a CombineFn, or a callable of an iterable such as `sum`) into a CombineFn."""
+    special = _BUILTIN_FNS.get(fn) if callable(fn) and not isinstance(fn, CombineFn) else None
+    if special is not None:
+        return special()
+    return CombineFn.maybe_from_callable(fn)
+
+
+class CountCombineFn(CombineFn):
+    """Counts its inputs."""
+
+    def create_accumulator(self):
+        return 0
+
+    def add_input(self, acc, element):
+        return acc + 1
+
+    def add_inputs(self, acc, elements):
+        return acc + sum(1 for _ in elements)
+
+    def merge_accumulators(self, accumulators):
+        return sum(accumulators)
+
+    def extract_output(self, acc):
+        return acc
+
+    def retract_input(self, acc, element):
+        return acc - 1
+
+
+class MeanCombineFn(CombineFn):
+    """The arithmetic mean of its inputs (NaN for none)."""
+
+    def create_accumulator(self):
+        return (0, 0)
+
+    def add_input(self, acc, element):
+        return (acc[0] + element, acc[1] + 1)
+
+    def merge_accumulators(self, accumulators):
+        s = c = 0
+        for a_s, a_c in accumulators:
+            s += a_s
+            c += a_c
+        return (s, c)
+
+    def extract_output(self, acc):
+        return acc[0] / acc[1] if acc[1] else float("NaN")
+
+    def retract_input(self, acc, element):
+        return (acc[0] - element, acc[1] - 1)
+
+
+class ToListCombineFn(CombineFn):
+    """Collects its inputs into a list."""
+
+    def create_accumulator(self):
+        return []
+
+    def add_input(self, acc, element):
+        acc.append(element)
+        return acc
+
+    def add_inputs(self, acc, elements):
+        acc.extend(elements)
+        return acc
+
+    def merge_accumulators(self, accumulators):
+        out: List[Any] = []
+        for a in accumulators:
+            out.extend(a)
+        return out
+
+    def extract_output(self, acc):
+        return acc
+
+    def retract_input(self, acc, element):
+        acc.remove(element)
+        return acc
+
+
+class ToSetCombineFn(CombineFn):
+    """Collects its distinct inputs into a set."""
+
+    def create_accumulator(self):
+        return set()
+
+    def add_input(self, acc, element):
+        acc.add(element)
+        return acc
+
+    def merge_accumulators(self, accumulators):
+        out: set = set()
+        for a in accumulators:
+            out |= a
+        return out
+
+    def extract_output(self, acc):
+        return acc
+
+
+class ToDictCombineFn(CombineFn):
+    """Collects (key, value) inputs into a dict."""
+
+    def create_accumulator(self):
+        return {}
+
+    def add_input(self, acc, element):
+        k, v = element
+        acc[k] = v
+        return acc
+
+    def merge_accumulators(self, accumulators):
+        out: dict = {}
+        for a in accumulators:
+            out.update(a)
+        return out
+
+    def extract_output(self, acc):
+        return acc
+
+
+class _Keyed:
+    """Orders items by a key (and optionally reversed) for the heap inside TopCombineFn."""
+
+    __slots__ = ("k", "item", "rev")
+
+    def __init__(self, k: Any, item: Any, rev: bool) -> None:
+        self.k, self.item, self.rev = k, item, rev
+
+    def __lt__(self, other: "_Keyed") -> bool:
+        return other.k < self.k if self.rev else self.k < other.k
+
+
+class TopCombineFn(CombineFn):
+    """The `n` largest inputs (by `key`, or smallest when `reverse=True`), sorted best first."""
+
+    def __init__(self, n: int, key: Optional[Callable[[Any], Any]] = None, reverse: bool = False) -> None:
+        if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+            raise InvalidArgumentError(f"Top needs a non-negative int n, got {n!r}")
+        self._n, self._key, self._reverse = n, key, reverse
+
+    def _wrap(self, x):
+        return _Keyed(x if self._key is None else self._key(x), x, self._reverse)
+
+    def create_accumulator(self):
+        return []
+
+    def add_input(self, acc, element):
+        item = self._wrap(element)
+        if len(acc) < self._n:
+            heapq.heappush(acc, item)
+        elif self._n and acc[0] < item:
+            heapq.heapreplace(acc, item)
+        return acc
+
+    def merge_accumulators(self, accumulators):
+        out: List[_Keyed] = []
+        for a in accumulators:
+            for item in a:
+                if len(out) < self._n:
+                    heapq.heappush(out, item)
+                elif self._n and out[0] < item:
+                    heapq.heapreplace(out, item)
+        return out
+
+    def compact(self, acc):
+        return acc
+
+    def extract_output(self, acc):
+        return [k.item for k in sorted(acc, reverse=True)]
+
+
+class LatestCombineFn(CombineFn):
+    """The input with the latest timestamp; inputs are (value, timestamp_us) pairs."""
+
+    def create_accumulator(self):
+        return (None, None)
+
+    def add_input(self, acc, element):
+        value, ts = element
+        return element if acc[1] is None or ts > acc[1] else acc
+
+    def merge_accumulators(self, accumulators):
+        best = (None, None)
+        for a in accumulators:
+            if a[1] is not None and (best[1] is None or a[1] > best[1]):
+                best = a
+        return best
+
+    def extract_output(self, acc):
+        return acc[0]
+
+
+class SingleInputTupleCombineFn(CombineFn):
+    """Applies one CombineFn per position of tuple inputs."""
+
+    def __init__(self, *fns: Any) -> None:
+        self._fns = [as_combine_fn(f) for f in fns]
+
+    def create_accumulator(self):
+        return [f.create_accumulator() for f in self._fns]
+
+    def add_input(self, acc, element):
+        return [f.add_input(a, e) for f, a, e in zip(self._fns, acc, element)]
+
+    def merge_accumulators(self, accumulators):
+        return [f.merge_accumulators(list(a)) for f, a in zip(self._fns, zip(*accumulators))]
+
+    def extract_output(self, acc):
+        return tuple(f.extract_output(a) for f, a in zip(self._fns, acc))

@@ -1,0 +1,230 @@
+"""Event time: `Timestamp` and `Duration`, integer microseconds inside, seconds at the API."""
+
+from __future__ import annotations
+
+import datetime as _dt
+from functools import total_ordering
+from typing import Union
+
+_MICROS = 1_000_000
+_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
+
+#: The smallest and largest representable instants, in microseconds.
+MIN_TIMESTAMP_MICROS = -(2**63)
+MAX_TIMESTAMP_MICROS = 2**63 - 1
+#: The end of the global window: one day before the end of time, as in Beam.
+END_OF_GLOBAL_WINDOW_MICROS = MAX_TIMESTAMP_MICROS - 86_400 * _MICROS
+
+
+def _micros_of_seconds(seconds: Union[int, float]) -> int:
+    if isinstance(seconds, int):
+        return seconds * _MICROS
+    return int(round(seconds * _MICROS))
+
+
+@total_ordering
+class Timestamp:
+    """An instant of event time with microsecond precision (Beam's `Timestamp`)."""
+
+    __slots__ = ("micros",)
+
+    def __init__(self, seconds: Union[int, float] = 0, micros: int = 0) -> None:
+        if not isinstance(seconds, (int, float)) or isinstance(seconds, bool):
+            raise TypeError(
+                f"Timestamp(seconds=...) takes an int or float number of seconds, got {seconds!r}; "
+                "use Timestamp.of(...) to convert a datetime or another Timestamp")
+        self.micros = _micros_of_seconds(seconds) + int(micros)
+
+    @classmethod
+    def of(cls, value: "TimestampLike") -> "Timestamp":
+        """Converts seconds (int/float), a `datetime` or a `Timestamp` to a `Timestamp`."""
+        if isinstance(value, Timestamp):
+            return value
+        return cls(micros=to_micros(value))
+
+    @classmethod
+    def from_utc_datetime(cls, dt: _dt.datetime) -> "Timestamp":
+        """Builds a Timestamp from a timezone-aware (or naive UTC) datetime."""
+        return cls(micros=_micros_of_datetime(dt))
+
+    @classmethod
+    def from_rfc3339(cls, text: str) -> "Timestamp":
+        """Parses an RFC 3339 string such as '2015-01-01T00:00:00Z'."""
+        return cls.from_utc_datetime(_dt.datetime.fromisoformat(text.replace("Z", "+00:00")))
+
+    @classmethod
+    def now(cls) -> "Timestamp":
+        """The current wall-clock time (for sources; the model core never reads a clock)."""
+        import time
+        return cls(micros=time.time_ns() // 1000)
+
+    def seconds(self) -> float:
+        """This instant in (float) seconds since the epoch."""
+        return self.micros / _MICROS
+
+    def to_utc_datetime(self) -> _dt.datetime:
+        """This instant as a timezone-aware UTC datetime."""
+        return _EPOCH + _dt.timedelta(microseconds=self.micros)
+
+    def to_rfc3339(self) -> str:
+        """This instant as an RFC 3339 string in UTC."""
+        return self.to_utc_datetime().isoformat().replace("+00:00", "Z")
+
+    def __float__(self) -> float:
+        return self.micros / _MICROS
+
+    def __int__(self) -> int:
+        return self.micros // _MICROS
+
+    def __repr__(self) -> str:
+        if self.micros == MIN_TIMESTAMP_MICROS:
+            return "Timestamp(MIN)"
+        if self.micros == MAX_TIMESTAMP_MICROS:
+            return "Timestamp(MAX)"
+        s, us = divmod(self.micros, _MICROS)
+        return f"Timestamp({s}.{us:06d})" if us else f"Timestamp({s})"
+
+    def __str__(self) -> str:
+        try:
+            return self.to_rfc3339()
+        except OverflowError:
+            return repr(self)
+
+    def __hash__(self) -> int:
+        return hash(self.micros)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Timestamp):
+            return self.micros == other.micros
+        if isinstance(other, (int, float)) and not isinstance(other, bool):
+            return self.micros == _micros_of_seconds(other)
+        return NotImplemented
+
+    def __lt__(self, other: object) -> bool:
+        if isinstance(other, Timestamp):
+            return self.micros < other.micros
+        if isinstance(other, (int, float)) and not isinstance(other, bool):
+            return self.micros < _micros_of_seconds(other)
+        return NotImplemented
+
+    def __add__(self, other: "DurationLike") -> "Timestamp":
+        if isinstance(other, Timestamp):
+            raise TypeError("cannot add two Timestamps; add a Duration or a number of seconds")
+        return Timestamp(micros=self.micros + duration_micros(other))
+
+    __radd__ = __add__
+
+    def __sub__(self, other: object) -> "Timestamp | Duration":
+        if isinstance(other, Timestamp):
+            return Duration(micros=self.micros - other.micros)
+        return Timestamp(micros=self.micros - duration_micros(other))  # type: ignore[arg-type]
+
+    def __reduce__(self):  # compact pickling
+        return (Timestamp, (0, self.micros))
+
+
+@total_ordering
+class Duration:
+    """A span of event or processing time with microsecond precision (Beam's `Duration`)."""
+
+    __slots__ = ("micros",)
+
+    def __init__(self, seconds: Union[int, float] = 0, micros: int = 0) -> None:
+        self.micros = _micros_of_seconds(seconds) + int(micros)
+
+    @classmethod
+    def of(cls, value: "DurationLike") -> "Duration":
+        """Converts seconds (int/float), a `timedelta` or a `Duration` to a `Duration`."""
+        if isinstance(value, Duration):
+            return value
+        return cls(micros=duration_micros(value))
+
+    def seconds(self) -> float:
+        """This span in (float) seconds."""
+        return self.micros / _MICROS
+
+    def __float__(self) -> float:
+        return self.micros / _MICROS
+
+    def __repr__(self) -> str:
+        s, us = divmod(self.micros, _MICROS)
+        return f"Duration({s}.{us:06d})" if us else f"Duration({s})"
+
+    def __hash__(self) -> int:
+        return hash(self.micros)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Duration):
+            return self.micros == other.micros
+        if isinstance(other, (int, float)) and not isinstance(other, bool):
+            return self.micros == _micros_of_seconds(other)
+        return NotImplemented
+
+    def __lt__(self, other: object) -> bool:
+        if isinstance(other, Duration):
+            return self.micros < other.micros
+        if isinstance(other, (int, float)) and not isinstance(other, bool):
+            return self.micros < _micros_of_seconds(other)
+        return NotImplemented
+
+    def __add__(self, other: "DurationLike") -> "Duration":
+        return Duration(micros=self.micros + duration_micros(other))
+
+    __radd__ = __add__
+
+    def __sub__(self, other: "DurationLike") -> "Duration":
+        return Duration(micros=self.micros - duration_micros(other))
+
+    def __neg__(self) -> "Duration":
+        return Duration(micros=-self.micros)
+
+    def __reduce__(self):
+        return (Duration, (0, self.micros))
+
+
+TimestampLike = Union[Timestamp, int, float, _dt.datetime]
+DurationLike = Union[Duration, int, float, _dt.timedelta]
+
+
+def _micros_of_datetime(dt: _dt.datetime) -> int:
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=_dt.timezone.utc)
+    delta = dt - _EPOCH
+    return (delta.days * 86_400 + delta.seconds) * _MICROS + delta.microseconds
+
+
+def to_micros(value: TimestampLike) -> int:
+    """Converts an API timestamp (seconds, datetime or Timestamp) to integer microseconds."""
+    if isinstance(value, Timestamp):
+        return value.micros
+    if isinstance(value, bool):
+        raise TypeError(f"a timestamp must be seconds, a datetime or a Timestamp, got {value!r}")
+    if isinstance(value, (int, float)):
+        return _micros_of_seconds(value)
+    if isinstance(value, _dt.datetime):
+        return _micros_of_datetime(value)
+    try:  # numpy scalars, Decimal, ...
+        return _micros_of_seconds(float(value))  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise TypeError(
+            f"a timestamp must be seconds (int or float), a datetime or a Timestamp, "
+            f"got {type(value).__name__} {value!r}") from None
+
+
+def duration_micros(value: DurationLike) -> int:
+    """Converts an API duration (seconds, timedelta or Duration) to integer microseconds."""
+    if isinstance(value, Duration):
+        return value.micros
+    if isinstance(value, bool):
+        raise TypeError(f"a duration must be seconds, a timedelta or a Duration, got {value!r}")
+    if isinstance(value, (int, float)):
+        return _micros_of_seconds(value)
+    if isinstance(value, _dt.timedelta):
+        return (value.days * 86_400 + value.seconds) * _MICROS + value.microseconds
+    raise TypeError(
+        f"a duration must be seconds (int or float), a timedelta or a Duration, "
+        f"got {type(value).__name__} {value!r}")
+
+
+MIN_TIMESTAMP = Timestamp(micros=MIN_TIMESTAMP_MICROS)
+MAX_TIMESTAMP = Timestamp(micros=MAX_TIMESTAMP_MICROS)

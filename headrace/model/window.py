@@ -1,0 +1,518 @@
+"""Windows and window functions: AssignWindows and MergeWindows of the Dataflow Model.
+
+Window bounds are integer microseconds inside (`start_us`, `end_us`); the Beam-style
+properties `start`, `end` and `max_timestamp()` return `Timestamp`s. A built-in WindowFn
+assigns through a fast path on microseconds; a user's WindowFn implements Beam's
+`assign(context)` and, if merging, `merge(context)`.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+
+from headrace.errors import InvalidArgumentError
+from headrace.model.time import (
+    END_OF_GLOBAL_WINDOW_MICROS,
+    MIN_TIMESTAMP_MICROS,
+    Duration,
+    Timestamp,
+    duration_micros,
+    to_micros,
+)
+
+
+class BoundedWindow:
+    """A window with a finite end; its `max_timestamp()` is the last instant inside it."""
+
+    __slots__ = ("end_us",)
+
+    def __init__(self, end: Any) -> None:
+        self.end_us = to_micros(end)
+
+    @property
+    def end(self) -> Timestamp:
+        """The exclusive end of the window."""
+        return Timestamp(micros=self.end_us)
+
+    def max_timestamp(self) -> Timestamp:
+        """The largest timestamp inside the window (end minus one microsecond)."""
+        return Timestamp(micros=self.end_us - 1)
+
+    @property
+    def max_timestamp_us(self) -> int:
+        """`max_timestamp()` in integer microseconds."""
+        return self.end_us - 1
+
+    def __lt__(self, other: "BoundedWindow") -> bool:
+        return self.end_us < other.end_us
+
+
+class IntervalWindow(BoundedWindow):
+    """The half-open event-time interval [start, end)."""
+
+    __slots__ = ("start_us", "_hash")
+
+    def __init__(self, start: Any, end: Any) -> None:
+        self.start_us = to_micros(start)
+        self.end_us = to_micros(end)
+        self._hash = hash((self.start_us, self.end_us))
+
+    @classmethod
+    def _of(cls, start_us: int, end_us: int) -> "IntervalWindow":
+        w = cls.__new__(cls)
+        w.start_us = start_us
+        w.end_us = end_us
+        w._hash = hash((start_us, end_us))
+        return w
+
+    @property
+    def start(self) -> Timestamp:
+        """The inclusive start of the window."""
+        return Timestamp(micros=self.start_us)
+
+    def intersects(self, other: "IntervalWindow") -> bool:
+        """True when the two intervals overlap (share at least one instant)."""
+        return self.start_us < other.end_us and other.start_us < self.end_us
+
+    def union(self, other: "IntervalWindow") -> "IntervalWindow":
+        """The smallest interval covering both windows."""
+        return IntervalWindow._of(min(self.start_us, other.start_us), max(self.end_us, other.end_us))
+
+    def contains(self, other: "IntervalWindow") -> bool:
+        """True when `other` lies inside this window."""
+        return self.start_us <= other.start_us and other.end_us <= self.end_us
+
+    def __eq__(self, other: object) -> bool:
+        return (type(other) is type(self) and self.start_us == other.start_us  # type: ignore[attr-defined]
+                and self.end_us == other.end_us)  # type: ignore[attr-defined]
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __lt__(self, other: "BoundedWindow") -> bool:
+        if isinstance(other, IntervalWindow) and self.end_us == other.end_us:
+            return self.start_us < other.start_us
+        return self.end_us < other.end_us
+
+    def __repr__(self) -> str:
+        return f"[{_fmt(self.start_us)}, {_fmt(self.end_us)})"
+
+    def __reduce__(self):
+        return (IntervalWindow._of, (self.start_us, self.end_us))
+
+
+def _fmt(us: int) -> str:
+    s, r = divmod(us, 1_000_000)
+    return f"{s}.{r:06d}" if r else str(s)
+
+
+class GlobalWindow(BoundedWindow):
+    """The single window that holds all of time (a singleton)."""
+
+    __slots__ = ()
+    _instance: Optional["GlobalWindow"] = None
+
+    def __new__(cls) -> "GlobalWindow":
+        if cls._instance is None:
+            inst = super().__new__(cls)
+            inst.end_us = END_OF_GLOBAL_WINDOW_MICROS + 1
+            cls._instance = inst
+        return cls._instance
+
+    def __init__(self) -> None:  # the singleton is initialised once in __new__
+        pass
+
+    @property
+    def start(self) -> Timestamp:
+        """The beginning of time."""
+        return Timestamp(micros=MIN_TIMESTAMP_MICROS)
+
+    @property
+    def start_us(self) -> int:
+        """The beginning of time in microseconds."""
+        return MIN_TIMESTAMP_MICROS
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, GlobalWindow)
+
+    def __hash__(self) -> int:
+        return 0x6C0BA1
+
+    def __repr__(self) -> str:
+        return "GlobalWindow"
+
+    def __reduce__(self):
+        return (GlobalWindow, ())
+
+
+GLOBAL_WINDOW = GlobalWindow()
+GLOBAL_WINDOWS_TUPLE: Tuple[BoundedWindow, ...] = (GLOBAL_WINDOW,)
+
+
+class TimestampCombiner(enum.Enum):
+    """How the output timestamp of a grouped pane is chosen from its inputs."""
+
+    OUTPUT_AT_EOW = "OUTPUT_AT_EOW"
+    OUTPUT_AT_EARLIEST = "OUTPUT_AT_EARLIEST"
+    OUTPUT_AT_LATEST = "OUTPUT_AT_LATEST"
+    OUTPUT_AT_EARLIEST_TRANSFORMED = "OUTPUT_AT_EARLIEST_TRANSFORMED"
+
+
+class WindowFn:
+    """Assigns elements to windows and, for merging functions, merges windows (AssignWindows / MergeWindows)."""
+
+    class AssignContext:
+        """What `assign` sees of one element: its timestamp, value and current window."""
+
+        __slots__ = ("timestamp", "element", "window")
+
+        def __init__(self, timestamp: Any, element: Any = None, window: Any = None) -> None:
+            self.timestamp = Timestamp.of(timestamp)
+            self.element = element
+            self.window = window
+
+    class MergeContext:
+        """Holds the windows to merge; `merge(to_be_merged, merge_result)` records one merge."""
+
+        def __init__(self, windows: Iterable[BoundedWindow]) -> None:
+            self.windows = list(windows)
+            self.merges: List[Tuple[List[BoundedWindow], BoundedWindow]] = []
+
+        def merge(self, to_be_merged: Iterable[BoundedWindow], merge_result: BoundedWindow) -> None:
+            """Records that `to_be_merged` become the single window `merge_result`."""
+            self.merges.append((list(to_be_merged), merge_result))
+
+    def assign(self, assign_context: "WindowFn.AssignContext") -> Iterable[BoundedWindow]:
+        """Returns the windows an element belongs to."""
+        raise NotImplementedError(f"{type(self).__name__} must implement assign(context)")
+
+    def merge(self, merge_context: "WindowFn.MergeContext") -> None:
+        """Merges windows by calling `merge_context.merge(...)`; non-merging functions do nothing."""
+        raise NotImplementedError(f"{type(self).__name__} must implement merge(context)")
+
+    def is_merging(self) -> bool:
+        """True when this function merges windows at grouping time (e.g. sessions)."""
+        return True
+
+    def get_window_coder(self) -> None:
+        """Kept for Beam compatibility; headrace encodes windows itself."""
+        return None
+
+    def get_transformed_output_time(self, window: BoundedWindow, input_timestamp: Timestamp) -> Timestamp:
+        """The output time OUTPUT_AT_EARLIEST_TRANSFORMED uses for an input timestamp."""
+        return input_timestamp
+
+    # ---- fast internal paths used by runners; built-ins override them ----
+
+    def _assign(self, value: Any, timestamp_us: int, windows: Tuple[BoundedWindow, ...]
+                ) -> Tuple[BoundedWindow, ...]:
+        out: List[BoundedWindow] = []
+        ts = Timestamp(micros=timestamp_us)
+        for w in windows:
+            assigned = self.assign(WindowFn.AssignContext(ts, value, w))
+            if assigned is None:
+                raise InvalidArgumentError(
+                    f"{type(self).__name__}.assign returned None; it must return an iterable of windows")
+            for nw in assigned:
+                if not isinstance(nw, BoundedWindow):
+                    raise InvalidArgumentError(
+                        f"{type(self).__name__}.assign returned {nw!r}, which is not a window; "
+                        "return IntervalWindow(start, end) or another BoundedWindow")
+                out.append(nw)
+        return tuple(out)
+
+    def _merge(self, windows: Iterable[BoundedWindow]
+               ) -> List[Tuple[List[BoundedWindow], BoundedWindow]]:
+        ctx = WindowFn.MergeContext(windows)
+        self.merge(ctx)
+        known = set(ctx.windows)
+        seen: set = set()
+        for group, _result in ctx.merges:
+            for w in group:
+                if w not in known or w in seen:
+                    raise InvalidArgumentError(
+                        f"{type(self).__name__}.merge merged window {w!r} that is not among the "
+                        "windows to merge or was merged twice; merge each window at most once")
+                seen.add(w)
+        return ctx.merges
+
+    def _output_time_us(self, window: BoundedWindow, timestamp_us: int) -> int:
+        return to_micros(self.get_transformed_output_time(window, Timestamp(micros=timestamp_us)))
+
+    def __eq__(self, other: object) -> bool:
+        return type(self) is type(other) and self.__dict__ == other.__dict__
+
+    def __hash__(self) -> int:
+        return hash(type(self))
+
+
+class NonMergingWindowFn(WindowFn):
+    """A WindowFn that never merges windows."""
+
+    def merge(self, merge_context: WindowFn.MergeContext) -> None:
+        """Does nothing: non-merging windows stay as assigned."""
+
+    def is_merging(self) -> bool:
+        """Always False."""
+        return False
+
+
+class GlobalWindows(NonMergingWindowFn):
+    """Puts every element into the single global window."""
+
+    def assign(self, assign_context: WindowFn.AssignContext) -> List[BoundedWindow]:
+        """Returns [GlobalWindow()]."""
+        return [GLOBAL_WINDOW]
+
+    def _assign(self, value, timestamp_us, windows):
+        return GLOBAL_WINDOWS_TUPLE
+
+    def __repr__(self) -> str:
+        return "GlobalWindows()"
+
+
+def _positive_duration(name: str, owner: str, value: Any) -> int:
+    try:
+        us = duration_micros(value)
+    except TypeError:
+        raise InvalidArgumentError(
+            f"{owner}: {name} must be a number of seconds or a Duration, got "
+            f"{type(value).__name__} {value!r}") from None
+    if us <= 0:
+        raise InvalidArgumentError(f"{owner}: {name} must be strictly positive, got {value!r}")
+    return us
+
+
+def _offset(owner: str, value: Any) -> int:
+    if isinstance(value, Timestamp):
+        return value.micros
+    try:
+        return duration_micros(value)
+    except TypeError:
+        raise InvalidArgumentError(
+            f"{owner}: offset must be a number of seconds, a Duration or a Timestamp, got {value!r}"
+        ) from None
+
+
+class FixedWindows(NonMergingWindowFn):
+    """Tumbling windows [start, start + size) aligned to `offset` (paper: fixed windows)."""
+
+    def __init__(self, size: Any, offset: Any = 0) -> None:
+        self.size_us = _positive_duration("size", "FixedWindows", size)
+        self.offset_us = _offset("FixedWindows", offset) % self.size_us
+        self._cache: Dict[int, IntervalWindow] = {}
+
+    @property
+    def size(self) -> Duration:
+        """The window length."""
+        return Duration(micros=self.size_us)
+
+    @property
+    def offset(self) -> Timestamp:
+        """The alignment offset."""
+        return Timestamp(micros=self.offset_us)
+
+    def assign(self, assign_context: WindowFn.AssignContext) -> List[BoundedWindow]:
+        """Returns the one window containing the element's timestamp."""
+        return list(self._assign(None, assign_context.timestamp.micros, GLOBAL_WINDOWS_TUPLE))
+
+    def _assign(self, value, timestamp_us, windows):
+        start = timestamp_us - (timestamp_us - self.offset_us) % self.size_us
+        cache = self._cache
+        w = cache.get(start)
+        if w is None:
+            if len(cache) > 4096:
+                cache.clear()
+            w = cache[start] = IntervalWindow._of(start, start + self.size_us)
+        return (w,)
+
+    def __eq__(self, other: object) -> bool:
+        return (type(other) is FixedWindows and self.size_us == other.size_us
+                and self.offset_us == other.offset_us)
+
+    def __hash__(self) -> int:
+        return hash((FixedWindows, self.size_us, self.offset_us))
+
+    def __getstate__(self):
+        return {"size_us": self.size_us, "offset_us": self.offset_us}
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._cache = {}
+
+    def __repr__(self) -> str:
+        return f"FixedWindows(size={_fmt(self.size_us)}s, offset={_fmt(self.offset_us)}s)"
+
+
+class SlidingWindows(NonMergingWindowFn):
+    """Overlapping windows of length `size` starting every `period` (paper: sliding windows)."""
+
+    def __init__(self, size: Any, period: Any, offset: Any = 0) -> None:
+        self.size_us = _positive_duration("size", "SlidingWindows", size)
+        self.period_us = _positive_duration("period", "SlidingWindows", period)
+        self.offset_us = _offset("SlidingWindows", offset) % self.period_us
+
+    @property
+    def size(self) -> Duration:
+        """The window length."""
+        return Duration(micros=self.size_us)
+
+    @property
+    def period(self) -> Duration:
+        """The distance between window starts."""
+        return Duration(micros=self.period_us)
+
+    def assign(self, assign_context: WindowFn.AssignContext) -> List[BoundedWindow]:
+        """Returns every window of this function that contains the element's timestamp."""
+        return list(self._assign(None, assign_context.timestamp.micros, GLOBAL_WINDOWS_TUPLE))
+
+    def _assign(self, value, timestamp_us, windows):
+        last_start = timestamp_us - (timestamp_us - self.offset_us) % self.period_us
+        out = []
+        start = last_start
+        while start > timestamp_us - self.size_us:
+            out.append(IntervalWindow._of(start, start + self.size_us))
+            start -= self.period_us
+        return tuple(out)
+
+    def __eq__(self, other: object) -> bool:
+        return (type(other) is SlidingWindows and self.size_us == other.size_us
+                and self.period_us == other.period_us and self.offset_us == other.offset_us)
+
+    def __hash__(self) -> int:
+        return hash((SlidingWindows, self.size_us, self.period_us, self.offset_us))
+
+    def __repr__(self) -> str:
+        return (f"SlidingWindows(size={_fmt(self.size_us)}s, period={_fmt(self.period_us)}s, "
+                f"offset={_fmt(self.offset_us)}s)")
+
+
+class Sessions(WindowFn):
+    """Session windows: each element opens [t, t + gap); overlapping windows merge."""
+
+    def __init__(self, gap_size: Any) -> None:
+        self.gap_size_us = _positive_duration("gap_size", "Sessions", gap_size)
+
+    @property
+    def gap_size(self) -> Duration:
+        """The inactivity gap that closes a session."""
+        return Duration(micros=self.gap_size_us)
+
+    def assign(self, assign_context: WindowFn.AssignContext) -> List[BoundedWindow]:
+        """Returns the proto-session [timestamp, timestamp + gap)."""
+        ts = assign_context.timestamp.micros
+        return [IntervalWindow._of(ts, ts + self.gap_size_us)]
+
+    def _assign(self, value, timestamp_us, windows):
+        return (IntervalWindow._of(timestamp_us, timestamp_us + self.gap_size_us),)
+
+    def merge(self, merge_context: WindowFn.MergeContext) -> None:
+        """Merges windows that overlap (windows that merely touch stay apart)."""
+        for group, result in merge_overlapping_intervals(merge_context.windows):
+            merge_context.merge(group, result)
+
+    def _merge(self, windows):
+        return merge_overlapping_intervals(windows)
+
+    def is_merging(self) -> bool:
+        """Always True."""
+        return True
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is Sessions and self.gap_size_us == other.gap_size_us
+
+    def __hash__(self) -> int:
+        return hash((Sessions, self.gap_size_us))
+
+    def __repr__(self) -> str:
+        return f"Sessions(gap_size={_fmt(self.gap_size_us)}s)"
+
+
+def merge_overlapping_intervals(windows: Iterable[IntervalWindow]
+                                ) -> List[Tuple[List[IntervalWindow], IntervalWindow]]:
+    """Groups interval windows into runs that overlap; returns (run, union) for runs of two or more."""
+    merges: List[Tuple[List[IntervalWindow], IntervalWindow]] = []
+    run: List[IntervalWindow] = []
+    run_start = run_end = 0
+    for w in sorted(windows, key=lambda w: (w.start_us, w.end_us)):
+        if run and w.start_us < run_end:
+            run.append(w)
+            if w.end_us > run_end:
+                run_end = w.end_us
+            continue
+        if len(run) > 1:
+            merges.append((run, IntervalWindow._of(run_start, run_end)))
+        run = [w]
+        run_start, run_end = w.start_us, w.end_us
+    if len(run) > 1:
+        merges.append((run, IntervalWindow._of(run_start, run_end)))
+    return merges
+
+
+def side_input_window(side_window_fn: WindowFn, main_window: BoundedWindow) -> BoundedWindow:
+    """Maps a main-input window to the side-input window it reads (Beam's default mapping)."""
+    if isinstance(side_window_fn, GlobalWindows):
+        return GLOBAL_WINDOW
+    if side_window_fn.is_merging():
+        raise InvalidArgumentError(
+            f"a side input windowed by merging {side_window_fn!r} cannot be read by window; "
+            "re-window the side input into fixed, sliding or global windows")
+    windows = side_window_fn._assign(None, main_window.max_timestamp_us, GLOBAL_WINDOWS_TUPLE)
+    if len(windows) != 1:
+        raise InvalidArgumentError(
+            f"side input window function {side_window_fn!r} maps window {main_window!r} to "
+            f"{len(windows)} windows; a side input needs exactly one (use FixedWindows or GlobalWindows)")
+    return windows[0]
+
+
+class Windowing:
+    """A PCollection's windowing strategy: window function, trigger, accumulation, lateness, timestamps."""
+
+    __slots__ = ("windowfn", "trigger", "accumulation_mode", "timestamp_combiner",
+                 "allowed_lateness_us", "_explicit_trigger")
+
+    def __init__(self, windowfn: WindowFn, trigger: Any = None, accumulation_mode: Any = None,
+                 timestamp_combiner: Optional[TimestampCombiner] = None,
+                 allowed_lateness: Any = 0) -> None:
+        if not isinstance(windowfn, WindowFn):
+            raise InvalidArgumentError(
+                f"a windowing strategy needs a WindowFn (FixedWindows, SlidingWindows, Sessions, "
+                f"GlobalWindows or a WindowFn subclass), got {type(windowfn).__name__} {windowfn!r}")
+        from headrace.model import trigger as _trigger
+        self.windowfn = windowfn
+        self._explicit_trigger = trigger is not None
+        self.trigger = _trigger.DefaultTrigger() if trigger is None else _trigger.check_trigger(trigger)
+        self.accumulation_mode = (_trigger.AccumulationMode.DISCARDING if accumulation_mode is None
+                                  else _trigger.check_accumulation_mode(accumulation_mode))
+        if timestamp_combiner is None:
+            timestamp_combiner = TimestampCombiner.OUTPUT_AT_EOW
+        if not isinstance(timestamp_combiner, TimestampCombiner):
+            raise InvalidArgumentError(
+                f"timestamp_combiner must be a TimestampCombiner (e.g. "
+                f"TimestampCombiner.OUTPUT_AT_EOW), got {timestamp_combiner!r}")
+        self.timestamp_combiner = timestamp_combiner
+        try:
+            lateness = duration_micros(allowed_lateness)
+        except TypeError:
+            raise InvalidArgumentError(
+                f"allowed_lateness must be seconds or a Duration, got {allowed_lateness!r}") from None
+        if lateness < 0:
+            raise InvalidArgumentError(f"allowed_lateness must not be negative, got {allowed_lateness!r}")
+        self.allowed_lateness_us = lateness
+
+    def is_default(self) -> bool:
+        """True for global windows with the default trigger and settings."""
+        return (isinstance(self.windowfn, GlobalWindows) and not self._explicit_trigger
+                and self.allowed_lateness_us == 0)
+
+    def __repr__(self) -> str:
+        return (f"Windowing({self.windowfn!r}, trigger={self.trigger!r}, "
+                f"accumulation_mode={self.accumulation_mode!r}, "
+                f"timestamp_combiner={self.timestamp_combiner.name}, "
+                f"allowed_lateness={_fmt(self.allowed_lateness_us)}s)")
+
+
+def windows_of(windows: Sequence[BoundedWindow]) -> Tuple[BoundedWindow, ...]:
+    """Normalises a sequence of windows to the tuple form elements carry."""
+    return tuple(windows)

@@ -1,0 +1,1 @@
+"""Pipeline options (Beam's `apache_beam.options`)."""

@@ -1,0 +1,1 @@
+"""The pipeline graph: Pipeline, PCollection, PTransform, DoFn."""

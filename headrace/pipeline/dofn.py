@@ -1,0 +1,98 @@
+"""DoFn: the user's per-element code, with Beam's lifecycle and special parameters."""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Optional
+
+
+class _DoFnParam:
+    """A marker default value asking the runner to pass something other than the element."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"DoFn.{self.name}"
+
+    def __reduce__(self):
+        return (_param_by_name, (self.name,))
+
+
+_PARAMS = {}
+
+
+def _param(name: str) -> _DoFnParam:
+    p = _PARAMS[name] = _DoFnParam(name)
+    return p
+
+
+def _param_by_name(name: str) -> _DoFnParam:
+    return _PARAMS[name]
+
+
+class DoFn:
+    """Per-element processing: `process(element, ...)` yields outputs; lifecycle methods bracket it.
+
+    Lifecycle: `setup()` once per instance; `start_bundle()` / `finish_bundle()` around each
+    bundle; `teardown()` when the instance is discarded (also after a failed bundle). Special
+    parameters of `process` are given as defaults: `timestamp=DoFn.TimestampParam`,
+    `window=DoFn.WindowParam`, `pane_info=DoFn.PaneInfoParam`,
+    `is_retraction=DoFn.RetractionParam`.
+    """
+
+    ElementParam = _param("ElementParam")
+    TimestampParam = _param("TimestampParam")
+    WindowParam = _param("WindowParam")
+    PaneInfoParam = _param("PaneInfoParam")
+    KeyParam = _param("KeyParam")
+    RetractionParam = _param("RetractionParam")
+
+    def setup(self) -> None:
+        """Called once per DoFn instance before its first bundle."""
+
+    def start_bundle(self) -> None:
+        """Called before each bundle."""
+
+    def process(self, element: Any, *args: Any, **kwargs: Any) -> Optional[Iterable[Any]]:
+        """Processes one element; returns or yields outputs (values, TimestampedValue, TaggedOutput)."""
+        raise NotImplementedError(f"{type(self).__name__} must implement process(self, element)")
+
+    def finish_bundle(self) -> Optional[Iterable[Any]]:
+        """Called after each bundle; may yield WindowedValues."""
+
+    def teardown(self) -> None:
+        """Called once when the instance is discarded (best effort, as in Beam)."""
+
+    def default_label(self) -> str:
+        """The label used when this DoFn is applied without one."""
+        return type(self).__name__
+
+    def infer_output_type(self, input_type: Any) -> Any:
+        """The output element type, when known (None otherwise)."""
+        return None
+
+
+class _CallableWrapperDoFn(DoFn):
+    """Wraps the function given to Map / FlatMap / Filter; runners recognise `kind` and call it directly."""
+
+    def __init__(self, fn: Any, kind: str) -> None:
+        self.fn = fn
+        self.kind = kind  # 'map', 'flatmap', 'maptuple', 'flatmaptuple', 'filter'
+
+    def process(self, element: Any, *args: Any, **kwargs: Any) -> Iterable[Any]:
+        kind = self.kind
+        if kind == "map":
+            return [self.fn(element, *args, **kwargs)]
+        if kind == "flatmap":
+            return self.fn(element, *args, **kwargs)
+        if kind == "maptuple":
+            return [self.fn(*element, *args, **kwargs)]
+        if kind == "flatmaptuple":
+            return self.fn(*element, *args, **kwargs)
+        return [element] if self.fn(element, *args, **kwargs) else []
+
+    def default_label(self) -> str:
+        from headrace.pipeline.ptransform import label_from_callable
+        return label_from_callable(self.fn)

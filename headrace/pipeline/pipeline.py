@@ -1,0 +1,227 @@
+"""Pipeline: the graph of applied transforms, built with `|` and run by a runner."""
+
+from __future__ import annotations
+
+import enum
+from typing import Any, Dict, Iterator, List, Optional, Tuple
+
+from headrace.errors import DuplicateLabelError, InvalidArgumentError, PipelineConstructionError
+from headrace.pipeline.ptransform import PTransform, _NamedPTransform
+from headrace.pipeline.pvalue import AsSideInput, DoOutputsTuple, PBegin, PCollection, PDone, PValue
+
+
+class AppliedPTransform:
+    """One application of a transform in the graph: its full label, inputs, outputs and parts."""
+
+    def __init__(self, parent: Optional["AppliedPTransform"], transform: Optional[PTransform],
+                 full_label: str, inputs: Tuple[PCollection, ...],
+                 side_inputs: Tuple[AsSideInput, ...] = ()) -> None:
+        self.parent = parent
+        self.transform = transform
+        self.full_label = full_label
+        self.inputs = inputs
+        self.side_inputs = side_inputs
+        self.outputs: Dict[Optional[str], PCollection] = {}
+        self.parts: List["AppliedPTransform"] = []
+
+    def is_primitive(self) -> bool:
+        """True for a step runners execute directly (it has no sub-steps)."""
+        return bool(getattr(self.transform, "_primitive", False))
+
+    def walk(self) -> Iterator["AppliedPTransform"]:
+        """This node and all nodes below it, in application order."""
+        yield self
+        for p in self.parts:
+            yield from p.walk()
+
+    def __repr__(self) -> str:
+        return f"<AppliedPTransform {self.full_label!r}>"
+
+
+class PipelineState(str, enum.Enum):
+    """The state of a pipeline run."""
+
+    UNKNOWN = "UNKNOWN"
+    RUNNING = "RUNNING"
+    DONE = "DONE"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+
+
+class PipelineResult:
+    """The outcome of `Pipeline.run()`: its state and its metrics."""
+
+    def __init__(self, state: PipelineState, metrics: Any = None, error: Optional[BaseException] = None):
+        self._state = state
+        self._metrics = metrics
+        self._error = error
+
+    @property
+    def state(self) -> PipelineState:
+        """DONE after a successful run, FAILED after an error."""
+        return self._state
+
+    def wait_until_finish(self, duration: Optional[float] = None) -> PipelineState:
+        """Blocks until the run ends (runs here are synchronous) and returns its final state."""
+        if self._error is not None:
+            raise self._error
+        return self._state
+
+    def cancel(self) -> PipelineState:
+        """Runs here finish before `run()` returns, so there is nothing to cancel."""
+        return self._state
+
+    def metrics(self) -> Any:
+        """The run's metric results; query them with `metrics().query(MetricsFilter()...)`."""
+        return self._metrics
+
+
+class Pipeline:
+    """A graph of transforms; use it as a context manager to run it on exit."""
+
+    def __init__(self, runner: Any = None, options: Any = None, argv: Optional[List[str]] = None) -> None:
+        from headrace.options.pipeline_options import PipelineOptions, StandardOptions
+        if options is None:
+            options = PipelineOptions(argv or [])
+        elif not isinstance(options, PipelineOptions):
+            raise InvalidArgumentError(
+                f"Pipeline(options=...) needs a PipelineOptions, got {type(options).__name__}")
+        self._options = options
+        if runner is None:
+            runner = options.view_as(StandardOptions).runner
+        self.runner = runner
+        self._root = AppliedPTransform(None, None, "", ())
+        self._stack: List[AppliedPTransform] = [self._root]
+        self._labels: set = set()
+        self._ids = 0
+        self._ran = False
+
+    @property
+    def options(self) -> Any:
+        """This pipeline's PipelineOptions."""
+        return self._options
+
+    def _next_id(self) -> int:
+        self._ids += 1
+        return self._ids
+
+    # ---- building -------------------------------------------------------------------
+
+    def apply(self, transform: Any, pvalueish: Any = None, label: Optional[str] = None) -> Any:
+        """Applies `transform` to `pvalueish` (a PCollection, tuple/dict of them, or the pipeline)."""
+        if isinstance(transform, _NamedPTransform):
+            return self.apply(transform.transform, pvalueish, label or transform.label)
+        if not isinstance(transform, PTransform):
+            raise PipelineConstructionError(
+                f"expected a PTransform to apply, got {type(transform).__name__} {transform!r}; "
+                "did you forget to call it, e.g. beam.GroupByKey() rather than beam.GroupByKey?")
+        label = label or transform.label
+        parent = self._stack[-1]
+        full_label = f"{parent.full_label}/{label}" if parent.full_label else label
+        if full_label in self._labels:
+            raise DuplicateLabelError(
+                f"a transform with label {full_label!r} already exists in the pipeline; give each "
+                f"application a unique label: pcoll | 'MyUniqueLabel' >> {type(transform).__name__}(...)")
+        if pvalueish is None or isinstance(pvalueish, Pipeline):
+            if pvalueish is not None and pvalueish is not self:
+                raise PipelineConstructionError(f"step {full_label!r} is applied to another pipeline")
+            pvalueish = PBegin(self)
+        inputs = self._main_inputs(pvalueish, full_label)
+        side = tuple(getattr(transform, "side_inputs", ()) or ())
+        for s in side:
+            if s.pvalue.pipeline is not self:
+                raise PipelineConstructionError(
+                    f"step {full_label!r} reads side input {s!r} from another pipeline")
+        node = AppliedPTransform(parent, transform, full_label, inputs, side)
+        self._labels.add(full_label)
+        parent.parts.append(node)
+        self._stack.append(node)
+        transform.pipeline = self
+        try:
+            result = transform.expand(pvalueish)
+        finally:
+            self._stack.pop()
+        if result is None:
+            result = PDone(self)
+        node.outputs = self._outputs_of(result, full_label)
+        if node.is_primitive():
+            for pc in inputs:
+                pc.consumers.append(node)
+            for s in side:
+                s.pvalue.consumers.append(node)
+        return result
+
+    def _main_inputs(self, pvalueish: Any, label: str) -> Tuple[PCollection, ...]:
+        if isinstance(pvalueish, PBegin):
+            return ()
+        if isinstance(pvalueish, PCollection):
+            items: List[Any] = [pvalueish]
+        elif isinstance(pvalueish, dict):
+            items = list(pvalueish.values())
+        elif isinstance(pvalueish, (list, tuple)):
+            items = list(pvalueish)
+        elif isinstance(pvalueish, DoOutputsTuple):
+            items = list(pvalueish)
+        else:
+            raise PipelineConstructionError(
+                f"step {label!r} cannot take {type(pvalueish).__name__} {pvalueish!r} as input")
+        for pc in items:
+            if not isinstance(pc, PCollection):
+                raise PipelineConstructionError(
+                    f"step {label!r} got {type(pc).__name__} {pc!r} among its inputs; only "
+                    "PCollections can be inputs")
+            if pc.pipeline is not self:
+                raise PipelineConstructionError(
+                    f"step {label!r} is applied to {pc.label!r}, which belongs to another pipeline")
+        return tuple(items)
+
+    def _outputs_of(self, result: Any, label: str) -> Dict[Optional[str], PCollection]:
+        if isinstance(result, PCollection):
+            return {None: result}
+        if isinstance(result, DoOutputsTuple):
+            return dict(result._outputs)
+        if isinstance(result, dict):
+            return {str(k): v for k, v in result.items() if isinstance(v, PCollection)}
+        if isinstance(result, (list, tuple)):
+            return {str(i): v for i, v in enumerate(result) if isinstance(v, PCollection)}
+        if isinstance(result, PValue):
+            return {}
+        raise PipelineConstructionError(
+            f"the expand() of step {label!r} returned {type(result).__name__} {result!r}; it must "
+            "return a PCollection, a tuple/dict of PCollections, or None")
+
+    def current_transform(self) -> AppliedPTransform:
+        """The node being expanded (primitives attach their outputs to it)."""
+        return self._stack[-1]
+
+    def new_pcollection(self, windowing: Any, is_bounded: bool = True, tag: Optional[str] = None,
+                        element_type: Any = None) -> PCollection:
+        """Creates an output PCollection of the transform being expanded."""
+        return PCollection(self, self._stack[-1], tag, windowing, is_bounded, element_type)
+
+    def transforms(self) -> List[AppliedPTransform]:
+        """All applied transforms in application order (composites and primitives)."""
+        return [n for n in self._root.walk() if n is not self._root]
+
+    def primitives(self) -> List[AppliedPTransform]:
+        """The primitive steps in topological (application) order."""
+        return [n for n in self.transforms() if n.is_primitive()]
+
+    # ---- running --------------------------------------------------------------------
+
+    def run(self, test_runner_api: Any = None) -> PipelineResult:
+        """Runs the pipeline with its runner and returns the result."""
+        from headrace.runners import create_runner
+        runner = create_runner(self.runner)
+        self._ran = True
+        return runner.run_pipeline(self, self._options)
+
+    def __enter__(self) -> "Pipeline":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.run().wait_until_finish()
+
+    def __or__(self, transform: Any) -> Any:
+        return self.apply(transform)

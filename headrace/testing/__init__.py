@@ -1,0 +1,1 @@
+"""Testing helpers: assert_that / equal_to, TestPipeline."""

@@ -1,0 +1,117 @@
+"""Pipeline assertions in Beam's style: `assert_that(pcoll, equal_to([...]))`."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable, List, NamedTuple, Optional
+
+from headrace.model.window import GlobalWindows
+from headrace.pipeline.dofn import DoFn
+from headrace.pipeline.ptransform import PTransform
+from headrace.transforms.core import KV_TYPE, CoGroupByKey, Create, Map, ParDo, WindowInto
+
+
+class BeamAssertException(AssertionError):
+    """Raised when a pipeline assertion fails."""
+
+
+class TestWindowedValue(NamedTuple):
+    """An element with its timestamp and windows, as `assert_that(..., reify_windows=True)` sees it."""
+
+    value: Any
+    timestamp: Any
+    windows: Any
+
+
+def _remove_one(items: List[Any], x: Any, equals: Callable[[Any, Any], bool]) -> bool:
+    for i, y in enumerate(items):
+        if equals(x, y):
+            del items[i]
+            return True
+    return False
+
+
+def equal_to(expected: Iterable[Any], equals_fn: Optional[Callable[[Any, Any], bool]] = None
+             ) -> Callable[[Iterable[Any]], None]:
+    """A matcher: the actual elements equal `expected` as a multiset (order does not matter)."""
+    expected = list(expected)
+    equals = equals_fn or (lambda a, b: a == b)
+
+    def _equal(actual: Iterable[Any]) -> None:
+        actual = list(actual)
+        missing = list(expected)
+        unexpected = []
+        for a in actual:
+            if not _remove_one(missing, a, equals):
+                unexpected.append(a)
+        if missing or unexpected:
+            parts = [f"Failed assert: {expected!r} == {actual!r}"]
+            if unexpected:
+                parts.append(f"unexpected elements {unexpected!r}")
+            if missing:
+                parts.append(f"missing elements {missing!r}")
+            raise BeamAssertException(", ".join(parts))
+
+    return _equal
+
+
+def is_empty() -> Callable[[Iterable[Any]], None]:
+    """A matcher: the PCollection has no elements."""
+
+    def _empty(actual: Iterable[Any]) -> None:
+        actual = list(actual)
+        if actual:
+            raise BeamAssertException(f"Failed assert: [] == {actual!r}")
+
+    return _empty
+
+
+def is_not_empty() -> Callable[[Iterable[Any]], None]:
+    """A matcher: the PCollection has at least one element."""
+
+    def _not_empty(actual: Iterable[Any]) -> None:
+        if not list(actual):
+            raise BeamAssertException("Failed assert: the PCollection is empty")
+
+    return _not_empty
+
+
+class _ReifyDoFn(DoFn):
+    def process(self, element: Any, timestamp: Any = DoFn.TimestampParam,
+                window: Any = DoFn.WindowParam):
+        yield TestWindowedValue(element, timestamp, [window])
+
+
+def _void_key(v: Any) -> Any:
+    return (None, v)
+
+
+def _actual_of(kv: Any) -> Any:
+    return kv[1]["actual"]
+
+
+class _AssertThat(PTransform):
+    def __init__(self, matcher: Callable[[Any], None], reify_windows: bool,
+                 use_global_window: bool) -> None:
+        super().__init__()
+        self.matcher = matcher
+        self.reify_windows = reify_windows
+        self.use_global_window = use_global_window
+
+    def expand(self, pcoll: Any) -> Any:
+        if self.reify_windows:
+            pcoll = pcoll | "ReifyWindows" >> ParDo(_ReifyDoFn())
+        if self.use_global_window:
+            pcoll = pcoll | "WindowIntoGlobal" >> WindowInto(GlobalWindows())
+        keyed_actual = pcoll | "ToVoidKey" >> Map(_void_key).with_output_types(KV_TYPE)
+        keyed_once = pcoll.pipeline | "CreateOnce" >> Create([(None, None)])
+        matcher = self.matcher
+        return ({"once": keyed_once, "actual": keyed_actual}
+                | "Group" >> CoGroupByKey()
+                | "Unkey" >> Map(_actual_of)
+                | "Match" >> Map(matcher))
+
+
+def assert_that(actual: Any, matcher: Callable[[Any], None], label: str = "assert_that",
+                reify_windows: bool = False, use_global_window: bool = True) -> None:
+    """Checks, when the pipeline runs, that `matcher(list of elements)` does not raise."""
+    actual | label >> _AssertThat(matcher, reify_windows, use_global_window)

@@ -1,0 +1,19 @@
+"""Transforms (Beam's `apache_beam.transforms`)."""
+
+from headrace.transforms import combiners, trigger, window
+from headrace.transforms.core import *  # noqa: F401,F403
+from headrace.transforms.core import (
+    CoGroupByKey, CombineGlobally, CombinePerKey, CombineValues, Create, Filter, FlatMap,
+    FlatMapTuple, Flatten, GroupByKey, Keys, KvSwap, Map, MapTuple, ParDo, Partition, Reshuffle,
+    Values, WindowInto, WithKeys,
+)
+from headrace.transforms.util import Distinct
+from headrace.pipeline.dofn import DoFn
+from headrace.pipeline.ptransform import PTransform, ptransform_fn
+from headrace.model.combine import CombineFn
+
+__all__ = ["CoGroupByKey", "CombineFn", "CombineGlobally", "CombinePerKey", "CombineValues",
+           "Create", "Distinct", "DoFn", "Filter", "FlatMap", "FlatMapTuple", "Flatten",
+           "GroupByKey", "Keys", "KvSwap", "Map", "MapTuple", "PTransform", "ParDo", "Partition",
+           "Reshuffle", "Values", "WindowInto", "WithKeys", "combiners", "ptransform_fn",
+           "trigger", "window"]

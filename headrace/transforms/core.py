@@ -1,0 +1,575 @@
+"""The core transforms: Create, ParDo, Map, FlatMap, Filter, GroupByKey, Combine*, Flatten, WindowInto, ..."""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import typing
+from typing import Any, Callable, Dict, Iterable, Optional, Tuple
+
+from headrace.errors import InvalidArgumentError, PipelineConstructionError
+from headrace.model.combine import CombineFn, as_combine_fn
+from headrace.model.window import GlobalWindows, Windowing, WindowFn
+from headrace.model.windowed import TimestampedValue
+from headrace.pipeline.dofn import DoFn, _CallableWrapperDoFn
+from headrace.pipeline.ptransform import PTransform, label_from_callable
+from headrace.pipeline.pvalue import (
+    AsList, AsSideInput, DoOutputsTuple, PBegin, PCollection,
+)
+
+# ---------------------------------------------------------------------------------------
+# element types: just enough to reject grouping of non key-value data at construction time
+
+KV_TYPE = typing.Tuple[typing.Any, typing.Any]
+_NOT_KV = (str, bytes, int, float, bool, dict, set, frozenset, type(None))
+
+
+def is_kv_type(t: Any) -> Optional[bool]:
+    """True / False when `t` is known to be / not to be a key-value type; None when unknown."""
+    if t is None or t is typing.Any:
+        return None
+    if t in _NOT_KV:
+        return False
+    origin = typing.get_origin(t)
+    if origin is tuple:
+        args = typing.get_args(t)
+        if len(args) == 2 and args[1] is not Ellipsis:
+            return True
+        return None if not args or args[-1] is Ellipsis else False
+    if t is tuple or t is list:
+        return None
+    if isinstance(t, type) and not issubclass(t, (tuple, list)):
+        return False
+    return None
+
+
+def _infer_values_type(values: list) -> Any:
+    if not values:
+        return None
+    inner = [v.value if isinstance(v, TimestampedValue) else v for v in values]
+    if all(isinstance(v, tuple) and len(v) == 2 for v in inner):
+        return KV_TYPE
+    types = {type(v) for v in inner}
+    return types.pop() if len(types) == 1 else None
+
+
+def _require_pcollection(transform: PTransform, pvalue: Any) -> PCollection:
+    if isinstance(pvalue, PCollection):
+        return pvalue
+    label = transform.pipeline.current_transform().full_label if transform.pipeline else transform.label
+    if isinstance(pvalue, PBegin):
+        raise PipelineConstructionError(
+            f"step {label!r} ({type(transform).__name__}) needs an input PCollection but was applied "
+            "to the pipeline itself; start with beam.Create([...]) or a read such as ReadFromText")
+    raise PipelineConstructionError(
+        f"step {label!r} ({type(transform).__name__}) needs one PCollection as input, got "
+        f"{type(pvalue).__name__}")
+
+
+def _check_kv(transform: PTransform, pcoll: PCollection) -> None:
+    if is_kv_type(pcoll.element_type) is False:
+        label = transform.pipeline.current_transform().full_label
+        name = getattr(pcoll.element_type, "__name__", repr(pcoll.element_type))
+        raise PipelineConstructionError(
+            f"step {label!r} ({type(transform).__name__}) groups by key, so its input must hold "
+            f"(key, value) pairs, but {pcoll.label!r} produces {name} elements; apply "
+            "beam.Map(lambda x: (key_of(x), x)) or beam.WithKeys(...) first")
+
+
+# ---------------------------------------------------------------------------------------
+# Create
+
+
+class Create(PTransform):
+    """A bounded PCollection of the given values (TimestampedValues set event times)."""
+
+    _primitive = True
+
+    def __init__(self, values: Iterable[Any], reshuffle: bool = True) -> None:
+        super().__init__()
+        if isinstance(values, (str, bytes)):
+            raise InvalidArgumentError(
+                f"Create({values!r}) was given a string; pass a list of values, e.g. Create([{values!r}])")
+        if isinstance(values, dict):
+            values = list(values.items())
+        try:
+            self.values = list(values)
+        except TypeError:
+            raise InvalidArgumentError(
+                f"Create needs an iterable of values, got {type(values).__name__} {values!r}") from None
+
+    def default_label(self) -> str:
+        return "Create"
+
+    def expand(self, pbegin: Any) -> PCollection:
+        if not isinstance(pbegin, PBegin):
+            raise PipelineConstructionError(
+                "Create is a root transform: apply it to the pipeline (p | beam.Create([...])), "
+                "not to a PCollection")
+        out_type = self.get_output_type() or _infer_values_type(self.values)
+        return self.pipeline.new_pcollection(Windowing(GlobalWindows()), True, element_type=out_type)
+
+
+# ---------------------------------------------------------------------------------------
+# ParDo and the element-wise family
+
+
+class ParDo(PTransform):
+    """Applies a DoFn to every element; extra args (and side-input views) go to `process`."""
+
+    _primitive = True
+
+    def __init__(self, fn: DoFn, *args: Any, **kwargs: Any) -> None:
+        super().__init__()
+        if isinstance(fn, type) and issubclass(fn, DoFn):
+            raise InvalidArgumentError(
+                f"ParDo got the DoFn class {fn.__name__}; pass an instance: ParDo({fn.__name__}())")
+        if not isinstance(fn, DoFn):
+            hint = " (use beam.Map or beam.FlatMap for a function)" if callable(fn) else ""
+            raise InvalidArgumentError(
+                f"ParDo needs a DoFn instance, got {type(fn).__name__} {fn!r}{hint}")
+        self.fn = fn
+        self.args = args
+        self.kwargs = kwargs
+        self.side_inputs = tuple(a for a in list(args) + list(kwargs.values())
+                                 if isinstance(a, AsSideInput))
+        self.output_tags: Tuple[str, ...] = ()
+        self.main_tag: Optional[str] = None
+        self.dead_letter: Optional[Dict[str, Any]] = None
+
+    def default_label(self) -> str:
+        return f"ParDo({self.fn.default_label()})"
+
+    def with_outputs(self, *tags: str, main: Optional[str] = None, allow_unknown_tags: Any = None
+                     ) -> "ParDo":
+        """Declares tagged outputs; the result of applying it is a DoOutputsTuple."""
+        for t in tags:
+            if not isinstance(t, str):
+                raise InvalidArgumentError(f"with_outputs tags must be str, got {t!r}")
+        out = copy.copy(self)
+        out.output_tags = tuple(tags)
+        out.main_tag = main
+        return out
+
+    def with_exception_handling(self, main_tag: str = "good", dead_letter_tag: str = "bad",
+                                exc_class: Any = Exception, partial: bool = False,
+                                use_subprocess: bool = False, threshold: float = 1,
+                                threshold_windowing: Any = None, timeout: Any = None,
+                                **_: Any) -> "ParDo":
+        """Routes elements whose processing raises `exc_class` to the `dead_letter_tag` output.
+
+        Each dead-letter element is `(element, (exception type, repr, traceback lines))`, with
+        `.step` and `.exception` on the inner tuple. Applying the result gives (good, bad).
+        """
+        if not (isinstance(exc_class, type) and issubclass(exc_class, BaseException)) and not (
+                isinstance(exc_class, tuple) and all(issubclass(c, BaseException) for c in exc_class)):
+            raise InvalidArgumentError(f"exc_class must be an exception class, got {exc_class!r}")
+        out = copy.copy(self)
+        out.main_tag = main_tag
+        out.dead_letter = {"tag": dead_letter_tag, "exc_class": exc_class, "threshold": threshold}
+        return out
+
+    def expand(self, pcoll: Any) -> Any:
+        pcoll = _require_pcollection(self, pcoll)
+        p = self.pipeline
+        main = p.new_pcollection(pcoll.windowing, pcoll.is_bounded,
+                                 element_type=self.get_output_type() or self._infer_output_type(pcoll))
+        if not self.output_tags and self.dead_letter is None:
+            return main
+        outputs: Dict[Optional[str], PCollection] = {None: main}
+        tags = list(self.output_tags)
+        if self.dead_letter is not None:
+            tags.append(self.dead_letter["tag"])
+        for t in tags:
+            if t in outputs or t == self.main_tag:
+                raise PipelineConstructionError(f"output tag {t!r} is declared twice")
+            outputs[t] = p.new_pcollection(pcoll.windowing, pcoll.is_bounded, tag=t)
+        if self.main_tag is not None:
+            outputs[self.main_tag] = main
+        return DoOutputsTuple(self.main_tag, outputs, tuple(tags))
+
+    def _infer_output_type(self, pcoll: PCollection) -> Any:
+        return None
+
+
+def _check_callable(name: str, fn: Any) -> None:
+    if not callable(fn):
+        raise InvalidArgumentError(
+            f"{name} needs a callable (a function or lambda), got {type(fn).__name__} {fn!r}")
+    if isinstance(fn, DoFn):
+        raise InvalidArgumentError(f"{name} got a DoFn; use beam.ParDo({type(fn).__name__}(...)) instead")
+
+
+def _return_type(fn: Any) -> Any:
+    try:
+        hints = typing.get_type_hints(fn)
+    except Exception:
+        return None
+    return hints.get("return")
+
+
+class Map(ParDo):
+    """One output per element: `fn(element, *args)`."""
+
+    _kind = "map"
+
+    def __init__(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+        _check_callable(type(self).__name__, fn)
+        super().__init__(_CallableWrapperDoFn(fn, self._kind), *args, **kwargs)
+
+    def default_label(self) -> str:
+        return f"{type(self).__name__}({label_from_callable(self.fn.fn)})"
+
+    def _infer_output_type(self, pcoll: PCollection) -> Any:
+        if self._kind in ("map", "maptuple"):
+            return _return_type(self.fn.fn)
+        if self._kind == "filter":
+            return pcoll.element_type
+        return None
+
+
+class MapTuple(Map):
+    """One output per tuple element: `fn(*element, *args)`."""
+
+    _kind = "maptuple"
+
+
+class FlatMap(Map):
+    """Zero or more outputs per element: iterates `fn(element, *args)`."""
+
+    _kind = "flatmap"
+
+    def __init__(self, fn: Callable[..., Any] = None, *args: Any, **kwargs: Any) -> None:
+        super().__init__(fn if fn is not None else _identity, *args, **kwargs)
+
+
+def _identity(x: Any) -> Any:
+    return x
+
+
+class FlatMapTuple(Map):
+    """Zero or more outputs per tuple element: iterates `fn(*element, *args)`."""
+
+    _kind = "flatmaptuple"
+
+
+class Filter(Map):
+    """Keeps the elements for which `fn(element, *args)` is true."""
+
+    _kind = "filter"
+
+
+def Keys(label: str = "Keys") -> PTransform:
+    """The keys of (key, value) pairs."""
+    return label >> Map(_key)
+
+
+def Values(label: str = "Values") -> PTransform:
+    """The values of (key, value) pairs."""
+    return label >> Map(_value)
+
+
+def KvSwap(label: str = "KvSwap") -> PTransform:
+    """(key, value) pairs turned into (value, key)."""
+    return label >> Map(_swap)
+
+
+def _key(kv: Any) -> Any:
+    return kv[0]
+
+
+def _value(kv: Any) -> Any:
+    return kv[1]
+
+
+def _swap(kv: Any) -> Any:
+    return (kv[1], kv[0])
+
+
+class WithKeys(PTransform):
+    """Pairs each element with a key: a constant, or `key(element)` when callable."""
+
+    def __init__(self, key: Any) -> None:
+        super().__init__()
+        self.key = key
+
+    def expand(self, pcoll: Any) -> PCollection:
+        key = self.key
+        if callable(key):
+            return pcoll | Map(lambda v: (key(v), v)).with_output_types(KV_TYPE)
+        return pcoll | Map(lambda v: (key, v)).with_output_types(KV_TYPE)
+
+
+# ---------------------------------------------------------------------------------------
+# windowing
+
+
+class WindowInto(PTransform):
+    """Assigns elements to windows of `windowfn` and sets trigger, accumulation, lateness and timestamps."""
+
+    _primitive = True
+
+    def __init__(self, windowfn: WindowFn, trigger: Any = None, accumulation_mode: Any = None,
+                 timestamp_combiner: Any = None, allowed_lateness: Any = 0) -> None:
+        super().__init__()
+        if isinstance(windowfn, type) and issubclass(windowfn, WindowFn):
+            raise InvalidArgumentError(
+                f"WindowInto got the class {windowfn.__name__}; pass an instance such as "
+                f"{windowfn.__name__}(...)")
+        self.windowing = Windowing(windowfn, trigger, accumulation_mode, timestamp_combiner,
+                                   allowed_lateness)
+        self.windowfn = windowfn
+
+    def default_label(self) -> str:
+        return f"WindowInto({self.windowfn!r})"
+
+    def expand(self, pcoll: Any) -> PCollection:
+        pcoll = _require_pcollection(self, pcoll)
+        return self.pipeline.new_pcollection(self.windowing, pcoll.is_bounded,
+                                             element_type=pcoll.element_type)
+
+
+# ---------------------------------------------------------------------------------------
+# grouping and combining
+
+
+class GroupByKey(PTransform):
+    """GroupByKeyAndWindow: (key, value) pairs to (key, [values]) per window and pane."""
+
+    _primitive = True
+
+    def expand(self, pcoll: Any) -> PCollection:
+        pcoll = _require_pcollection(self, pcoll)
+        _check_kv(self, pcoll)
+        return self.pipeline.new_pcollection(pcoll.windowing, pcoll.is_bounded, element_type=KV_TYPE)
+
+
+class CombinePerKey(PTransform):
+    """Combines the values of each key and window with a CombineFn or a callable such as `sum`."""
+
+    _primitive = True
+
+    def __init__(self, fn: Any, *args: Any, **kwargs: Any) -> None:
+        super().__init__()
+        if args or kwargs:
+            if isinstance(fn, CombineFn):
+                raise InvalidArgumentError(
+                    "extra arguments are only supported for callables; put them in the CombineFn")
+            _check_callable("CombinePerKey", fn)
+            inner = fn
+            fn = lambda values: inner(values, *args, **kwargs)  # noqa: E731
+            fn.__name__ = getattr(inner, "__name__", "fn")
+        self.combine_fn = as_combine_fn(fn)
+        self._fn_label = label_from_callable(fn) if not isinstance(fn, CombineFn) else fn.default_label()
+
+    def default_label(self) -> str:
+        return f"CombinePerKey({self._fn_label})"
+
+    def expand(self, pcoll: Any) -> PCollection:
+        pcoll = _require_pcollection(self, pcoll)
+        _check_kv(self, pcoll)
+        return self.pipeline.new_pcollection(pcoll.windowing, pcoll.is_bounded, element_type=KV_TYPE)
+
+
+class CombineValues(PTransform):
+    """Combines the iterable value of each (key, values) pair."""
+
+    def __init__(self, fn: Any, *args: Any, **kwargs: Any) -> None:
+        super().__init__()
+        self.combine_fn = as_combine_fn(fn)
+
+    def expand(self, pcoll: Any) -> PCollection:
+        fn = self.combine_fn
+        return pcoll | Map(lambda kv: (kv[0], fn.apply(kv[1])))
+
+
+class CombineGlobally(PTransform):
+    """Combines all elements of each window into one value (the default value when empty)."""
+
+    def __init__(self, fn: Any, *args: Any, **kwargs: Any) -> None:
+        super().__init__()
+        self._fn, self._args, self._kwargs = fn, args, kwargs
+        self.combine_fn = as_combine_fn(fn) if not (args or kwargs) else None
+        self.has_defaults = True
+        self._as_view = False
+
+    def default_label(self) -> str:
+        fn = self._fn
+        name = fn.default_label() if isinstance(fn, CombineFn) else label_from_callable(fn)
+        return f"CombineGlobally({name})"
+
+    def without_defaults(self) -> "CombineGlobally":
+        """Produces nothing (instead of the default value) for empty input or windows."""
+        out = copy.copy(self)
+        out.has_defaults = False
+        return out
+
+    def with_defaults(self, has_defaults: bool = True) -> "CombineGlobally":
+        """Chooses whether empty input produces the CombineFn's default value."""
+        out = copy.copy(self)
+        out.has_defaults = has_defaults
+        return out
+
+    def as_singleton_view(self) -> "CombineGlobally":
+        """Returns an AsSingleton side-input view of the result (default value when empty)."""
+        out = copy.copy(self)
+        out._as_view = True
+        return out
+
+    def expand(self, pcoll: Any) -> Any:
+        pcoll = _require_pcollection(self, pcoll)
+        combined = (pcoll
+                    | "KeyWithVoid" >> Map(_with_void_key).with_output_types(KV_TYPE)
+                    | "CombinePerKey" >> CombinePerKey(self._fn, *self._args, **self._kwargs)
+                    | "UnKey" >> Map(_value))
+        if self._as_view:
+            from headrace.pipeline.pvalue import AsSingleton
+            fn = as_combine_fn(self._fn)
+            return AsSingleton(combined, default_value=fn.apply([]))
+        if not self.has_defaults:
+            return combined
+        if not isinstance(pcoll.windowing.windowfn, GlobalWindows):
+            raise PipelineConstructionError(
+                f"CombineGlobally {self.pipeline.current_transform().full_label!r}: default values "
+                "are only defined in the global window, but the input is windowed by "
+                f"{pcoll.windowing.windowfn!r}; use CombineGlobally(...).without_defaults() to output "
+                "nothing for empty windows, or .as_singleton_view() to read the default as a side input")
+        fn = as_combine_fn(self._fn) if self.combine_fn is None else self.combine_fn
+        return (self.pipeline
+                | "DoOnce" >> Create([None])
+                | "InjectDefault" >> FlatMap(_inject_default, AsList(combined), fn))
+
+
+def _with_void_key(v: Any) -> Any:
+    return (None, v)
+
+
+def _inject_default(_: Any, results: list, fn: CombineFn) -> list:
+    return results if results else [fn.extract_output(fn.create_accumulator())]
+
+
+# ---------------------------------------------------------------------------------------
+# Flatten, Partition, Reshuffle, CoGroupByKey
+
+
+class Flatten(PTransform):
+    """Merges several PCollections with compatible windowing into one."""
+
+    _primitive = True
+
+    def __init__(self, pipeline: Any = None, **kwargs: Any) -> None:
+        super().__init__()
+        self._pipeline_arg = pipeline
+
+    def expand(self, pcolls: Any) -> PCollection:
+        if isinstance(pcolls, PCollection):
+            pcolls = (pcolls,)
+        if isinstance(pcolls, dict):
+            pcolls = tuple(pcolls.values())
+        if isinstance(pcolls, PBegin):
+            pcolls = ()
+        pcolls = tuple(pcolls)
+        if not pcolls:
+            return self.pipeline.new_pcollection(Windowing(GlobalWindows()), True)
+        first = pcolls[0].windowing
+        for pc in pcolls[1:]:
+            if pc.windowing.windowfn != first.windowfn:
+                raise PipelineConstructionError(
+                    f"Flatten {self.pipeline.current_transform().full_label!r}: inputs have "
+                    f"incompatible windowing ({first.windowfn!r} vs {pc.windowing.windowfn!r}); "
+                    "apply the same WindowInto to every input first")
+        types = {pc.element_type for pc in pcolls}
+        return self.pipeline.new_pcollection(first, all(pc.is_bounded for pc in pcolls),
+                                             element_type=types.pop() if len(types) == 1 else None)
+
+
+class Reshuffle(PTransform):
+    """Redistributes elements (a materialisation barrier), keeping timestamps and windows."""
+
+    _primitive = True
+
+    def __init__(self, num_buckets: Optional[int] = None) -> None:
+        super().__init__()
+        self.num_buckets = num_buckets
+
+    def expand(self, pcoll: Any) -> PCollection:
+        pcoll = _require_pcollection(self, pcoll)
+        return self.pipeline.new_pcollection(pcoll.windowing, pcoll.is_bounded,
+                                             element_type=pcoll.element_type)
+
+
+class Partition(PTransform):
+    """Splits a PCollection into `n` by `fn(element, n, *args) -> index`."""
+
+    def __init__(self, fn: Any, n: int, *args: Any, **kwargs: Any) -> None:
+        super().__init__()
+        if not isinstance(n, int) or isinstance(n, bool) or n <= 0:
+            raise InvalidArgumentError(f"Partition needs a positive number of partitions, got {n!r}")
+        if hasattr(fn, "partition_for"):
+            fn = fn.partition_for
+        _check_callable("Partition", fn)
+        self._fn, self._n, self._args, self._kwargs = fn, n, args, kwargs
+
+    def default_label(self) -> str:
+        return f"Partition({label_from_callable(self._fn)})"
+
+    def expand(self, pcoll: Any) -> Tuple[PCollection, ...]:
+        fn, n, args, kwargs = self._fn, self._n, self._args, self._kwargs
+        tags = [str(i) for i in range(n)]
+        outs = pcoll | ParDo(_PartitionDoFn(fn, n), *args, **kwargs).with_outputs(*tags)
+        return tuple(outs[t] for t in tags)
+
+
+class _PartitionDoFn(DoFn):
+    def __init__(self, fn: Any, n: int) -> None:
+        self.fn, self.n = fn, n
+
+    def process(self, element: Any, *args: Any, **kwargs: Any):
+        from headrace.pipeline.pvalue import TaggedOutput
+        i = self.fn(element, self.n, *args, **kwargs)
+        if not isinstance(i, int) or not 0 <= i < self.n:
+            raise ValueError(
+                f"the partition function returned {i!r} for {element!r}; it must return an int in "
+                f"[0, {self.n})")
+        yield TaggedOutput(str(i), element)
+
+
+class CoGroupByKey(PTransform):
+    """Joins keyed PCollections: (key, {tag: [values]}) for a dict input, tuples of lists otherwise."""
+
+    def expand(self, pcolls: Any) -> PCollection:
+        if isinstance(pcolls, dict):
+            tags = list(pcolls.keys())
+            inputs = [pcolls[t] for t in tags]
+            as_dict = True
+        elif isinstance(pcolls, (list, tuple)):
+            inputs = list(pcolls)
+            tags = list(range(len(inputs)))
+            as_dict = False
+        else:
+            raise PipelineConstructionError(
+                "CoGroupByKey needs a dict {tag: PCollection} or a tuple of PCollections")
+        if not inputs:
+            raise PipelineConstructionError("CoGroupByKey needs at least one input PCollection")
+        tagged = []
+        for i, (tag, pc) in enumerate(zip(tags, inputs)):
+            tagged.append(pc | f"Tag[{tag}]" >> Map(_tag_value, i).with_output_types(KV_TYPE))
+        grouped = tuple(tagged) | "Flatten" >> Flatten() | "Group" >> GroupByKey()
+        n = len(inputs)
+        return grouped | "Regroup" >> Map(_regroup, n, tags if as_dict else None)
+
+
+def _tag_value(kv: Any, i: int) -> Any:
+    k, v = kv
+    return (k, (i, v))
+
+
+def _regroup(kv: Any, n: int, tags: Optional[list]) -> Any:
+    key, tagged = kv
+    lists: list = [[] for _ in range(n)]
+    for i, v in tagged:
+        lists[i].append(v)
+    if tags is not None:
+        return key, dict(zip(tags, lists))
+    return key, tuple(lists)
+

@@ -1,0 +1,1 @@
+"""Beam's `apache_beam.utils` equivalents."""
