@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 import time
 from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
@@ -100,7 +99,21 @@ class MetricsContainer:
                 self.cells[key] = old.combine(v)
 
 
-_local = threading.local()
+class _Current:
+    """Where metric updates go right now: a container and the step they are attributed to.
+
+    Runners execute one bundle at a time per Python process (the local runner, and each
+    Spark Python worker), so this is process-wide state set around user code.
+    """
+
+    __slots__ = ("container", "step")
+
+    def __init__(self) -> None:
+        self.container: Optional[MetricsContainer] = None
+        self.step = ""
+
+
+CURRENT = _Current()
 
 
 class _Scope:
@@ -112,12 +125,12 @@ class _Scope:
         self.container, self.step = container, step
 
     def __enter__(self) -> "_Scope":
-        self._prev = getattr(_local, "scope", None)
-        _local.scope = self
+        self._prev = (CURRENT.container, CURRENT.step)
+        CURRENT.container, CURRENT.step = self.container, self.step
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        _local.scope = self._prev
+        CURRENT.container, CURRENT.step = self._prev
 
 
 def metrics_scope(container: Optional[MetricsContainer], step: str) -> _Scope:
@@ -127,16 +140,14 @@ def metrics_scope(container: Optional[MetricsContainer], step: str) -> _Scope:
 
 def set_current_step(step: str) -> None:
     """Changes the step that updates in the current scope are attributed to."""
-    scope = getattr(_local, "scope", None)
-    if scope is not None:
-        scope.step = step
+    CURRENT.step = step
 
 
 def _update(kind: str, namespace: str, name: str, value: Any) -> None:
-    scope = getattr(_local, "scope", None)
-    if scope is None or scope.container is None:
+    container = CURRENT.container
+    if container is None:
         return  # outside a running step (e.g. at construction): nothing to attribute it to
-    scope.container.update(kind, scope.step, namespace, name, value)
+    container.update(kind, CURRENT.step, namespace, name, value)
 
 
 def _check_name(namespace: Any, name: Any) -> Tuple[str, str]:

@@ -29,6 +29,7 @@ trigger state, pane counters. The core never reads a clock and does no I/O; runn
 
 from __future__ import annotations
 
+from operator import attrgetter
 from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Tuple
 
 from headrace.model.combine import CombineFn
@@ -36,6 +37,9 @@ from headrace.model.time import MAX_TIMESTAMP_MICROS, MIN_TIMESTAMP_MICROS
 from headrace.model.trigger import AccumulationMode, TriggerContext
 from headrace.model.window import BoundedWindow, TimestampCombiner, Windowing
 from headrace.model.windowed import PaneInfo, PaneInfoTiming
+
+
+_WINDOW_ORDER = attrgetter("end_us", "start_us")
 
 
 class Pane(NamedTuple):
@@ -160,6 +164,7 @@ class ReduceFnRunner:
                 mapping = self._merge(state, new, input_watermark_us, processing_time_us)
         combine_fn = self.combine_fn
         trigger = self.trigger
+        watermark_only = trigger.watermark_only
         eow = self.combiner is TimestampCombiner.OUTPUT_AT_EOW
         touched: Dict[BoundedWindow, WindowState] = {}
         for value, ts, window in live:
@@ -179,11 +184,14 @@ class ReduceFnRunner:
                 ws.hold_us = window.end_us - 1
             else:
                 ws.hold_us = self._combine_holds(ws.hold_us, self._hold_for(window, ts))
-            ws.trigger_state = trigger.on_element(
-                ws.trigger_state, ts, TriggerContext(window, input_watermark_us, processing_time_us))
+            if not watermark_only:
+                ws.trigger_state = trigger.on_element(
+                    ws.trigger_state, ts, TriggerContext(window, input_watermark_us, processing_time_us))
             touched[window] = ws
         panes: List[Pane] = []
         for window, ws in touched.items():
+            if watermark_only and input_watermark_us < window.end_us:
+                continue  # a watermark-only trigger cannot become ready on elements alone
             self._maybe_fire(state, window, ws, input_watermark_us, processing_time_us, panes)
         return ReduceResult(panes, dropped)
 
@@ -191,7 +199,7 @@ class ReduceFnRunner:
                      processing_time_us: int = MIN_TIMESTAMP_MICROS) -> ReduceResult:
         """Fires windows made ready by the watermark and garbage-collects expired windows."""
         panes: List[Pane] = []
-        for window in sorted(state.windows, key=lambda w: (w.end_us, getattr(w, "start_us", 0))):
+        for window in sorted(state.windows, key=_WINDOW_ORDER):
             ws = state.windows[window]
             self._maybe_fire(state, window, ws, input_watermark_us, processing_time_us, panes)
         return ReduceResult(panes, 0)
@@ -255,7 +263,7 @@ class ReduceFnRunner:
         panes.append(Pane(window, value, ts, info))
         ws.pending = 0
         ws.hold_us = None
-        if self.mode is AccumulationMode.DISCARDING:
+        if self.mode is AccumulationMode.DISCARDING and not is_last:
             ws.contents = self._empty_contents()
 
     # ---- merging --------------------------------------------------------------------

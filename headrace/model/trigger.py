@@ -37,6 +37,10 @@ class TriggerContext:
 class TriggerFn:
     """Base class of triggers: an immutable spec whose per-window state is plain data."""
 
+    #: True when the trigger looks only at the watermark (no element or processing-time state),
+    #: which lets the core skip per-element trigger bookkeeping.
+    watermark_only = False
+
     def initial_state(self) -> Any:
         """The state of a window no element has reached yet."""
         return None
@@ -64,6 +68,8 @@ class TriggerFn:
 
 class DefaultTrigger(TriggerFn):
     """Fires once when the watermark passes the end of the window, then once per batch of late data."""
+
+    watermark_only = True
 
     def should_fire(self, state: Any, ctx: TriggerContext) -> bool:
         """Ready once the input watermark has reached the end of the window."""

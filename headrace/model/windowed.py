@@ -26,7 +26,7 @@ class PaneInfo:
                  nonspeculative_index: int) -> None:
         self.is_first = is_first
         self.is_last = is_last
-        self.timing = PaneInfoTiming(timing)
+        self.timing = timing if type(timing) is PaneInfoTiming else PaneInfoTiming(timing)
         self.index = index
         self.nonspeculative_index = nonspeculative_index
 
@@ -111,7 +111,13 @@ class TimestampedValue:
 
     def __init__(self, value: Any, timestamp: Any) -> None:
         self.value = value
-        self.timestamp_us = to_micros(timestamp)
+        t = type(timestamp)
+        if t is int:
+            self.timestamp_us = timestamp * 1_000_000
+        elif t is float:
+            self.timestamp_us = int(round(timestamp * 1_000_000))
+        else:
+            self.timestamp_us = to_micros(timestamp)
 
     @property
     def timestamp(self) -> Timestamp:

@@ -12,7 +12,7 @@ import traceback
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from headrace.errors import ElementError, InvalidArgumentError
-from headrace.metrics.metric import set_current_step
+from headrace.metrics.metric import CURRENT, set_current_step
 from headrace.model.time import Timestamp
 from headrace.model.window import WindowFn, side_input_window
 from headrace.model.windowed import TimestampedValue, WindowedValue
@@ -187,8 +187,82 @@ class ParDoRunner:
                 kwargs[name] = wv.value[0]
         return args, kwargs
 
+    def bind(self) -> None:
+        """Specialises `process` for the current receivers (call after setting `receivers`)."""
+        self.process = self._general_process  # type: ignore[method-assign]
+        if not (self.simple and self.dead_letter is None and self.kind in ("map", "filter", "flatmap")):
+            return
+        fn = self.fn
+        main = tuple(self.receivers.get(None, ()))
+        label = self.label
+        current = CURRENT
+        wrap = self._wrap
+        general = self._general_process
+        kind = self.kind
+        WV = WindowedValue
+        TV = TimestampedValue
+        send_one = main[0] if len(main) == 1 else None
+
+        def process_map(wv: WindowedValue) -> None:
+            current.step = label
+            try:
+                o = fn(wv.value)
+            except Exception as exc:
+                raise ElementError(label, wv.value, exc) from exc
+            t = type(o)
+            if t is TV:
+                out = WV(o.value, o.timestamp_us, wv.windows, wv.pane_info, wv.is_retraction)
+            elif t is TaggedOutput or isinstance(o, WV):
+                self._emit_all((o,), wv)
+                return
+            else:
+                out = WV(o, wv.timestamp_us, wv.windows, wv.pane_info, wv.is_retraction)
+            if send_one is not None:
+                send_one(out)
+            else:
+                for r in main:
+                    r(out)
+
+        def process_filter(wv: WindowedValue) -> None:
+            current.step = label
+            try:
+                keep = fn(wv.value)
+            except Exception as exc:
+                raise ElementError(label, wv.value, exc) from exc
+            if keep:
+                for r in main:
+                    r(wv)
+
+        def process_flatmap(wv: WindowedValue) -> None:
+            current.step = label
+            try:
+                result = fn(wv.value)
+                if result is None:
+                    return
+                if isinstance(result, (str, bytes, dict)):
+                    return general(wv)
+                for o in result:
+                    t = type(o)
+                    if t is TV or t is TaggedOutput or isinstance(o, WV):
+                        self._emit_all((o,), wv)
+                        continue
+                    out = WV(o, wv.timestamp_us, wv.windows, wv.pane_info, wv.is_retraction)
+                    for r in main:
+                        r(out)
+            except ElementError:
+                raise
+            except Exception as exc:
+                raise ElementError(label, wv.value, exc) from exc
+
+        del wrap
+        self.process = {"map": process_map, "filter": process_filter,  # type: ignore[method-assign]
+                        "flatmap": process_flatmap}[kind]
+
     def process(self, wv: WindowedValue) -> None:
         """Processes one element (once per window when the DoFn reads the window or side inputs)."""
+        self._general_process(wv)
+
+    def _general_process(self, wv: WindowedValue) -> None:
         set_current_step(self.label)
         if self.explode and len(wv.windows) != 1:
             for w in wv.windows:
@@ -292,6 +366,24 @@ class AssignWindowsRunner:
 
     def teardown(self) -> None:
         """Nothing to release."""
+
+    def bind(self) -> None:
+        """Specialises `process` for the current receivers."""
+        main = tuple(self.receivers.get(None, ()))
+        assign = self.windowfn._assign
+        label = self.label
+        WV = WindowedValue
+
+        def process(wv: WindowedValue) -> None:
+            try:
+                windows = assign(wv.value, wv.timestamp_us, wv.windows)
+            except Exception as exc:
+                raise ElementError(label, wv.value, exc) from exc
+            out = WV(wv.value, wv.timestamp_us, windows, wv.pane_info, wv.is_retraction)
+            for r in main:
+                r(out)
+
+        self.process = process  # type: ignore[method-assign]
 
     def process(self, wv: WindowedValue) -> None:
         """Assigns windows to one element and passes it on."""

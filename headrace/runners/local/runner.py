@@ -21,6 +21,7 @@ read unbounded sources other than TestStream.
 
 from __future__ import annotations
 
+import gc
 import logging
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -184,18 +185,19 @@ class _StageUnit(_Unit):
     def _wire(self, outs: Dict[PCollection, Bundle]) -> None:
         consumers_of: Dict[PCollection, List[Any]] = {}
         for node in self.nodes:
-            consumers_of.setdefault(node.inputs[0], []).append(self.runners[node].process)
-        for node in self.nodes:
+            consumers_of.setdefault(node.inputs[0], []).append(self.runners[node])
+        for node in reversed(self.nodes):  # consumers are bound before their producers read them
             r = self.runners[node]
             rec: Dict[Optional[str], List[Any]] = {}
             for tag, pc in node.outputs.items():
-                lst = list(consumers_of.get(pc, []))
+                lst = [c.process for c in consumers_of.get(pc, [])]
                 if pc in outs:
                     lst.append(outs[pc].append)
                 if isinstance(r, ParDoRunner) and tag is not None and tag == r.main_tag:
                     continue
                 rec[tag] = lst
             r.receivers = rec
+            r.bind()
 
     def _side_ready(self, wv: WindowedValue) -> bool:
         for node in self.nodes:
@@ -503,6 +505,11 @@ class _Executor:
         return changed
 
     def run(self) -> None:
+        # Elements are many small, acyclic objects: frequent cyclic-GC passes over them cost more
+        # than the work itself, so collect less often while the pipeline runs.
+        thresholds = gc.get_threshold()
+        gc.freeze()
+        gc.set_threshold(max(thresholds[0], 100_000), max(thresholds[1], 50), max(thresholds[2], 50))
         try:
             while True:
                 progressed = False
@@ -519,6 +526,8 @@ class _Executor:
                     f"the pipeline stopped with unprocessed input in {stuck}; a side input's "
                     "watermark never passed the windows its readers need")
         finally:
+            gc.set_threshold(*thresholds)
+            gc.unfreeze()
             for unit in self.units:
                 unit.close()
 

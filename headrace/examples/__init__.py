@@ -1,0 +1,5 @@
+"""Runnable example pipelines (`python -m headrace.examples.<name>`).
+
+* `sessions_billing`: the Dataflow Model paper's motivating examples, video-viewing sessions
+  and ad billing, over generated event logs.
+"""
