@@ -5,7 +5,6 @@ from __future__ import annotations
 import bz2
 import glob
 import gzip
-import io
 import os
 import re
 import shutil
@@ -20,7 +19,7 @@ from headrace.model.windowed import WindowedValue
 from headrace.pipeline.dofn import DoFn
 from headrace.pipeline.ptransform import PTransform
 from headrace.pipeline.pvalue import AsList, PCollection
-from headrace.transforms.core import Create, GroupByKey, Map, ParDo, WindowInto
+from headrace.transforms.core import Create, GroupByKey, ParDo, WindowInto
 
 _SPLIT_BYTES = 64 * 1024 * 1024
 

@@ -154,7 +154,8 @@ def _check_name(namespace: Any, name: Any) -> Tuple[str, str]:
     if isinstance(namespace, type):
         namespace = f"{namespace.__module__}.{namespace.__qualname__}"
     if not isinstance(namespace, str) or not namespace:
-        raise InvalidArgumentError(f"a metric namespace must be a non-empty str or a class, got {namespace!r}")
+        raise InvalidArgumentError(
+            f"a metric namespace must be a non-empty str or a class, got {namespace!r}")
     if not isinstance(name, str) or not name:
         raise InvalidArgumentError(f"a metric name must be a non-empty str, got {name!r}")
     return namespace, name

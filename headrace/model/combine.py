@@ -45,7 +45,7 @@ class CombineFn:
         raise NotImplementedError(f"{type(self).__name__} must implement extract_output")
 
     def retract_input(self, mutable_accumulator: Any, element: Any) -> Any:
-        """Returns the accumulator with one earlier input withdrawn; raise NotImplementedError if impossible."""
+        """Returns the accumulator with one earlier input withdrawn (NotImplementedError if impossible)."""
         raise NotImplementedError
 
     def can_retract(self) -> bool:

@@ -160,7 +160,7 @@ class TimestampCombiner(enum.Enum):
 
 
 class WindowFn:
-    """Assigns elements to windows and, for merging functions, merges windows (AssignWindows / MergeWindows)."""
+    """Assigns elements to windows and, if merging, merges them (AssignWindows / MergeWindows)."""
 
     class AssignContext:
         """What `assign` sees of one element: its timestamp, value and current window."""

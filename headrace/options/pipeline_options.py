@@ -24,7 +24,8 @@ class PipelineOptions:
     def __init__(self, flags: Optional[List[str]] = None, **kwargs: Any) -> None:
         if flags is not None and isinstance(flags, str):
             raise InvalidArgumentError(
-                f"PipelineOptions takes a list of flags such as ['--runner=DirectRunner'], got the str {flags!r}")
+                "PipelineOptions takes a list of flags such as ['--runner=DirectRunner'], "
+                f"got the str {flags!r}")
         parser = self._parser()
         known, unknown = parser.parse_known_args(list(flags or []))
         values: Dict[str, Any] = vars(known)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import inspect
 import typing
 from typing import Any, Callable, Dict, Iterable, Optional, Tuple
 
