@@ -174,6 +174,14 @@ def worker_main(contender: str, beam, make_options, argv=None) -> None:
         profiler.disable()
         profiler.dump_stats(args.profile)
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    hwm_mb = None
+    try:  # the same peak as the kernel's per-address-space counter, as a cross-check
+        with open("/proc/self/status") as fh:
+            for ln in fh:
+                if ln.startswith("VmHWM:"):
+                    hwm_mb = int(ln.split()[1]) / 1024.0
+    except OSError:
+        pass
     print(json.dumps({
         "contender": contender,
         "pipeline": args.pipeline,
@@ -182,5 +190,45 @@ def worker_main(contender: str, beam, make_options, argv=None) -> None:
         "events_per_s": len(events) / seconds if seconds > 0 else None,
         "peak_rss_mb": peak_mb,
         "rss_after_input_mb": rss_input_mb,
+        "vm_hwm_mb": hwm_mb,
         "checksum": got,
     }), flush=True)
+
+
+# ---- input preparation (run as a subprocess of windowed_sum.py) ---------------------------
+
+def prepare_main(argv=None) -> None:
+    """Writes events-<n>.pkl for each size and prints the reference checksums as JSON.
+
+    windowed_sum.py runs this in a child process so that its own memory stays small: on Linux
+    a child's ru_maxrss starts from its parent's peak RSS at fork/exec time, so a parent that
+    held the events would inflate every worker's reported peak.
+    """
+    import argparse
+    import json
+    import os
+    import time
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--dir", required=True)
+    ap.add_argument("--events", type=int, required=True)
+    ap.add_argument("--keys", type=int, required=True)
+    ap.add_argument("--seed", type=int, required=True)
+    ap.add_argument("--sizes", required=True, help="comma-separated event counts (prefixes)")
+    ap.add_argument("--pipelines", required=True)
+    args = ap.parse_args(argv)
+    t0 = time.perf_counter()
+    events = generate_events(args.events, args.keys, args.seed)
+    out = {"files": {}, "expected": {}}
+    for n in sorted({int(x) for x in args.sizes.split(",")}):
+        path = os.path.join(args.dir, f"events-{n}.pkl")
+        save_events(events[:n], path)
+        out["files"][str(n)] = path
+        for p in args.pipelines.split(","):
+            out["expected"][f"{p}/{n}"] = reference_checksum(events[:n], p)
+    out["seconds"] = time.perf_counter() - t0
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    prepare_main()

@@ -34,9 +34,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
-from _windowed_sum_common import (  # noqa: E402
-    PIPELINE_LABELS, PIPELINES, generate_events, reference_checksum, save_events,
-)
+from _windowed_sum_common import PIPELINE_LABELS, PIPELINES  # noqa: E402
 
 BEAM_VENV_HINT = "python3 -m venv .venv-beam && .venv-beam/bin/pip install apache-beam"
 TARGET = 10.0
@@ -118,17 +116,21 @@ def main(argv: Optional[List[str]] = None) -> int:
           f"{'-' if beam_problem else args.beam_python}")
     tmp = tempfile.mkdtemp(prefix="windowed-sum-")
     try:
-        t0 = time.perf_counter()
-        events = generate_events(n_full, args.keys, args.seed)
         sizes = sorted({n_full} | ({n_beam} if not beam_problem else set()))
-        files = {}
-        for n in sizes:
-            files[n] = os.path.join(tmp, f"events-{n}.pkl")
-            save_events(events[:n], files[n])
-        print(f"generated {n_full:,} events over {args.keys} keys (seed {args.seed}) in "
-              f"{time.perf_counter() - t0:.1f}s -> {tmp} (not timed)")
-        expected = {(p, n): reference_checksum(events[:n], p) for p in pipelines for n in sizes}
-        del events
+        prep = subprocess.run(
+            [sys.executable, os.path.join(HERE, "_windowed_sum_common.py"), "--dir", tmp,
+             "--events", str(n_full), "--keys", str(args.keys), "--seed", str(args.seed),
+             "--sizes", ",".join(map(str, sizes)), "--pipelines", ",".join(pipelines)],
+            capture_output=True, text=True)
+        if prep.returncode != 0:
+            print(prep.stderr, file=sys.stderr)
+            return 1
+        prepared = json.loads(prep.stdout)
+        files = {int(n): f for n, f in prepared["files"].items()}
+        expected = {(k.split("/")[0], int(k.split("/")[1])): v
+                    for k, v in prepared["expected"].items()}
+        print(f"generated {n_full:,} events over {args.keys} keys (seed {args.seed}) and the "
+              f"reference checksums in {prepared['seconds']:.1f}s -> {tmp} (not timed)")
 
         results: List[Dict[str, Any]] = []
         failures: List[str] = []

@@ -42,7 +42,7 @@ NAMESPACE = "sessions_billing"
 SESSION_GAP_S = 30 * 60
 HOUR_S = 60 * 60
 KINDS = ("view", "ad_impression", "ad_click")
-DEFAULT_EVENTS = 200_000
+DEFAULT_EVENTS = 300_000
 DEFAULT_USERS = 2_000
 DEFAULT_SEED = 2015
 DAY_START = _dt.datetime(2024, 5, 1, tzinfo=_dt.timezone.utc)
@@ -108,6 +108,7 @@ class JobResult:
     input_files: List[str]
     lines_read: int
     events: int
+    events_by_kind: Dict[str, int]
     malformed: int
     sessions: int
     users: int
@@ -233,13 +234,11 @@ class ParseEventFn(beam.DoFn):
 
     def setup(self) -> None:
         self.lines = beam.Metrics.counter(NAMESPACE, "lines_read")
-        self.parsed = beam.Metrics.counter(NAMESPACE, "events_parsed")
         self.by_kind = {k: beam.Metrics.counter(NAMESPACE, f"events_{k}") for k in KINDS}
 
     def process(self, line: str) -> Iterable[Event]:
         self.lines.inc()
         event = parse_event(line)
-        self.parsed.inc()
         self.by_kind[event.kind].inc()
         yield event
 
@@ -475,7 +474,7 @@ def build_pipeline(p: beam.Pipeline, input_pattern: str, output_dir: str) -> Non
 
 def read_output(output_dir: str, name: str) -> List[Any]:
     """The JSON records of one output (all its shards)."""
-    out = []
+    out: List[Any] = []
     for path in sorted(glob.glob(os.path.join(output_dir, f"{name}-*.jsonl"))):
         with open(path, encoding="utf-8") as fh:
             out.extend(json.loads(line) for line in fh if line.strip())
@@ -499,10 +498,11 @@ def _clear_outputs(output_dir: str) -> None:
             os.remove(path)
 
 
-def parse_args(argv: Optional[Sequence[str]] = None) -> Tuple[argparse.Namespace, List[str]]:
+def parse_args(argv: Optional[Sequence[str]] = None, prog: Optional[str] = None
+               ) -> Tuple[argparse.Namespace, List[str]]:
     """The job's own flags, and the remaining flags (passed on as pipeline options)."""
     parser = argparse.ArgumentParser(
-        prog="python -m headrace.examples.sessions_billing",
+        prog=prog or "python -m headrace.examples.sessions_billing",
         description="Video sessions and ad billing over generated event logs: the Dataflow Model "
                     "paper's motivating examples as one headrace pipeline. Other --flags are "
                     "passed on as pipeline options.")
@@ -521,9 +521,9 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> Tuple[argparse.Namespace
     return parser.parse_known_args(argv)
 
 
-def run(argv: Optional[Sequence[str]] = None) -> JobResult:
+def run(argv: Optional[Sequence[str]] = None, prog: Optional[str] = None) -> JobResult:
     """Generates the input, runs the pipeline and returns what it computed."""
-    args, extra = parse_args(argv)
+    args, extra = parse_args(argv, prog)
     workdir = args.workdir or tempfile.mkdtemp(prefix="headrace-sessions-billing-")
     input_dir = os.path.join(workdir, "input")
     output_dir = os.path.join(workdir, "output")
@@ -554,7 +554,8 @@ def run(argv: Optional[Sequence[str]] = None) -> JobResult:
     return JobResult(
         runner=args.runner, workdir=workdir, input_files=generated.paths,
         lines_read=counters.get("lines_read", generated.events + generated.malformed),
-        events=counters.get("events_parsed", generated.events),
+        events=sum(counters.get(f"events_{k}", 0) for k in KINDS) if counters else generated.events,
+        events_by_kind={k: counters.get(f"events_{k}", 0) for k in KINDS},
         malformed=counters.get("malformed_lines", len(malformed)),
         sessions=counters.get("sessions", summary.get("sessions", 0)),
         users=len(users),
@@ -576,8 +577,9 @@ def format_summary(r: JobResult) -> str:
     out = [f"headrace sessions & billing ({r.runner})",
            f"  input       {r.lines_read:,} lines in {len(r.input_files)} files, generated in "
            f"{r.generate_time_s:.1f} s: {os.path.join(r.workdir, 'input')}",
-           f"  events      {r.events:,} parsed; {r.malformed} malformed lines went to the "
-           "dead-letter output",
+           f"  events      {r.events:,} parsed: "
+           + ", ".join(f"{n:,} {k.replace('_', ' ')}s" for k, n in r.events_by_kind.items()),
+           f"  malformed   {r.malformed} lines went to the dead-letter output (dead_letters-*.jsonl)",
            f"  sessions    {r.sessions:,} sessions of {r.users:,} users (30-minute gap), mean length "
            f"{r.mean_session_length_s / 60:.1f} min, {r.total_watch_secs / 3600:,.1f} h watched"]
     if r.busiest_hour_start_us is not None:
@@ -596,9 +598,13 @@ def format_summary(r: JobResult) -> str:
     return "\n".join(out)
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Runs the job and prints its summary."""
-    result = run(argv)
+def main(argv: Optional[Sequence[str]] = None, prog: Optional[str] = None) -> int:
+    """Runs the job and prints its summary; returns the exit code."""
+    try:
+        result = run(argv, prog)
+    except beam.HeadraceError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     print(format_summary(result))
     return 0
 

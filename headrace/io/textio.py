@@ -223,9 +223,8 @@ class _FinalizeDoFn(DoFn):
     def process(self, _: Any, temp_paths: List[str]) -> Iterable[str]:
         sink = self.sink
         paths = sorted(temp_paths)
-        if not paths:
-            w = sink.open_writer()
-            paths = [w.close(sink.footer)]
+        while len(paths) < max(1, sink.num_shards):  # empty shards still get their files
+            paths.append(sink.open_writer().close(sink.footer))
         n = len(paths)
         finals = []
         for i, tmp in enumerate(paths):
@@ -243,6 +242,7 @@ class _TextSink:
         self.prefix, self.suffix, self.template = prefix, suffix, template
         self.compression = _compression(suffix or prefix, compression_type)
         self.header, self.footer, self.newline = header, footer, newline
+        self.num_shards = 0
         base = os.path.dirname(os.path.abspath(prefix))
         self.temp_dir = os.path.join(base, f".headrace-temp-{uuid.uuid4().hex}")
 
@@ -276,6 +276,7 @@ class WriteToText(PTransform):
         self.num_shards = num_shards
         self._sink = _TextSink(os.fspath(file_path_prefix), file_name_suffix, shard_name_template,
                                compression_type, header, footer, append_trailing_newlines)
+        self._sink.num_shards = num_shards
 
     def default_label(self) -> str:
         return "WriteToText"

@@ -1,0 +1,64 @@
+"""Helpers for tests whose DoFns must record or decide things across bundle attempts.
+
+DoFns are serialised and may run in other processes (Spark executors), so their shared
+state lives in files rather than in module globals: a `Journal` is an append-only event log,
+a `Once` hands out "first time?" flags. Both are small picklable objects holding a path.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from typing import Any, List
+
+
+class Journal:
+    """An append-only log of JSON events in a file (safe across processes and pickling)."""
+
+    def __init__(self, path: Any) -> None:
+        self.path = os.fspath(path)
+
+    def write(self, *fields: Any) -> None:
+        line = json.dumps(list(fields)) + "\n"
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line.encode("utf-8"))
+        finally:
+            os.close(fd)
+
+    def read(self) -> List[list]:
+        if not os.path.exists(self.path):
+            return []
+        with open(self.path, encoding="utf-8") as fh:
+            return [json.loads(line) for line in fh if line.strip()]
+
+
+class Once:
+    """`first(name)` is True exactly once per name (a marker file created with O_EXCL)."""
+
+    def __init__(self, directory: Any) -> None:
+        self.directory = os.fspath(directory)
+        os.makedirs(self.directory, exist_ok=True)
+
+    def first(self, name: str) -> bool:
+        try:
+            fd = os.open(os.path.join(self.directory, name), os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            return False
+        os.close(fd)
+        return True
+
+
+def new_instance_id() -> str:
+    """A fresh id for one DoFn instance (call it in setup, not __init__: __init__ runs once
+    before serialisation, so every deserialised copy would share the id)."""
+    return uuid.uuid4().hex
+
+
+def counter_value(result: Any, name: str, attempted: bool = False) -> int:
+    """The committed (or attempted) value of the user counter `name`, summed over steps."""
+    from headrace.metrics.metric import MetricsFilter
+
+    found = result.metrics().query(MetricsFilter().with_name(name))["counters"]
+    return sum(r.attempted if attempted else r.committed for r in found)

@@ -1,0 +1,169 @@
+"""The sessions & billing example job, checked against a plain-Python computation of the same numbers."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections import defaultdict
+from typing import Any, Dict, List
+
+import pytest
+
+from headrace import cli
+from headrace.examples import sessions_billing as sb
+
+GAP_US = sb.SESSION_GAP_S * 1_000_000
+HOUR_US = sb.HOUR_S * 1_000_000
+
+
+def reference(paths: List[str]) -> Dict[str, Any]:
+    """Everything the job computes, computed directly: sort each user's events, split at gaps."""
+    events, malformed = [], []
+    for path in paths:
+        with open(path, encoding="utf-8") as fh:
+            for line in fh:
+                line = line.rstrip("\n")
+                try:
+                    events.append(sb.parse_event(line))
+                except Exception:
+                    malformed.append(line)
+    by_user: Dict[str, List[sb.Event]] = defaultdict(list)
+    for e in events:
+        by_user[e.user].append(e)
+    sessions = []  # (user, first_us, last_us, events, watch_secs)
+    for user, evs in by_user.items():
+        evs.sort(key=lambda e: e.ts_us)
+        cur = None
+        for e in evs:
+            if cur is not None and e.ts_us < cur[2] + GAP_US:
+                cur = [user, cur[1], e.ts_us, cur[3] + 1, cur[4] + e.secs]
+            else:
+                if cur is not None:
+                    sessions.append(tuple(cur))
+                cur = [user, e.ts_us, e.ts_us, 1, e.secs]
+        sessions.append(tuple(cur))
+    users: Dict[str, Dict[str, Any]] = {}
+    for user, first, last, _, watch in sessions:
+        u = users.setdefault(user, {"user": user, "sessions": 0, "watch_secs": 0, "length_us": 0})
+        u["sessions"] += 1
+        u["watch_secs"] += watch
+        u["length_us"] += last - first
+    revenue: Dict[tuple, int] = defaultdict(int)
+    hourly: Dict[int, int] = defaultdict(int)
+    for e in events:
+        if e.kind != "view":
+            hour = e.ts_us - e.ts_us % HOUR_US
+            revenue[(e.advertiser, hour)] += e.price_micros
+            hourly[hour] += e.price_micros
+    busiest = max(hourly.items(), key=lambda kv: (kv[1], -kv[0]))
+    top = sorted(users.values(), key=lambda u: (u["watch_secs"], u["user"]), reverse=True)[:5]
+    kinds = defaultdict(int)
+    for e in events:
+        kinds[e.kind] += 1
+    return {"events": len(events), "malformed": malformed, "kinds": dict(kinds),
+            "sessions": sorted(sessions), "users": users, "revenue": dict(revenue),
+            "hourly": dict(hourly), "busiest": busiest, "top": top}
+
+
+@pytest.fixture(scope="module")
+def small_input(tmp_path_factory):
+    d = tmp_path_factory.mktemp("sb-input")
+    return sb.generate_events(str(d), n_events=3000, n_users=40, seed=7)
+
+
+def test_generator_is_deterministic_and_injects_malformed_lines(tmp_path, small_input):
+    again = sb.generate_events(str(tmp_path), n_events=3000, n_users=40, seed=7)
+    for a, b in zip(small_input.paths, again.paths):
+        with open(a, "rb") as fa, open(b, "rb") as fb:
+            assert fa.read() == fb.read()
+    ref = reference(small_input.paths)
+    assert ref["events"] == 3000
+    assert sorted(ref["malformed"]) == sorted(sb.MALFORMED_LINES)
+
+
+@pytest.mark.parametrize("line", sb.MALFORMED_LINES)
+def test_parse_event_rejects_malformed_line(line):
+    with pytest.raises((ValueError, KeyError)):
+        sb.parse_event(line)
+
+
+def test_parse_event_reads_views_and_ads():
+    v = sb.parse_event('{"user":"u1","time":"2024-05-01T01:00:00.500Z","kind":"view","secs":42}')
+    assert v == sb.Event("u1", sb.DAY_START_US + 3600_500_000, "view", 42, "", 0)
+    a = sb.parse_event('{"user":"u2","time":"2024-05-01T00:00:00.000Z","kind":"ad_click",'
+                       '"advertiser":"adv-03","price":0.123456}')
+    assert a == sb.Event("u2", sb.DAY_START_US, "ad_click", 0, "adv-03", 123456)
+
+
+@pytest.mark.parametrize("bundle_size", [1000, 13])
+def test_job_matches_plain_python(tmp_path, bundle_size):
+    workdir = tmp_path / "work"
+    result = sb.run(["--events", "3000", "--users", "40", "--seed", "7",
+                     "--workdir", str(workdir), "--bundle_size", str(bundle_size)])
+    ref = reference(result.input_files)
+    out = str(workdir / "output")
+
+    assert result.lines_read == 3000 + len(sb.MALFORMED_LINES)
+    assert result.events == ref["events"] == 3000
+    assert result.events_by_kind == {k: ref["kinds"].get(k, 0) for k in sb.KINDS}
+    assert result.malformed == len(sb.MALFORMED_LINES)
+    dead = sb.read_output(out, "dead_letters")
+    assert sorted(d["line"] for d in dead) == sorted(ref["malformed"])
+    assert all(d["step"] == "Parse" and d["error"] for d in dead)
+
+    # (a) sessions
+    sessions = sb.read_output(out, "sessions")
+    got = sorted((s["user"], sb.window.Timestamp.from_rfc3339(s["start"]).micros,
+                  sb.window.Timestamp.from_rfc3339(s["end"]).micros, s["events"], s["watch_secs"])
+                 for s in sessions)
+    assert got == ref["sessions"]
+    for s in sessions:  # the merged session window spans first event .. last event + gap
+        start, end = (sb.window.Timestamp.from_rfc3339(t).micros for t in s["window"])
+        assert start == sb.window.Timestamp.from_rfc3339(s["start"]).micros
+        assert end == sb.window.Timestamp.from_rfc3339(s["end"]).micros + GAP_US
+    assert result.sessions == len(ref["sessions"])
+    lengths = [last - first for _, first, last, _, _ in ref["sessions"]]
+    assert result.mean_session_length_s == pytest.approx(sum(lengths) / len(lengths) / 1e6)
+    assert result.total_watch_secs == sum(s[4] for s in ref["sessions"])
+    users = {u["user"]: u for u in sb.read_output(out, "user_stats")}
+    assert set(users) == set(ref["users"])
+    assert result.users == len(ref["users"])
+    for name, u in ref["users"].items():
+        assert users[name]["sessions"] == u["sessions"]
+        assert users[name]["watch_secs"] == u["watch_secs"]
+        assert users[name]["avg_session_length_s"] == pytest.approx(
+            u["length_us"] / u["sessions"] / 1e6, abs=1e-3)
+
+    # (b) billing
+    by_adv = {(r["advertiser"], r["hour_us"]): r["revenue_micros"]
+              for r in sb.read_output(out, "revenue_by_advertiser")}
+    assert by_adv == ref["revenue"]
+    hourly = {r["hour_us"]: r["revenue_micros"] for r in sb.read_output(out, "revenue_by_hour")}
+    assert hourly == ref["hourly"]
+    assert result.total_revenue_micros == sum(ref["hourly"].values())
+    assert (result.busiest_hour_start_us, result.busiest_hour_revenue_micros) == ref["busiest"]
+
+    # (c) top users
+    assert [(u["user"], u["watch_secs"]) for u in result.top_users] == [
+        (u["user"], u["watch_secs"]) for u in ref["top"]]
+
+    text = sb.format_summary(result)
+    assert f"{result.events:,} parsed" in text
+    assert f"{result.sessions:,} sessions" in text
+    assert ref["top"][0]["user"] in text
+
+
+def test_module_help_runs():
+    proc = subprocess.run([sys.executable, "-m", "headrace.examples.sessions_billing", "--help"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "--events" in proc.stdout and "--workdir" in proc.stdout
+
+
+def test_cli_version_and_demo(tmp_path, capsys):
+    assert cli.main(["version"]) == 0
+    assert capsys.readouterr().out.startswith("headrace 0.1.0")
+    assert cli.main(["demo", "--events", "500", "--users", "10", "--workdir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "500 parsed" in out
+    assert f"{len(sb.MALFORMED_LINES)} lines went to the dead-letter output" in out

@@ -1,0 +1,126 @@
+"""PipelineOptions in Beam's style: flags, keyword options, typed views, runner selection."""
+
+from __future__ import annotations
+
+import pytest
+
+import headrace as beam
+from headrace.errors import InvalidArgumentError, PipelineExecutionError
+from headrace.options.pipeline_options import (
+    GoogleCloudOptions, LocalRunnerOptions, PipelineOptions, SetupOptions, StandardOptions,
+)
+from headrace.runners import create_runner
+from headrace.runners.local import LocalRunner
+from headrace.testing.util import assert_that, equal_to
+from tests._support import Journal, Once
+
+
+def test_direct_runner_flag_maps_to_local_runner():
+    opts = PipelineOptions(["--runner=DirectRunner"])
+    assert opts.view_as(StandardOptions).runner == "DirectRunner"
+    assert isinstance(create_runner("DirectRunner"), LocalRunner)
+    assert isinstance(create_runner(None), LocalRunner)  # the default runner
+    p = beam.Pipeline(options=opts)
+    assert_that(p | beam.Create([1, 2]) | beam.Map(lambda x: -x), equal_to([-1, -2]))
+    result = p.run()
+    assert result.wait_until_finish() == beam.PipelineState.DONE
+    assert result.state == beam.PipelineState.DONE
+
+
+def test_unknown_runner_raises():
+    p = beam.Pipeline(runner="NoSuchRunner")
+    p | beam.Create([1])
+    with pytest.raises(InvalidArgumentError):
+        p.run()
+
+
+def test_pipeline_from_argv(runner, tmp_path):
+    journal = Journal(tmp_path / "j.jsonl")
+
+    class Record(beam.DoFn):
+        def start_bundle(self):
+            self.n = 0
+
+        def process(self, x):
+            self.n += 1
+            yield x
+
+        def finish_bundle(self):
+            journal.write(self.n)
+
+    p = beam.Pipeline(argv=[f"--runner={runner}", "--bundle_size=2", "--max_bundle_attempts=5"])
+    assert p.options.view_as(StandardOptions).runner == runner
+    local = p.options.view_as(LocalRunnerOptions)
+    assert (local.bundle_size, local.max_bundle_attempts) == (2, 5)
+    assert_that(p | beam.Create(list(range(7))) | beam.ParDo(Record()), equal_to(list(range(7))))
+    p.run()
+    sizes = [e[0] for e in journal.read()]
+    assert sum(sizes) == 7 and max(sizes) <= 2
+
+
+def test_argv_max_bundle_attempts_is_honoured(runner, tmp_path):
+    once = Once(tmp_path)
+
+    def flaky(x, once=once):
+        if once.first("x"):
+            raise RuntimeError("first attempt fails")
+        return x
+
+    ok = beam.Pipeline(argv=[f"--runner={runner}", "--max_bundle_attempts=2"])
+    assert_that(ok | beam.Create([1]) | beam.Map(flaky), equal_to([1]))
+    ok.run()
+
+    once2 = Once(tmp_path / "again")
+    failing = beam.Pipeline(argv=[f"--runner={runner}", "--max_bundle_attempts=1"])
+    failing | beam.Create([1]) | beam.Map(flaky, once=once2)
+    with pytest.raises(PipelineExecutionError):
+        failing.run()
+
+
+def test_view_as_standard_options():
+    opts = PipelineOptions(["--runner=LocalRunner", "--streaming"])
+    std = opts.view_as(StandardOptions)
+    assert isinstance(std, StandardOptions)
+    assert std.runner == "LocalRunner"
+    assert std.streaming is True
+    assert PipelineOptions([]).view_as(StandardOptions).streaming is False
+    assert PipelineOptions([]).view_as(StandardOptions).runner is None
+
+
+def test_views_share_values():
+    opts = PipelineOptions(["--runner=DirectRunner"])
+    opts.view_as(SetupOptions).save_main_session = True
+    assert opts.view_as(SetupOptions).save_main_session is True
+    assert opts.get_all_options()["save_main_session"] is True
+    opts.view_as(StandardOptions).runner = "LocalRunner"
+    assert opts.view_as(StandardOptions).runner == "LocalRunner"
+
+
+def test_keyword_options():
+    opts = PipelineOptions(bundle_size=2, max_bundle_attempts=3)
+    local = opts.view_as(LocalRunnerOptions)
+    assert (local.bundle_size, local.max_bundle_attempts) == (2, 3)
+    assert PipelineOptions.from_dictionary({"bundle_size": 9}).view_as(LocalRunnerOptions).bundle_size == 9
+
+
+def test_unknown_keyword_option_raises():
+    with pytest.raises(InvalidArgumentError):
+        PipelineOptions(no_such_option=1)
+
+
+def test_beam_cloud_flags_are_accepted_and_unknown_flags_ignored():
+    opts = PipelineOptions(["--project=my-project", "--region=europe-west1",
+                            "--temp_location=gs://bucket/tmp", "--some_unknown_flag=1"])
+    gcp = opts.view_as(GoogleCloudOptions)
+    assert (gcp.project, gcp.region, gcp.temp_location) == ("my-project", "europe-west1",
+                                                            "gs://bucket/tmp")
+
+
+def test_flags_must_be_a_list():
+    with pytest.raises(InvalidArgumentError):
+        PipelineOptions("--runner=DirectRunner")
+
+
+def test_pipeline_options_must_be_pipeline_options():
+    with pytest.raises(InvalidArgumentError):
+        beam.Pipeline(options={"runner": "DirectRunner"})
