@@ -457,3 +457,47 @@ def test_word_count_end_to_end(make_pipeline, bundle_size):
                | beam.GroupByKey()
                | beam.MapTuple(lambda w, ones: (w, sum(ones))))
         assert_that(out, equal_to(list(collections.Counter(" ".join(text).split()).items())))
+
+
+def test_grouping_directly_after_grouping_keeps_every_element(make_pipeline):
+    data = [("a", 1), ("a", 2), ("b", 3)]
+    sums = collections.Counter()
+    for k, v in data:
+        sums[k] += v
+    with make_pipeline(bundle_size=1) as p:
+        pc = p | beam.Create(data)
+        twice = (pc | "G1" >> beam.GroupByKey() | "G2" >> beam.GroupByKey()
+                 | beam.MapTuple(lambda k, groups: (k, sorted(v for g in groups for v in g))))
+        combined = pc | "C1" >> beam.CombinePerKey(sum) | "C2" >> beam.CombinePerKey(sum)
+        assert_that(twice, equal_to([(k, sorted(v for kk, v in data if kk == k)) for k in sums]),
+                    label="twice")
+        assert_that(combined, equal_to(list(sums.items())), label="combined")
+
+
+def test_failing_combine_fn_names_the_step(make_pipeline):
+    from headrace.errors import PipelineExecutionError
+
+    class BadFn(beam.CombineFn):
+        def create_accumulator(self):
+            return 0
+
+        def add_input(self, acc, x):
+            return acc + 1 / x
+
+        def merge_accumulators(self, accs):
+            return sum(accs)
+
+        def extract_output(self, acc):
+            return acc
+
+    with pytest.raises(PipelineExecutionError, match="MyCombine"):
+        with make_pipeline() as p:
+            _ = p | beam.Create([("a", 1), ("a", 0)]) | "MyCombine" >> beam.CombinePerKey(BadFn())
+
+
+@pytest.mark.xfail(strict=True, reason="headrace bug: `() | beam.Flatten(pipeline=p)` raises "
+                   "PipelineConstructionError ('cannot apply Flatten to tuple ()'); Beam gives an "
+                   "empty PCollection, and Flatten accepts pipeline= for exactly this case")
+def test_flatten_of_no_inputs_with_pipeline_argument_is_empty(make_pipeline):
+    with make_pipeline() as p:
+        assert_that(() | beam.Flatten(pipeline=p), is_empty())

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 import headrace as beam
 from headrace.metrics import Metrics
 from headrace.metrics.metric import MetricsFilter
@@ -113,3 +115,22 @@ def test_metrics_in_start_and_finish_bundle_and_map(make_pipeline):
 
     assert value("mapped") == 7
     assert value("starts") == value("finishes") >= 4  # 7 elements in bundles of at most 2
+
+
+def _words_then_count(line):
+    for word in line.split():
+        yield word
+        Metrics.counter("attribution", "after_yield").inc()
+
+
+@pytest.mark.xfail(strict=True, reason="headrace bug: a metric updated in a generator DoFn / FlatMap "
+                   "after a `yield` is attributed to the downstream fused step that consumed the "
+                   "yielded element (the runners set the current step but never restore it)")
+def test_metric_updated_after_yield_is_attributed_to_the_yielding_step(make_pipeline):
+    lines = ["a b c", "d e"]
+    p = make_pipeline()
+    (p | beam.Create(lines) | "Split" >> beam.FlatMap(_words_then_count)
+     | "Upper" >> beam.Map(str.upper))
+    result = p.run()
+    found = result.metrics().query(MetricsFilter().with_name("after_yield"))["counters"]
+    assert [(c.key.step, c.committed) for c in found] == [("Split", len(" ".join(lines).split()))]

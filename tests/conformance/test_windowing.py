@@ -60,11 +60,12 @@ def test_figure3_sliding_windows_assign_each_element_to_two_windows(make_pipelin
                | beam.WindowInto(window.SlidingWindows(size=size, period=period)))
         # Figure 3: v1 @12:00 -> [11:59, 12:01) and [12:00, 12:02);
         #           v2 @12:01 -> [12:00, 12:02) and [12:01, 12:03)
+        TWV, W = test_util.TestWindowedValue, IntervalWindow
         expected = [
-            test_util.TestWindowedValue(("k", "v1"), window.Timestamp(v1_t), [IntervalWindow(hm(11, 59), hm(12, 1))]),
-            test_util.TestWindowedValue(("k", "v1"), window.Timestamp(v1_t), [IntervalWindow(hm(12, 0), hm(12, 2))]),
-            test_util.TestWindowedValue(("k", "v2"), window.Timestamp(v2_t), [IntervalWindow(hm(12, 0), hm(12, 2))]),
-            test_util.TestWindowedValue(("k", "v2"), window.Timestamp(v2_t), [IntervalWindow(hm(12, 1), hm(12, 3))]),
+            TWV(("k", "v1"), window.Timestamp(v1_t), [W(hm(11, 59), hm(12, 1))]),
+            TWV(("k", "v1"), window.Timestamp(v1_t), [W(hm(12, 0), hm(12, 2))]),
+            TWV(("k", "v2"), window.Timestamp(v2_t), [W(hm(12, 0), hm(12, 2))]),
+            TWV(("k", "v2"), window.Timestamp(v2_t), [W(hm(12, 1), hm(12, 3))]),
         ]
         assert_that(out, equal_to(expected), reify_windows=True)
 
@@ -89,6 +90,24 @@ def test_sliding_windows_window_param_and_counts(make_pipeline):
         expected = [(t, float(s), float(s + size), t * US)
                     for t in stamps for s in _sliding_starts(t, size, period)]
         assert all(len(_sliding_starts(t, size, period)) == 2 for t in stamps)
+        assert_that(out, equal_to(expected))
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(stamps=st.lists(st.integers(-500, 500), min_size=1, max_size=20),
+       size=st.integers(1, 60), period=st.integers(1, 90), offset=st.integers(0, 200))
+def test_property_sliding_windows_assignment(make_pipeline, stamps, size, period, offset):
+    # every window [offset + k * period, ... + size) that contains t, found by enumeration
+    expected = []
+    for t in stamps:
+        for k in range((t - size - offset) // period - 1, (t - offset) // period + 2):
+            s = offset + k * period
+            if s <= t < s + size:
+                expected.append((t, float(s), float(s + size), t * US))
+    with make_pipeline() as p:
+        out = (p | beam.Create([TV(t, t) for t in stamps])
+               | beam.WindowInto(window.SlidingWindows(size, period, offset))
+               | beam.ParDo(WindowOf()))
         assert_that(out, equal_to(expected))
 
 

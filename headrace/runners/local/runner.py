@@ -29,7 +29,7 @@ from headrace.errors import (
     ElementError, KeyEncodingError, PipelineExecutionError, _short_repr,
 )
 from headrace.io.iobase import Read
-from headrace.metrics.metric import MetricResults, MetricsContainer, metrics_scope
+from headrace.metrics.metric import Metrics, MetricResults, MetricsContainer, metrics_scope
 from headrace.model import coders
 from headrace.model.reduce import KeyState, ReduceFnRunner
 from headrace.model.time import MAX_TIMESTAMP_MICROS, MIN_TIMESTAMP_MICROS
@@ -340,8 +340,20 @@ class _GroupUnit(_Unit):
                 lst.append((v, ts, w))
 
     def on_input_watermark(self, wm: int) -> None:
+        while self.queue:  # input that arrived before this watermark advance is not late
+            self.process_bundle(self.queue.pop(0))
         if wm <= self.input_wm and not self.pending:
             return
+        try:
+            self._advance(wm)
+        except PipelineExecutionError:
+            raise
+        except Exception as exc:
+            raise PipelineExecutionError(
+                f"step {self.label!r} failed while combining or grouping: {type(exc).__name__}: {exc}; "
+                "check its CombineFn", step=self.label) from exc
+
+    def _advance(self, wm: int) -> None:
         out: Bundle = []
         core = self.core
         with metrics_scope(self.ex.committed, self.label):
@@ -350,7 +362,9 @@ class _GroupUnit(_Unit):
                 if state is None:
                     state = self.states[kb] = KeyState()
                 res = core.process_elements(state, self.pending.pop(kb), self.input_wm)
-                self.dropped += res.dropped
+                if res.dropped:
+                    self.dropped += res.dropped
+                    Metrics.counter("headrace", "dropped_late_elements").inc(res.dropped)
                 self._expand(kb, res.panes, out)
             if wm > self.input_wm:
                 self.input_wm = wm
