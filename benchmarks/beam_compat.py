@@ -43,6 +43,18 @@ _SEPS = [" ", " ", " ", "  ", ", ", ". ", "; ", " -- ", "! ", "? ", ": ", "\t", 
 _SYLLABLES = "ka lo mi ne ru ta shi ven dor ax ily qu'e ch st ph".split()
 
 
+def headrace_revision() -> str:
+    """The git commit of the headrace under test, '+uncommitted' if headrace/ has local edits."""
+    try:
+        head = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"],
+                              capture_output=True, text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", REPO, "status", "--porcelain", "--", "headrace"],
+                               capture_output=True, text=True, check=True).stdout.strip()
+        return head + ("+uncommitted" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown (not a git checkout)"
+
+
 def _pseudo_words(rng: random.Random, n: int) -> List[str]:
     """n made-up words (some capitalised, some with apostrophes) for a long tail of keys."""
     words = []
@@ -120,6 +132,7 @@ def main(argv: Optional[List[str]] = None) -> int:
               f"Create it with:  {BEAM_VENV_HINT}  and pass --beam-python .venv-beam/bin/python")
         return 2
 
+    print(f"headrace revision: {headrace_revision()}")
     tmp = tempfile.mkdtemp(prefix="beam-compat-")
     status = 0
     try:

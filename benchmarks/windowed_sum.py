@@ -40,6 +40,18 @@ BEAM_VENV_HINT = "python3 -m venv .venv-beam && .venv-beam/bin/pip install apach
 TARGET = 10.0
 
 
+def headrace_revision() -> str:
+    """The git commit of the headrace under test, '+uncommitted' if headrace/ has local edits."""
+    try:
+        head = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"],
+                              capture_output=True, text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", REPO, "status", "--porcelain", "--", "headrace"],
+                               capture_output=True, text=True, check=True).stdout.strip()
+        return head + ("+uncommitted" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown (not a git checkout)"
+
+
 def default_beam_python() -> str:
     env = os.environ.get("BEAM_PYTHON")
     if env:
@@ -112,6 +124,7 @@ def main(argv: Optional[List[str]] = None) -> int:
               f"!! Create a Beam virtualenv with:  {BEAM_VENV_HINT}\n"
               f"!! then pass --beam-python .venv-beam/bin/python (or set BEAM_PYTHON).\n")
 
+    print(f"headrace revision: {headrace_revision()}")
     print(f"python: {sys.executable} ({sys.version.split()[0]}); beam python: "
           f"{'-' if beam_problem else args.beam_python}")
     tmp = tempfile.mkdtemp(prefix="windowed-sum-")
