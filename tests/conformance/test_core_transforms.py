@@ -286,6 +286,38 @@ def test_group_by_key_equal_keys_group_together(make_pipeline):
         assert_that(out, equal_to([((1, "a"), [1, 2]), (0.0, ["y", "z"])]))
 
 
+def test_grouping_directly_after_grouping(make_pipeline):
+    # a grouping fed straight by another grouping (no step in between) must see all its input
+    pairs = [(f"k{i % 4}", i) for i in range(40)]
+    sums = collections.defaultdict(int)
+    for k, v in pairs:
+        sums[k] += v
+    with make_pipeline(bundle_size=3) as p:
+        pc = p | beam.Create(pairs)
+        regrouped = (pc | "Sum" >> beam.CombinePerKey(sum) | "Regroup" >> beam.GroupByKey()
+                     | "Unpack" >> beam.MapTuple(lambda k, vs: (k, sorted(vs))))
+        assert_that(regrouped, equal_to([(k, [s]) for k, s in sums.items()]), label="gbk_after_cpk")
+        twice = (pc | "Group1" >> beam.GroupByKey() | "Group2" >> beam.GroupByKey()
+                 | "Unpack2" >> beam.MapTuple(lambda k, vss: (k, [sorted(vs) for vs in vss])))
+        assert_that(twice, equal_to([(k, [sorted(v for kk, v in pairs if kk == k)]) for k in sums]),
+                    label="gbk_after_gbk")
+        counted = pc | "Keys" >> beam.Keys() | "Distinct" >> beam.Distinct() | beam.combiners.Count.Globally()
+        assert_that(counted, equal_to([len(sums)]), label="count_after_distinct")
+
+
+def test_grouping_after_flatten_of_groupings(make_pipeline):
+    a = [("x", 1), ("y", 2), ("x", 3)]
+    b = [("x", 10), ("z", 20)]
+    with make_pipeline() as p:
+        sa = p | "A" >> beam.Create(a) | "SumA" >> beam.CombinePerKey(sum)
+        sb = p | "B" >> beam.Create(b) | "SumB" >> beam.CombinePerKey(sum)
+        out = ((sa, sb) | beam.Flatten() | "Total" >> beam.CombinePerKey(sum))
+        totals = collections.defaultdict(int)
+        for k, v in a + b:
+            totals[k] += v
+        assert_that(out, equal_to(list(totals.items())))
+
+
 def test_cogroupbykey_dict_input(make_pipeline):
     emails = [("amy", "amy@example.com"), ("carl", "carl@example.com"), ("amy", "amy@x.org")]
     phones = [("amy", "111"), ("james", "222"), ("carl", "333"), ("carl", "444")]

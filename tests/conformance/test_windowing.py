@@ -318,6 +318,22 @@ def test_rewindowing_grouped_output(make_pipeline):
         assert_that(out, equal_to([(("k", sum(v for _, v, _ in data)), 0)]))
 
 
+def test_windowed_grouping_directly_after_windowed_grouping(make_pipeline):
+    data = [("k", 1, 1), ("k", 2, 5), ("k", 3, 12), ("j", 4, 14), ("k", 5, 25)]
+    with make_pipeline(bundle_size=2) as p:
+        out = (p | beam.Create([TV((k, v), t) for k, v, t in data])
+               | beam.WindowInto(window.FixedWindows(10))
+               | "Sum" >> beam.CombinePerKey(sum)
+               | "Group" >> beam.GroupByKey()
+               | beam.ParDo(GroupedWindowOf()))
+        sums = collections.defaultdict(int)
+        for k, v, t in data:
+            sums[(k, t - t % 10)] += v
+        expected = [(k, [s], float(start), float(start + 10), (start + 10) * US - 1)
+                    for (k, start), s in sums.items()]
+        assert_that(out, equal_to(expected))
+
+
 # ---------------------------------------------------------------------------------------
 # user-defined window functions
 
