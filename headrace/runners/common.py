@@ -196,8 +196,6 @@ class ParDoRunner:
         main = tuple(self.receivers.get(None, ()))
         label = self.label
         current = CURRENT
-        wrap = self._wrap
-        general = self._general_process
         kind = self.kind
         WV = WindowedValue
         TV = TimestampedValue
@@ -240,7 +238,7 @@ class ParDoRunner:
                 if result is None:
                     return
                 if isinstance(result, (str, bytes, dict)):
-                    return general(wv)
+                    raise _not_iterable_of_outputs(result)
                 for o in result:
                     t = type(o)
                     if t is TV or t is TaggedOutput or isinstance(o, WV):
@@ -254,7 +252,6 @@ class ParDoRunner:
             except Exception as exc:
                 raise ElementError(label, wv.value, exc) from exc
 
-        del wrap
         self.process = {"map": process_map, "filter": process_filter,  # type: ignore[method-assign]
                         "flatmap": process_flatmap}[kind]
 
@@ -274,36 +271,22 @@ class ParDoRunner:
     def _process_in(self, wv: WindowedValue, window: Any) -> None:
         kind = self.kind
         try:
-            if self.simple:
-                if kind == "map":
-                    result: Any = (self.fn(wv.value),)
-                elif kind == "filter":
-                    result = (wv.value,) if self.fn(wv.value) else ()
-                elif kind == "maptuple":
-                    result = (self.fn(*wv.value),)
-                elif kind == "flatmaptuple":
-                    result = self.fn(*wv.value)
-                else:
-                    result = self.fn(wv.value)
+            args, kwargs = ((), {}) if self.simple else self._resolve(wv, window)
+            v = wv.value
+            if kind == "map":
+                result: Any = (self.fn(v, *args, **kwargs),)
+            elif kind == "filter":
+                result = (v,) if self.fn(v, *args, **kwargs) else ()
+            elif kind == "maptuple":
+                result = (self.fn(*v, *args, **kwargs),)
+            elif kind == "flatmaptuple":
+                result = self.fn(*v, *args, **kwargs)
             else:
-                args, kwargs = self._resolve(wv, window)
-                v = wv.value
-                if kind == "map":
-                    result = (self.fn(v, *args, **kwargs),)
-                elif kind == "filter":
-                    result = (v,) if self.fn(v, *args, **kwargs) else ()
-                elif kind == "maptuple":
-                    result = (self.fn(*v, *args, **kwargs),)
-                elif kind == "flatmaptuple":
-                    result = self.fn(*v, *args, **kwargs)
-                else:
-                    result = self.fn(v, *args, **kwargs)
+                result = self.fn(v, *args, **kwargs)
             if result is None:
                 return
             if isinstance(result, (str, bytes, dict)):
-                raise TypeError(
-                    f"process returned a {type(result).__name__}; it must return or yield an iterable "
-                    f"of outputs (wrap a single output in a list, e.g. [{_short(result)}])")
+                raise _not_iterable_of_outputs(result)
             if self.dead_letter is not None:
                 result = list(result)
         except Exception as exc:
@@ -340,6 +323,12 @@ class ParDoRunner:
         if isinstance(o, WindowedValue):
             return o
         return WindowedValue(o, wv.timestamp_us, wv.windows, wv.pane_info, wv.is_retraction)
+
+
+def _not_iterable_of_outputs(result: Any) -> TypeError:
+    return TypeError(
+        f"process returned a {type(result).__name__}; it must return or yield an iterable "
+        f"of outputs (wrap a single output in a list, e.g. [{_short(result)}])")
 
 
 def _short(v: Any) -> str:
