@@ -38,17 +38,23 @@ import logging  # noqa: E402
 import re  # noqa: E402
 
 
-def run_minimal(argv=None):
-    """wordcount_minimal: read lines, split into words, count each word, write 'word: count'."""
+def parse_args(argv):
+    """--input and --output for the example; the rest become PipelineOptions (DirectRunner default)."""
     parser = argparse.ArgumentParser()
     parser.add_argument('--input', dest='input', required=True, help='Input file to process.')
     parser.add_argument('--output', dest='output', required=True,
                         help='Output file to write results to.')
     known_args, pipeline_args = parser.parse_known_args(argv)
-    pipeline_args.extend(['--runner=DirectRunner'])
-
+    if not any(a.startswith('--runner') for a in pipeline_args):
+        pipeline_args.extend(['--runner=DirectRunner'])
     pipeline_options = PipelineOptions(pipeline_args)
     pipeline_options.view_as(SetupOptions).save_main_session = True
+    return known_args, pipeline_options
+
+
+def run_minimal(argv=None):
+    """wordcount_minimal: read lines, split into words, count each word, write 'word: count'."""
+    known_args, pipeline_options = parse_args(argv)
     with beam.Pipeline(options=pipeline_options) as p:
         lines = p | ReadFromText(known_args.input)
 
@@ -89,14 +95,7 @@ def run_windowed(argv=None):
 
     Input lines are '<event time in epoch seconds>\\t<text>'.
     """
-    parser = argparse.ArgumentParser()
-    parser.add_argument('--input', dest='input', required=True)
-    parser.add_argument('--output', dest='output', required=True)
-    known_args, pipeline_args = parser.parse_known_args(argv)
-    pipeline_args.extend(['--runner=DirectRunner'])
-
-    pipeline_options = PipelineOptions(pipeline_args)
-    pipeline_options.view_as(SetupOptions).save_main_session = True
+    known_args, pipeline_options = parse_args(argv)
     with beam.Pipeline(options=pipeline_options) as p:
 
         def to_timestamped(line):

@@ -25,9 +25,11 @@ import time
 from typing import Dict, List, Optional
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+
+from _bench_env import BEAM_VENV_HINT, default_beam_python, headrace_revision  # noqa: E402
+
 PIPELINES = ("minimal", "windowed")
-BEAM_VENV_HINT = "python3 -m venv .venv-beam && .venv-beam/bin/pip install apache-beam"
 
 _WORDS = (
     "the quick brown fox jumps over lazy dog and a river runs through it while we wait "
@@ -41,18 +43,6 @@ _SEPS = [" ", " ", " ", "  ", ", ", ". ", "; ", " -- ", "! ", "? ", ": ", "\t", 
 
 
 _SYLLABLES = "ka lo mi ne ru ta shi ven dor ax ily qu'e ch st ph".split()
-
-
-def headrace_revision() -> str:
-    """The git commit of the headrace under test, '+uncommitted' if headrace/ has local edits."""
-    try:
-        head = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"],
-                              capture_output=True, text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", REPO, "status", "--porcelain", "--", "headrace"],
-                               capture_output=True, text=True, check=True).stdout.strip()
-        return head + ("+uncommitted" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown (not a git checkout)"
 
 
 def _pseudo_words(rng: random.Random, n: int) -> List[str]:
@@ -121,7 +111,7 @@ def run_one(python: str, sdk: str, pipeline: str, inp: str, out_dir: str) -> Dic
 def main(argv: Optional[List[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--beam-python",
-                    default=os.environ.get("BEAM_PYTHON") or "/work/venv-beam/bin/python")
+                    default=default_beam_python())
     ap.add_argument("--lines", type=int, default=25_000,
                     help="lines of the plain input (the timestamped input has a fifth of that)")
     ap.add_argument("--seed", type=int, default=7)

@@ -31,45 +31,14 @@ import time
 from typing import Any, Dict, List, Optional
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
+from _bench_env import (  # noqa: E402
+    BEAM_VENV_HINT, beam_usable, default_beam_python, headrace_revision,
+)
 from _windowed_sum_common import PIPELINE_LABELS, PIPELINES  # noqa: E402
 
-BEAM_VENV_HINT = "python3 -m venv .venv-beam && .venv-beam/bin/pip install apache-beam"
 TARGET = 10.0
-
-
-def headrace_revision() -> str:
-    """The git commit of the headrace under test, '+uncommitted' if headrace/ has local edits."""
-    try:
-        head = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"],
-                              capture_output=True, text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", REPO, "status", "--porcelain", "--", "headrace"],
-                               capture_output=True, text=True, check=True).stdout.strip()
-        return head + ("+uncommitted" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown (not a git checkout)"
-
-
-def default_beam_python() -> str:
-    env = os.environ.get("BEAM_PYTHON")
-    if env:
-        return env
-    for cand in ("/work/venv-beam/bin/python", os.path.join(REPO, ".venv-beam", "bin", "python")):
-        if os.path.exists(cand):
-            return cand
-    return "/work/venv-beam/bin/python"
-
-
-def beam_usable(py: str) -> Optional[str]:
-    """None if `py` can import apache_beam, else the reason it cannot."""
-    if not os.path.exists(py):
-        return f"{py} does not exist"
-    r = subprocess.run([py, "-c", "import apache_beam"], capture_output=True, text=True)
-    if r.returncode != 0:
-        return f"{py} cannot import apache_beam: {r.stderr.strip().splitlines()[-1:]}"
-    return None
 
 
 def run_worker(python: str, worker: str, data: str, pipeline: str) -> Dict[str, Any]:

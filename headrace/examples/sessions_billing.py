@@ -345,23 +345,8 @@ def user_stats_record(user: str, totals: Dict[str, Any]) -> Dict[str, Any]:
     return {"user": user, **totals}
 
 
-class SessionSummaryFn(beam.CombineFn):
-    """Over all sessions: [sessions, seconds watched, summed length in microseconds]."""
-
-    def create_accumulator(self) -> List[int]:
-        return [0, 0, 0]
-
-    def add_input(self, acc: List[int], s: SessionRecord) -> List[int]:
-        acc[0] += 1
-        acc[1] += s.watch_secs
-        acc[2] += s.length_us
-        return acc
-
-    def merge_accumulators(self, accumulators: Iterable[List[int]]) -> List[int]:
-        out = [0, 0, 0]
-        for a in accumulators:
-            out = [x + y for x, y in zip(out, a)]
-        return out
+class SessionSummaryFn(UserTotalsFn):
+    """Over all sessions: the same three sums as UserTotalsFn, reported as one summary."""
 
     def extract_output(self, acc: List[int]) -> Dict[str, Any]:
         n, watch, length = acc

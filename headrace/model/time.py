@@ -6,6 +6,8 @@ import datetime as _dt
 from functools import total_ordering
 from typing import Union
 
+from headrace.errors import InvalidArgumentError
+
 _MICROS = 1_000_000
 _EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
 
@@ -18,8 +20,19 @@ END_OF_GLOBAL_WINDOW_MICROS = MAX_TIMESTAMP_MICROS - 86_400 * _MICROS
 
 def _micros_of_seconds(seconds: Union[int, float]) -> int:
     if isinstance(seconds, int):
-        return seconds * _MICROS
-    return int(round(seconds * _MICROS))
+        micros = seconds * _MICROS
+    elif seconds != seconds or seconds in (float("inf"), float("-inf")):
+        raise InvalidArgumentError(
+            f"time {seconds!r} is not a finite number of seconds; use MIN_TIMESTAMP or "
+            "MAX_TIMESTAMP for the ends of time")
+    else:
+        micros = int(round(seconds * _MICROS))
+    if not MIN_TIMESTAMP_MICROS <= micros <= MAX_TIMESTAMP_MICROS:
+        raise InvalidArgumentError(
+            f"time {seconds!r} s is outside the representable range of about +-292,000 years "
+            "around 1970 (64-bit microseconds); timestamps are seconds since the Unix epoch, so "
+            "divide milliseconds by 1e3 and microseconds by 1e6")
+    return micros
 
 
 @total_ordering
@@ -33,7 +46,12 @@ class Timestamp:
             raise TypeError(
                 f"Timestamp(seconds=...) takes an int or float number of seconds, got {seconds!r}; "
                 "use Timestamp.of(...) to convert a datetime or another Timestamp")
-        self.micros = _micros_of_seconds(seconds) + int(micros)
+        m = _micros_of_seconds(seconds) + int(micros)
+        if not MIN_TIMESTAMP_MICROS <= m <= MAX_TIMESTAMP_MICROS:
+            raise InvalidArgumentError(
+                f"Timestamp of {m} microseconds is outside [MIN_TIMESTAMP, MAX_TIMESTAMP] (64-bit "
+                "microseconds since the Unix epoch)")
+        self.micros = m
 
     @classmethod
     def of(cls, value: "TimestampLike") -> "Timestamp":

@@ -112,9 +112,9 @@ class TimestampedValue:
     def __init__(self, value: Any, timestamp: Any) -> None:
         self.value = value
         t = type(timestamp)
-        if t is int:
+        if t is int and -9_223_372_036_854 <= timestamp <= 9_223_372_036_854:
             self.timestamp_us = timestamp * 1_000_000
-        elif t is float:
+        elif t is float and -9.2e12 < timestamp < 9.2e12:
             self.timestamp_us = int(round(timestamp * 1_000_000))
         else:
             self.timestamp_us = to_micros(timestamp)

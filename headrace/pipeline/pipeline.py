@@ -186,6 +186,8 @@ class Pipeline:
             return {str(i): v for i, v in enumerate(result) if isinstance(v, PCollection)}
         if isinstance(result, PValue):
             return {}
+        if isinstance(result, AsSideInput):  # e.g. CombineGlobally(...).as_singleton_view()
+            return {None: result.pvalue}
         raise PipelineConstructionError(
             f"the expand() of step {label!r} returned {type(result).__name__} {result!r}; it must "
             "return a PCollection, a tuple/dict of PCollections, or None")

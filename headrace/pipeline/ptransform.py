@@ -63,20 +63,21 @@ class PTransform:
 
     def __ror__(self, left: Any) -> Any:
         from headrace.pipeline.pipeline import Pipeline
-        from headrace.pipeline.pvalue import PValue
-        pipeline = _pipeline_of(left)
+        pipeline = _pipeline_of(left) or self._default_pipeline()
         if pipeline is None:
             raise PipelineConstructionError(
                 f"cannot apply {self.label!r} to {type(left).__name__} {left!r}; apply transforms to "
                 "a Pipeline, a PCollection, or a tuple/list/dict of PCollections")
         if isinstance(left, Pipeline):
             return left.apply(self)
-        if isinstance(left, PValue):
-            return pipeline.apply(self, left)
         return pipeline.apply(self, left)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.label!r}>"
+
+    def _default_pipeline(self) -> Any:
+        """The pipeline given to the transform itself (e.g. Flatten(pipeline=p)), if any."""
+        return getattr(self, "_pipeline_arg", None)
 
 
 def _pipeline_of(value: Any):

@@ -247,6 +247,7 @@ class ParDoRunner:
                     out = WV(o, wv.timestamp_us, wv.windows, wv.pane_info, wv.is_retraction)
                     for r in main:
                         r(out)
+                    current.step = label  # the generator resumes in this step
             except ElementError:
                 raise
             except Exception as exc:
@@ -301,15 +302,17 @@ class ParDoRunner:
 
     def _emit_all(self, result: Any, wv: WindowedValue) -> None:
         main = self.receivers.get(None, ())
+        current, label = CURRENT, self.label
         try:
             for o in result:
                 t = type(o)
                 if t is TaggedOutput:
                     self._send(o.tag, self._wrap(o.value, wv))
-                    continue
-                out = self._wrap(o, wv)
-                for r in main:
-                    r(out)
+                else:
+                    out = self._wrap(o, wv)
+                    for r in main:
+                        r(out)
+                current.step = label  # a generator resumes in this step
         except ElementError:
             raise
         except Exception as exc:

@@ -527,9 +527,6 @@ def test_failing_combine_fn_names_the_step(make_pipeline):
             _ = p | beam.Create([("a", 1), ("a", 0)]) | "MyCombine" >> beam.CombinePerKey(BadFn())
 
 
-@pytest.mark.xfail(strict=True, reason="headrace bug: `() | beam.Flatten(pipeline=p)` raises "
-                   "PipelineConstructionError ('cannot apply Flatten to tuple ()'); Beam gives an "
-                   "empty PCollection, and Flatten accepts pipeline= for exactly this case")
 def test_flatten_of_no_inputs_with_pipeline_argument_is_empty(make_pipeline):
     with make_pipeline() as p:
         assert_that(() | beam.Flatten(pipeline=p), is_empty())

@@ -12,6 +12,7 @@ from headrace.errors import (
 )
 from headrace.testing.util import assert_that, equal_to
 from headrace.transforms import window
+from headrace.utils.timestamp import Timestamp
 
 TV = beam.TimestampedValue
 
@@ -286,3 +287,18 @@ def test_exception_handling_error_info_has_traceback_lines(make_pipeline):
         _, bad = p | beam.Create([3]) | "Boom" >> beam.Map(boom).with_exception_handling()
         described = bad | beam.Map(lambda b: (b[0], any("boom" in line for line in b[1][2])))
         assert_that(described, equal_to([(3, True)]))
+
+
+@pytest.mark.parametrize("bad", [1e20, float("nan"), float("inf"), -(10**14)])
+def test_out_of_range_or_non_finite_timestamps_are_rejected(bad):
+    with pytest.raises(InvalidArgumentError, match="seconds"):
+        window.TimestampedValue("x", bad)
+    with pytest.raises(InvalidArgumentError):
+        Timestamp(bad)
+
+
+def test_a_dofn_emitting_an_out_of_range_timestamp_fails_naming_the_step(make_pipeline):
+    with pytest.raises(PipelineExecutionError, match="Stamp.*outside"):
+        with make_pipeline() as p:
+            _ = (p | beam.Create([1])
+                 | "Stamp" >> beam.Map(lambda x: window.TimestampedValue(x, 1.6e15)))  # micros

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
 
 import headrace as beam
 from headrace.metrics import Metrics
@@ -123,9 +122,6 @@ def _words_then_count(line):
         Metrics.counter("attribution", "after_yield").inc()
 
 
-@pytest.mark.xfail(strict=True, reason="headrace bug: a metric updated in a generator DoFn / FlatMap "
-                   "after a `yield` is attributed to the downstream fused step that consumed the "
-                   "yielded element (the runners set the current step but never restore it)")
 def test_metric_updated_after_yield_is_attributed_to_the_yielding_step(make_pipeline):
     lines = ["a b c", "d e"]
     p = make_pipeline()

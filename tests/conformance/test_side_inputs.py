@@ -161,12 +161,15 @@ def test_sliding_main_reads_fixed_side_by_window_end(make_pipeline):
         assert_that(out, equal_to(expected))
 
 
-@pytest.mark.xfail(strict=True, reason="headrace bug: CombineGlobally(fn).as_singleton_view() makes "
-                   "expand() return an AsSingleton, which Pipeline.apply rejects with "
-                   "PipelineConstructionError ('must return a PCollection'), although the "
-                   "CombineGlobally error message itself recommends .as_singleton_view()")
 def test_combine_globally_as_singleton_view(make_pipeline):
     with make_pipeline() as p:
         total = p | "Side" >> beam.Create([3, 4]) | beam.CombineGlobally(sum).as_singleton_view()
         out = p | beam.Create([1, 2]) | beam.Map(lambda x, t: x + t, total)
         assert_that(out, equal_to([1 + 7, 2 + 7]))
+
+
+def test_combine_globally_as_singleton_view_of_empty_input_reads_the_default(make_pipeline):
+    with make_pipeline() as p:
+        total = p | "Side" >> beam.Create([]) | beam.CombineGlobally(sum).as_singleton_view()
+        out = p | beam.Create([1, 2]) | beam.Map(lambda x, t: (x, t), total)
+        assert_that(out, equal_to([(1, 0), (2, 0)]))
