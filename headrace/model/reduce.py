@@ -2,29 +2,48 @@
 
 For one key, `ReduceFnRunner` turns events into panes:
 
-    process_elements(state, [(value, timestamp_us, window), ...], input_watermark_us)
-    on_watermark(state, input_watermark_us)
-    on_processing_time(state, processing_time_us)
-        -> ReduceResult(panes, dropped)
+    process_elements(state, [(value, timestamp_us, window[, is_retraction]), ...],
+                     input_watermark_us, processing_time_us)
+    on_watermark(state, input_watermark_us, processing_time_us)
+    on_processing_time(state, processing_time_us, input_watermark_us)
+        -> ReduceResult(panes, dropped_late, dropped_closed)
 
 Rules, in the order they apply:
 
 1. An element whose window expired (window max timestamp + allowed lateness < input
-   watermark) is dropped and counted, never silently lost.
+   watermark) is dropped and returned in `dropped_late`, never silently lost.
 2. With a merging WindowFn, the windows of all elements of one call are merged with the
-   key's active windows once per call (MergeWindows); the states of merged windows merge.
-3. Each element goes into its (merged) window: into a buffer, or into an accumulator when
-   the grouping is a combine; the window's output-time hold follows the TimestampCombiner.
-4. After elements, and at every watermark or processing-time advance, each window whose
-   trigger is ready emits a pane (EARLY before the end of the window, ON_TIME for the
-   first pane at or after it, LATE after that); DISCARDING clears the window's contents.
-5. When the input watermark passes max timestamp + allowed lateness, the window emits a
-   final pane if it holds unemitted data and its state is deleted (garbage collection).
+   key's active windows once per call (MergeWindows); contents, holds and pane counters of
+   merged windows merge, and trigger states merge as the trigger spec says
+   (`further(rewind(s1), rewind(s2))`). Windows whose trigger finished are not active: a
+   new element near one starts a new window (as in Beam Java).
+3. An element of a window whose trigger has finished is dropped (`dropped_closed`).
+4. Each element goes into its (merged) window: into a buffer, or into an accumulator when
+   the grouping is a combine (a retraction is withdrawn: `retract_input`, or removal from
+   the buffer of inputs when the CombineFn cannot retract); the window's output-time hold
+   follows the TimestampCombiner; the trigger sees the element.
+5. After the elements of a call, and at every watermark or processing-time advance, each
+   window whose trigger is ready (and not done) fires: the trigger moves to `next`, and a
+   pane is emitted if it has new input, or is ON_TIME under OnTimeBehavior.FIRE_ALWAYS, or
+   is final under ClosingBehavior.FIRE_ALWAYS. Timing: EARLY before the watermark passes
+   the end of the window, ON_TIME for the first pane after, LATE after that. DISCARDING
+   clears the contents; ACCUMULATING_AND_RETRACTING first emits retractions of the window's
+   last pane and of the last panes of windows merged into it. A finished trigger closes
+   the window (its state is dropped; a tombstone remains until garbage collection).
+6. When the input watermark passes max timestamp + allowed lateness, the window emits a
+   final pane (`is_last`) if it holds unemitted input (or always, under
+   ClosingBehavior.FIRE_ALWAYS) and its state is deleted (garbage collection).
 
-State, per window (`WindowState`), addressed by the merged window, merged with it, cleared
-at garbage collection: contents (buffer or accumulator), pending-input count, output hold,
-trigger state, pane counters. The core never reads a clock and does no I/O; runners keep
-`KeyState` between calls (the Spark streaming runner in its state store).
+State (all plain, picklable data; runners keep `KeyState` between calls, the Spark
+streaming runner in its state store):
+
+* `WindowState` per active window. Style: addressed by the merged window. Merging: merged
+  as in rule 2. Lifetime: until the trigger finishes or garbage collection.
+  Holds contents (buffer or accumulator), pending-input count, output hold, trigger state,
+  pane counters, and the panes to retract next (retracting mode only).
+* `KeyState.closed`: windows whose trigger finished. Lifetime: until garbage collection.
+
+The core never reads a clock and does no I/O: time comes in as arguments.
 """
 
 from __future__ import annotations
@@ -32,14 +51,17 @@ from __future__ import annotations
 from operator import attrgetter
 from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Tuple
 
+from headrace.errors import InvalidArgumentError
 from headrace.model.combine import CombineFn
 from headrace.model.time import MAX_TIMESTAMP_MICROS, MIN_TIMESTAMP_MICROS
-from headrace.model.trigger import AccumulationMode, TriggerContext
+from headrace.model.trigger import (
+    AccumulationMode, ClosingBehavior, OnTimeBehavior, TriggerContext,
+)
 from headrace.model.window import BoundedWindow, TimestampCombiner, Windowing
 from headrace.model.windowed import PaneInfo, PaneInfoTiming
 
-
 _WINDOW_ORDER = attrgetter("end_us", "start_us")
+_EARLY, _ON_TIME, _LATE = PaneInfoTiming.EARLY, PaneInfoTiming.ON_TIME, PaneInfoTiming.LATE
 
 
 class Pane(NamedTuple):
@@ -53,17 +75,26 @@ class Pane(NamedTuple):
 
 
 class ReduceResult(NamedTuple):
-    """The panes a step emitted and how many expired elements it dropped."""
+    """What one call produced: panes, and the elements it dropped as late or for a closed window."""
 
     panes: List[Pane]
-    dropped: int
+    dropped_late: List[Tuple[Any, int, BoundedWindow]]
+    dropped_closed: List[Tuple[Any, int, BoundedWindow]]
+
+    @property
+    def dropped(self) -> int:
+        """How many elements were dropped in all."""
+        return len(self.dropped_late) + len(self.dropped_closed)
+
+
+_NOTHING = ReduceResult([], [], [])
 
 
 class WindowState:
-    """Everything the core keeps for one window of one key (plain, picklable data)."""
+    """Everything the core keeps for one active window of one key (plain, picklable data)."""
 
     __slots__ = ("contents", "pending", "hold_us", "trigger_state", "pane_index",
-                 "nonspec_index", "emitted_non_early", "finished")
+                 "nonspec_index", "emitted_non_early", "to_retract", "unmatched")
 
     def __init__(self, contents: Any, trigger_state: Any) -> None:
         self.contents = contents
@@ -73,7 +104,8 @@ class WindowState:
         self.pane_index = 0
         self.nonspec_index = 0
         self.emitted_non_early = False
-        self.finished = False
+        self.to_retract: Optional[List[Pane]] = None   # retracting mode: the panes to withdraw
+        self.unmatched: Optional[List[Any]] = None     # retractions of inputs no longer held
 
     def __getstate__(self):
         return tuple(getattr(self, s) for s in WindowState.__slots__)
@@ -84,46 +116,75 @@ class WindowState:
 
 
 class KeyState:
-    """The core's state for one key: its active windows and their states."""
+    """The core's state for one key: its active windows and the windows whose trigger finished."""
 
-    __slots__ = ("windows",)
+    __slots__ = ("windows", "closed")
 
     def __init__(self) -> None:
         self.windows: Dict[BoundedWindow, WindowState] = {}
+        self.closed: Dict[BoundedWindow, None] = {}
 
     def is_empty(self) -> bool:
         """True when no window holds state (the key can be forgotten)."""
-        return not self.windows
+        return not self.windows and not self.closed
 
     def __getstate__(self):
-        return self.windows
+        return (self.windows, self.closed)
 
     def __setstate__(self, state):
-        self.windows = state
+        self.windows, self.closed = state
 
 
 class ReduceFnRunner:
     """Groups one key's elements by window and emits panes as triggers fire (see module doc)."""
 
     def __init__(self, windowing: Windowing, combine_fn: Optional[CombineFn] = None,
-                 inputs_are_accumulators: bool = False) -> None:
+                 inputs_are_accumulators: bool = False, input_retractions: bool = False) -> None:
         self.windowing = windowing
         self.windowfn = windowing.windowfn
         self.merging = windowing.windowfn.is_merging()
         self.trigger = windowing.trigger
         self.mode = windowing.accumulation_mode
+        self.retracting = self.mode is AccumulationMode.ACCUMULATING_AND_RETRACTING
         self.lateness_us = windowing.allowed_lateness_us
         self.combiner = windowing.timestamp_combiner
+        self.closing_always = (getattr(windowing, "closing_behavior", None)
+                               is ClosingBehavior.FIRE_ALWAYS)
+        self.on_time_always = (getattr(windowing, "on_time_behavior", OnTimeBehavior.FIRE_ALWAYS)
+                               is OnTimeBehavior.FIRE_ALWAYS)
         self.combine_fn = combine_fn
         self.inputs_are_accumulators = inputs_are_accumulators
+        # A CombineFn that cannot retract keeps its inputs when retractions may arrive, and
+        # recomputes from them at each pane.
+        self.recompute = (combine_fn is not None and input_retractions
+                          and not combine_fn.can_retract())
+        self.buffering = combine_fn is None or self.recompute
 
     # ---- contents -------------------------------------------------------------------
 
     def _empty_contents(self) -> Any:
-        return [] if self.combine_fn is None else self.combine_fn.create_accumulator()
+        return [] if self.buffering else self.combine_fn.create_accumulator()  # type: ignore[union-attr]
 
     def _new_window_state(self) -> WindowState:
         return WindowState(self._empty_contents(), self.trigger.initial_state())
+
+    def _retract(self, ws: WindowState, value: Any) -> None:
+        if self.buffering:
+            try:
+                ws.contents.remove(value)
+                return
+            except ValueError:
+                pass
+            if self.recompute:
+                raise InvalidArgumentError(
+                    f"{type(self.combine_fn).__name__} cannot retract {value!r}: the input was "
+                    "already emitted in a discarded pane; implement CombineFn.retract_input, or "
+                    "use an accumulating mode for this grouping")
+            if ws.unmatched is None:
+                ws.unmatched = []
+            ws.unmatched.append(value)
+        else:
+            ws.contents = self.combine_fn.retract_input(ws.contents, value)  # type: ignore[union-attr]
 
     def _hold_for(self, window: BoundedWindow, ts: int) -> int:
         c = self.combiner
@@ -142,58 +203,70 @@ class ReduceFnRunner:
 
     # ---- events ---------------------------------------------------------------------
 
-    def process_elements(self, state: KeyState, elements: Iterable[Tuple[Any, int, BoundedWindow]],
+    def process_elements(self, state: KeyState, elements: Iterable[tuple],
                          input_watermark_us: int = MIN_TIMESTAMP_MICROS,
                          processing_time_us: int = MIN_TIMESTAMP_MICROS) -> ReduceResult:
-        """Adds elements (value, timestamp_us, window) and fires any window that becomes ready."""
+        """Adds `(value, timestamp_us, window[, is_retraction])` elements; fires windows made ready."""
         lateness = self.lateness_us
-        live: List[Tuple[Any, int, BoundedWindow]] = []
-        dropped = 0
+        live: List[tuple] = []
+        dropped_late: List[Tuple[Any, int, BoundedWindow]] = []
         for item in elements:
             if item[2].end_us - 1 + lateness < input_watermark_us:
-                dropped += 1
+                dropped_late.append((item[0], item[1], item[2]))
             else:
                 live.append(item)
         if not live:
-            return ReduceResult([], dropped)
+            return ReduceResult([], dropped_late, []) if dropped_late else _NOTHING
         windows = state.windows
+        closed = state.closed
         mapping: Dict[BoundedWindow, BoundedWindow] = {}
+        panes: List[Pane] = []
         if self.merging:
-            new = {w for _, _, w in live if w not in windows}
+            new = {item[2] for item in live if item[2] not in windows}
             if new:
                 mapping = self._merge(state, new, input_watermark_us, processing_time_us)
         combine_fn = self.combine_fn
+        buffering = self.buffering
+        accumulators_in = self.inputs_are_accumulators
         trigger = self.trigger
         watermark_only = trigger.watermark_only
         eow = self.combiner is TimestampCombiner.OUTPUT_AT_EOW
+        dropped_closed: List[Tuple[Any, int, BoundedWindow]] = []
         touched: Dict[BoundedWindow, WindowState] = {}
-        for value, ts, window in live:
+        ctx = TriggerContext(None, input_watermark_us, processing_time_us)
+        for item in live:
+            value, ts, window = item[0], item[1], item[2]
             if mapping:
                 window = mapping.get(window, window)
             ws = windows.get(window)
             if ws is None:
+                if closed and window in closed:
+                    dropped_closed.append((value, ts, item[2]))
+                    continue
                 ws = windows[window] = self._new_window_state()
-            if combine_fn is None:
+            if len(item) > 3 and item[3]:
+                self._retract(ws, value)
+            elif buffering:
                 ws.contents.append(value)
-            elif self.inputs_are_accumulators:
-                ws.contents = combine_fn.merge_accumulators([ws.contents, value])
+            elif accumulators_in:
+                ws.contents = combine_fn.merge_accumulators([ws.contents, value])  # type: ignore[union-attr]
             else:
-                ws.contents = combine_fn.add_input(ws.contents, value)
+                ws.contents = combine_fn.add_input(ws.contents, value)  # type: ignore[union-attr]
             ws.pending += 1
             if eow:
                 ws.hold_us = window.end_us - 1
             else:
                 ws.hold_us = self._combine_holds(ws.hold_us, self._hold_for(window, ts))
             if not watermark_only:
-                ws.trigger_state = trigger.on_element(
-                    ws.trigger_state, ts, TriggerContext(window, input_watermark_us, processing_time_us))
+                ctx.window = window
+                ws.trigger_state = trigger.on_element(ws.trigger_state, ts, ctx)
             touched[window] = ws
-        panes: List[Pane] = []
         for window, ws in touched.items():
             if watermark_only and input_watermark_us < window.end_us:
                 continue  # a watermark-only trigger cannot become ready on elements alone
-            self._maybe_fire(state, window, ws, input_watermark_us, processing_time_us, panes)
-        return ReduceResult(panes, dropped)
+            if windows.get(window) is ws:
+                self._maybe_fire(state, window, ws, input_watermark_us, processing_time_us, panes)
+        return ReduceResult(panes, dropped_late, dropped_closed)
 
     def on_watermark(self, state: KeyState, input_watermark_us: int,
                      processing_time_us: int = MIN_TIMESTAMP_MICROS) -> ReduceResult:
@@ -202,18 +275,47 @@ class ReduceFnRunner:
         for window in sorted(state.windows, key=_WINDOW_ORDER):
             ws = state.windows[window]
             self._maybe_fire(state, window, ws, input_watermark_us, processing_time_us, panes)
-        return ReduceResult(panes, 0)
+        if state.closed:
+            lateness = self.lateness_us
+            for window in [w for w in state.closed if w.end_us - 1 + lateness < input_watermark_us]:
+                del state.closed[window]
+        return ReduceResult(panes, [], []) if panes else _NOTHING
 
     def on_processing_time(self, state: KeyState, processing_time_us: int,
                            input_watermark_us: int = MIN_TIMESTAMP_MICROS) -> ReduceResult:
         """Fires windows whose processing-time triggers became ready."""
         return self.on_watermark(state, input_watermark_us, processing_time_us)
 
-    def next_event_time_us(self, state: KeyState) -> int:
-        """The earliest input watermark at which some window of this key may fire or expire."""
+    def next_event_time_us(self, state: KeyState, input_watermark_us: int = MIN_TIMESTAMP_MICROS,
+                           processing_time_us: int = MIN_TIMESTAMP_MICROS) -> int:
+        """The earliest input watermark after `input_watermark_us` at which some window may fire or expire."""
         best = MAX_TIMESTAMP_MICROS
+        lateness = self.lateness_us
+        ctx = TriggerContext(None, input_watermark_us, processing_time_us)
         for window, ws in state.windows.items():
-            t = window.end_us if not ws.emitted_non_early else window.end_us + self.lateness_us
+            ctx.window = window
+            t = self.trigger.wakeup(ws.trigger_state, ctx)[0]
+            gc = window.end_us + lateness
+            if gc < t:
+                t = gc
+            if t < best:
+                best = t
+        for window in state.closed:
+            gc = window.end_us + lateness
+            if gc < best:
+                best = gc
+        return best
+
+    def next_processing_time_us(self, state: KeyState, input_watermark_us: int = MIN_TIMESTAMP_MICROS,
+                                processing_time_us: int = MIN_TIMESTAMP_MICROS) -> int:
+        """The earliest processing time after `processing_time_us` at which some window may fire."""
+        if self.trigger.watermark_only:
+            return MAX_TIMESTAMP_MICROS
+        best = MAX_TIMESTAMP_MICROS
+        ctx = TriggerContext(None, input_watermark_us, processing_time_us)
+        for window, ws in state.windows.items():
+            ctx.window = window
+            t = self.trigger.wakeup(ws.trigger_state, ctx)[1]
             if t < best:
                 best = t
         return best
@@ -231,24 +333,33 @@ class ReduceFnRunner:
     def _maybe_fire(self, state: KeyState, window: BoundedWindow, ws: WindowState, wm: int,
                     ptime: int, panes: List[Pane]) -> None:
         expired = window.end_us - 1 + self.lateness_us < wm
+        trigger = self.trigger
         ctx = TriggerContext(window, wm, ptime)
-        if not ws.finished and self.trigger.should_fire(ws.trigger_state, ctx):
-            on_time_due = wm >= window.end_us and not ws.emitted_non_early
-            if ws.pending or on_time_due:
-                self._emit(window, ws, wm, expired, panes)
-            ws.trigger_state, ws.finished = self.trigger.on_fire(ws.trigger_state, ctx)
+        if not trigger.is_done(ws.trigger_state) and trigger.ready(ws.trigger_state, ctx):
+            ws.trigger_state = trigger.next(ws.trigger_state, ctx)
+            done = trigger.is_done(ws.trigger_state)
+            final = done or expired
+            if (ws.pending or ws.unmatched
+                    or (self.on_time_always and wm >= window.end_us and not ws.emitted_non_early)
+                    or (final and self.closing_always)):
+                self._emit(window, ws, wm, final, panes)
+            if done:
+                del state.windows[window]
+                if not expired:
+                    state.closed[window] = None
+                return
         if expired:
-            if ws.pending:
+            if ws.pending or ws.unmatched or self.closing_always:
                 self._emit(window, ws, wm, True, panes)
             del state.windows[window]
 
     def _emit(self, window: BoundedWindow, ws: WindowState, wm: int, is_last: bool,
               panes: List[Pane]) -> None:
         if wm < window.end_us and not ws.emitted_non_early:
-            timing = PaneInfoTiming.EARLY
+            timing = _EARLY
             nonspec = -1
         else:
-            timing = PaneInfoTiming.LATE if ws.emitted_non_early else PaneInfoTiming.ON_TIME
+            timing = _LATE if ws.emitted_non_early else _ON_TIME
             nonspec = ws.nonspec_index
             ws.nonspec_index += 1
             ws.emitted_non_early = True
@@ -257,10 +368,22 @@ class ReduceFnRunner:
         ts = ws.hold_us if ws.hold_us is not None else window.end_us - 1
         contents = ws.contents
         if self.combine_fn is None:
-            value = list(contents)
+            value: Any = list(contents)
+        elif self.recompute:
+            value = self.combine_fn.apply(contents)
         else:
             value = self.combine_fn.extract_output(contents)
-        panes.append(Pane(window, value, ts, info))
+        if self.retracting:
+            if ws.to_retract:
+                for old in ws.to_retract:
+                    panes.append(old._replace(is_retraction=True))
+        if ws.unmatched:
+            panes.append(Pane(window, ws.unmatched, ts, info, True))
+            ws.unmatched = None
+        pane = Pane(window, value, ts, info)
+        panes.append(pane)
+        if self.retracting:
+            ws.to_retract = [pane]
         ws.pending = 0
         ws.hold_us = None
         if self.mode is AccumulationMode.DISCARDING and not is_last:
@@ -286,20 +409,28 @@ class ReduceFnRunner:
                       ptime: int) -> WindowState:
         ws = WindowState(None, self.trigger.merge_states(
             [s.trigger_state for s in states], TriggerContext(result, wm, ptime)))
-        if self.combine_fn is None:
+        if self.buffering:
             contents: List[Any] = []
             for s in states:
                 contents.extend(s.contents)
             ws.contents = contents
         else:
-            ws.contents = self.combine_fn.merge_accumulators([s.contents for s in states])
+            ws.contents = self.combine_fn.merge_accumulators([s.contents for s in states])  # type: ignore[union-attr]
         hold = None
+        to_retract: List[Pane] = []
+        unmatched: List[Any] = []
         for s in states:
             ws.pending += s.pending
             hold = self._combine_holds(hold, s.hold_us)
+            if s.to_retract:
+                to_retract.extend(s.to_retract)
+            if s.unmatched:
+                unmatched.extend(s.unmatched)
         if self.combiner is TimestampCombiner.OUTPUT_AT_EOW and hold is not None:
             hold = result.end_us - 1
         ws.hold_us = hold
+        ws.to_retract = to_retract or None
+        ws.unmatched = unmatched or None
         ws.pane_index = max(s.pane_index for s in states)
         ws.nonspec_index = max(s.nonspec_index for s in states)
         ws.emitted_non_early = any(s.emitted_non_early for s in states) and wm >= result.end_us

@@ -470,11 +470,12 @@ class Windowing:
     """A PCollection's windowing strategy: window function, trigger, accumulation, lateness, timestamps."""
 
     __slots__ = ("windowfn", "trigger", "accumulation_mode", "timestamp_combiner",
-                 "allowed_lateness_us", "_explicit_trigger")
+                 "allowed_lateness_us", "closing_behavior", "on_time_behavior", "_explicit_trigger")
 
     def __init__(self, windowfn: WindowFn, trigger: Any = None, accumulation_mode: Any = None,
                  timestamp_combiner: Optional[TimestampCombiner] = None,
-                 allowed_lateness: Any = 0) -> None:
+                 allowed_lateness: Any = 0, closing_behavior: Any = None,
+                 on_time_behavior: Any = None) -> None:
         if not isinstance(windowfn, WindowFn):
             raise InvalidArgumentError(
                 f"a windowing strategy needs a WindowFn (FixedWindows, SlidingWindows, Sessions, "
@@ -500,6 +501,10 @@ class Windowing:
         if lateness < 0:
             raise InvalidArgumentError(f"allowed_lateness must not be negative, got {allowed_lateness!r}")
         self.allowed_lateness_us = lateness
+        self.closing_behavior = _trigger.check_enum(
+            "closing_behavior", closing_behavior, _trigger.ClosingBehavior.FIRE_IF_NON_EMPTY)
+        self.on_time_behavior = _trigger.check_enum(
+            "on_time_behavior", on_time_behavior, _trigger.OnTimeBehavior.FIRE_ALWAYS)
 
     def is_default(self) -> bool:
         """True for global windows with the default trigger and settings."""

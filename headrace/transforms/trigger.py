@@ -1,5 +1,23 @@
-"""Beam's `apache_beam.transforms.trigger`: triggers and AccumulationMode."""
+"""Beam's `apache_beam.transforms.trigger`: triggers, AccumulationMode, and the spec's algebra.
 
-from headrace.model.trigger import AccumulationMode, DefaultTrigger, TriggerFn
+Beam's names (AfterWatermark, AfterCount, AfterProcessingTime, AfterAny, AfterAll, AfterEach,
+Repeatedly, OrFinally, Always, Never, DefaultTrigger) are sugar over the formal trigger
+algebra of `headrace.model.trigger` (ElemCount, EndOfWindow, SinceEarliestElem, AtPeriod,
+Done, AfterFirst, Repeat, ...), which is exported here too, with the paper's AtCount,
+SequenceOf and RepeatUntil.
+"""
 
-__all__ = ["AccumulationMode", "DefaultTrigger", "TriggerFn"]
+from headrace.model.trigger import (
+    AccumulationMode, AfterAll, AfterAny, AfterCount, AfterEach, AfterFirst, AfterProcessingTime,
+    AfterWatermark, Always, AtCount, AtPeriod, ClosingBehavior, DefaultTrigger, Done, ElemCount,
+    EndOfWindow, LeafTrigger, Never, OnTimeBehavior, OrFinally, Repeat, Repeatedly, RepeatUntil,
+    SequenceOf, SinceEarliestElem, TriggerContext, TriggerFn,
+)
+
+__all__ = [
+    "AccumulationMode", "AfterAll", "AfterAny", "AfterCount", "AfterEach", "AfterFirst",
+    "AfterProcessingTime", "AfterWatermark", "Always", "AtCount", "AtPeriod", "ClosingBehavior",
+    "DefaultTrigger", "Done", "ElemCount", "EndOfWindow", "LeafTrigger", "Never",
+    "OnTimeBehavior", "OrFinally", "Repeat", "RepeatUntil", "Repeatedly", "SequenceOf",
+    "SinceEarliestElem", "TriggerContext", "TriggerFn",
+]
