@@ -209,10 +209,10 @@ class ReduceFnRunner:
         """Adds `(value, timestamp_us, window[, is_retraction])` elements; fires windows made ready."""
         lateness = self.lateness_us
         live: List[tuple] = []
-        dropped_late: List[Tuple[Any, int, BoundedWindow]] = []
+        dropped_late: List[tuple] = []
         for item in elements:
             if item[2].end_us - 1 + lateness < input_watermark_us:
-                dropped_late.append((item[0], item[1], item[2]))
+                dropped_late.append(item)
             else:
                 live.append(item)
         if not live:

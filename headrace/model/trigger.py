@@ -45,8 +45,8 @@ Two readings where the spec is silent (both are Beam's behaviour, Java and Pytho
 
 Beam's names are sugar over this core: AfterCount, AfterWatermark(early=, late=),
 AfterProcessingTime, AfterAny, AfterAll, AfterEach, Repeatedly, OrFinally, Always, Never,
-DefaultTrigger; and the paper's AtCount, AtPeriod, SequenceOf and RepeatUntil. Users define
-leaf triggers by subclassing `LeafTrigger` (see its docstring).
+DefaultTrigger; and the paper's AtCount, AtPeriod, AtWatermark, SequenceOf and RepeatUntil.
+Users define leaf triggers by subclassing `LeafTrigger` (see its docstring).
 """
 
 from __future__ import annotations
@@ -375,6 +375,13 @@ class EndOfWindow(LeafTrigger):
 
     def __repr__(self) -> str:
         return "EndOfWindow()"
+
+
+class AtWatermark(EndOfWindow):
+    """The paper's AtWatermark(): fires when the watermark passes the end of the window (EndOfWindow)."""
+
+    def __repr__(self) -> str:
+        return "AtWatermark()"
 
 
 class _ProcessingTimeLeaf(LeafTrigger):

@@ -26,16 +26,24 @@ class PValue:
 
 
 class PCollection(PValue):
-    """A distributed, possibly unbounded collection of timestamped, windowed elements."""
+    """A distributed, possibly unbounded collection of timestamped, windowed elements.
+
+    `is_bounded` is False when the collection may grow forever (it descends from an unbounded
+    source such as TestStream). `may_contain_retractions` is True when some elements may be
+    retractions of earlier panes: the output of a grouping in ACCUMULATING_AND_RETRACTING
+    mode, and everything element-wise or flattened downstream of it.
+    """
 
     def __init__(self, pipeline: "Pipeline", producer: "AppliedPTransform", tag: Optional[str],
-                 windowing: "Windowing", is_bounded: bool = True, element_type: Any = None) -> None:
+                 windowing: "Windowing", is_bounded: bool = True, element_type: Any = None,
+                 may_contain_retractions: bool = False) -> None:
         super().__init__(pipeline)
         self.producer = producer
         self.tag = tag
         self.windowing = windowing
         self.is_bounded = is_bounded
         self.element_type = element_type
+        self.may_contain_retractions = may_contain_retractions
         self.consumers: list = []
         self._id = pipeline._next_id()
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, Callable, Iterable, List, NamedTuple, Optional
 
 from headrace.model.window import GlobalWindows
+from headrace.model.windowed import WindowedValue
 from headrace.pipeline.dofn import DoFn
 from headrace.pipeline.ptransform import PTransform
 from headrace.transforms.core import KV_TYPE, CoGroupByKey, Create, Map, ParDo, WindowInto
@@ -85,6 +86,14 @@ def _void_key(v: Any) -> Any:
     return (None, v)
 
 
+class _VoidKeyPlainDoFn(DoFn):
+    """Keys each element by None as a plain element: the assertion sees retractions as elements."""
+
+    def process(self, element: Any, timestamp: Any = DoFn.TimestampParam,
+                window: Any = DoFn.WindowParam):
+        yield WindowedValue((None, element), timestamp.micros, (window,))
+
+
 def _actual_of(kv: Any) -> Any:
     return kv[1]["actual"]
 
@@ -102,7 +111,16 @@ class _AssertThat(PTransform):
             pcoll = pcoll | "ReifyWindows" >> ParDo(_ReifyDoFn())
         if self.use_global_window:
             pcoll = pcoll | "WindowIntoGlobal" >> WindowInto(GlobalWindows())
-        keyed_actual = pcoll | "ToVoidKey" >> Map(_void_key).with_output_types(KV_TYPE)
+        if pcoll.may_contain_retractions:
+            # The matcher sees every element, retractions included, rather than what is left
+            # after they are subtracted (read DoFn.RetractionParam upstream to tell them apart).
+            keyed_actual = pcoll | "ToVoidKey" >> ParDo(_VoidKeyPlainDoFn()).with_output_types(KV_TYPE)
+            keyed_actual.may_contain_retractions = False
+        else:
+            keyed_actual = pcoll | "ToVoidKey" >> Map(_void_key).with_output_types(KV_TYPE)
+        # An assertion reads everything up to the end of input, also from an unbounded
+        # PCollection (a TestStream ends); as in Beam, let its global-window grouping through.
+        keyed_actual.is_bounded = True
         keyed_once = pcoll.pipeline | "CreateOnce" >> Create([(None, None)])
         matcher = self.matcher
         return ({"once": keyed_once, "actual": keyed_actual}
@@ -113,5 +131,9 @@ class _AssertThat(PTransform):
 
 def assert_that(actual: Any, matcher: Callable[[Any], None], label: str = "assert_that",
                 reify_windows: bool = False, use_global_window: bool = True) -> None:
-    """Checks, when the pipeline runs, that `matcher(list of elements)` does not raise."""
+    """Checks, when the pipeline runs, that `matcher(list of elements)` does not raise.
+
+    The matcher gets every element of `actual` up to the end of input (also of an unbounded
+    PCollection such as a TestStream's output), retractions included as ordinary elements.
+    """
     actual | label >> _AssertThat(matcher, reify_windows, use_global_window)

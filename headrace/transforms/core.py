@@ -8,6 +8,7 @@ from typing import Any, Callable, Dict, Iterable, Optional, Tuple
 
 from headrace.errors import InvalidArgumentError, PipelineConstructionError
 from headrace.model.combine import CombineFn, as_combine_fn
+from headrace.model.trigger import AccumulationMode, DefaultTrigger
 from headrace.model.window import GlobalWindows, Windowing, WindowFn
 from headrace.model.windowed import TimestampedValue
 from headrace.pipeline.dofn import DoFn, _CallableWrapperDoFn
@@ -173,6 +174,7 @@ class ParDo(PTransform):
         p = self.pipeline
         main = p.new_pcollection(pcoll.windowing, pcoll.is_bounded,
                                  element_type=self.get_output_type() or self._infer_output_type(pcoll))
+        main.may_contain_retractions = pcoll.may_contain_retractions
         if not self.output_tags and self.dead_letter is None:
             return main
         outputs: Dict[Optional[str], PCollection] = {None: main}
@@ -183,6 +185,7 @@ class ParDo(PTransform):
             if t in outputs or t == self.main_tag:
                 raise PipelineConstructionError(f"output tag {t!r} is declared twice")
             outputs[t] = p.new_pcollection(pcoll.windowing, pcoll.is_bounded, tag=t)
+            outputs[t].may_contain_retractions = pcoll.may_contain_retractions
         if self.main_tag is not None:
             outputs[self.main_tag] = main
         return DoOutputsTuple(self.main_tag, outputs, tuple(tags))
@@ -309,14 +312,15 @@ class WindowInto(PTransform):
     _primitive = True
 
     def __init__(self, windowfn: WindowFn, trigger: Any = None, accumulation_mode: Any = None,
-                 timestamp_combiner: Any = None, allowed_lateness: Any = 0) -> None:
+                 timestamp_combiner: Any = None, allowed_lateness: Any = 0,
+                 closing_behavior: Any = None, on_time_behavior: Any = None) -> None:
         super().__init__()
         if isinstance(windowfn, type) and issubclass(windowfn, WindowFn):
             raise InvalidArgumentError(
                 f"WindowInto got the class {windowfn.__name__}; pass an instance such as "
                 f"{windowfn.__name__}(...)")
         self.windowing = Windowing(windowfn, trigger, accumulation_mode, timestamp_combiner,
-                                   allowed_lateness)
+                                   allowed_lateness, closing_behavior, on_time_behavior)
         self.windowfn = windowfn
 
     def default_label(self) -> str:
@@ -324,29 +328,102 @@ class WindowInto(PTransform):
 
     def expand(self, pcoll: Any) -> PCollection:
         pcoll = _require_pcollection(self, pcoll)
-        return self.pipeline.new_pcollection(self.windowing, pcoll.is_bounded,
-                                             element_type=pcoll.element_type)
+        out = self.pipeline.new_pcollection(self.windowing, pcoll.is_bounded,
+                                            element_type=pcoll.element_type)
+        out.may_contain_retractions = pcoll.may_contain_retractions
+        return out
 
 
 # ---------------------------------------------------------------------------------------
 # grouping and combining
 
 
+def _check_groupable(transform: PTransform, pcoll: PCollection) -> None:
+    """Rejects grouping an unbounded PCollection in the global window with the default trigger."""
+    w = pcoll.windowing
+    if pcoll.is_bounded or not isinstance(w.windowfn, GlobalWindows) \
+            or not isinstance(w.trigger, DefaultTrigger):
+        return
+    label = transform.pipeline.current_transform().full_label
+    raise PipelineConstructionError(
+        f"step {label!r} ({type(transform).__name__}) groups the unbounded PCollection "
+        f"{pcoll.label!r} in the global window with the default trigger, so it would never emit "
+        "anything: the default trigger fires when the watermark passes the end of the window, "
+        "and the global window ends only when the input does. Window the input first, e.g. "
+        "beam.WindowInto(window.FixedWindows(60)), or set a trigger, e.g. "
+        "beam.WindowInto(window.GlobalWindows(), trigger=trigger.Repeatedly("
+        "trigger.AfterProcessingTime(60)), accumulation_mode=trigger.AccumulationMode.DISCARDING)")
+
+
+def _check_late_tag(tag: Any) -> str:
+    if not isinstance(tag, str) or not tag:
+        raise InvalidArgumentError(
+            f"with_late_data_output(tag=...) needs a non-empty str tag, got {tag!r}; "
+            "e.g. with_late_data_output(tag='late')")
+    return tag
+
+
+def _grouping_outputs(transform: Any, pcoll: PCollection) -> Any:
+    """The main output of a grouping and, with `with_late_data_output`, its late-data output."""
+    p = transform.pipeline
+    main = p.new_pcollection(pcoll.windowing, pcoll.is_bounded, element_type=KV_TYPE)
+    main.may_contain_retractions = (pcoll.windowing.accumulation_mode
+                                    is AccumulationMode.ACCUMULATING_AND_RETRACTING)
+    tag = transform.late_tag
+    if tag is None:
+        return main
+    late = p.new_pcollection(pcoll.windowing, pcoll.is_bounded, tag=tag,
+                             element_type=pcoll.element_type)
+    late.may_contain_retractions = pcoll.may_contain_retractions
+    return DoOutputsTuple(None, {None: main, tag: late}, (tag,))
+
+
 class GroupByKey(PTransform):
-    """GroupByKeyAndWindow: (key, value) pairs to (key, [values]) per window and pane."""
+    """GroupByKeyAndWindow: (key, value) pairs to (key, [values]) per window and pane.
+
+    Grouping an unbounded PCollection in the global window with the default trigger is an
+    error (it would never emit): window it or set a trigger first. Elements that arrive after
+    their window expired (end of window + allowed lateness behind the watermark) are dropped
+    and counted in the `headrace/dropped_late_elements` counter; `with_late_data_output`
+    routes them to a second output instead.
+    """
 
     _primitive = True
+    #: The tag of the late-data output, or None when late data is only counted.
+    late_tag: Optional[str] = None
 
-    def expand(self, pcoll: Any) -> PCollection:
+    def with_late_data_output(self, tag: str = "late") -> "GroupByKey":
+        """Also outputs the elements dropped as late, under `tag`.
+
+        Applying the result gives a DoOutputsTuple: the grouped panes as `result[None]` (and
+        first when unpacked), and as `result.<tag>` / `result[tag]` the original `(key, value)`
+        elements that arrived after their window expired (end of window + allowed lateness
+        behind the input watermark), with their original timestamps and windows (an element
+        of several windows appears once per window it was late for). They are behind the
+        watermark downstream too, so re-window them (e.g. into GlobalWindows with a trigger)
+        or process them element-wise rather than grouping them in the same windows.
+        """
+        out = copy.copy(self)
+        out.late_tag = _check_late_tag(tag)
+        return out
+
+    def expand(self, pcoll: Any) -> Any:
         pcoll = _require_pcollection(self, pcoll)
         _check_kv(self, pcoll)
-        return self.pipeline.new_pcollection(pcoll.windowing, pcoll.is_bounded, element_type=KV_TYPE)
+        _check_groupable(self, pcoll)
+        return _grouping_outputs(self, pcoll)
 
 
 class CombinePerKey(PTransform):
-    """Combines the values of each key and window with a CombineFn or a callable such as `sum`."""
+    """Combines the values of each key and window with a CombineFn or a callable such as `sum`.
+
+    The same rules as GroupByKey apply to unbounded input and to late data (see
+    `with_late_data_output`).
+    """
 
     _primitive = True
+    #: The tag of the late-data output, or None when late data is only counted.
+    late_tag: Optional[str] = None
 
     def __init__(self, fn: Any, *args: Any, **kwargs: Any) -> None:
         super().__init__()
@@ -364,10 +441,17 @@ class CombinePerKey(PTransform):
     def default_label(self) -> str:
         return f"CombinePerKey({self._fn_label})"
 
-    def expand(self, pcoll: Any) -> PCollection:
+    def with_late_data_output(self, tag: str = "late") -> "CombinePerKey":
+        """Also outputs the elements dropped as late, under `tag` (see GroupByKey.with_late_data_output)."""
+        out = copy.copy(self)
+        out.late_tag = _check_late_tag(tag)
+        return out
+
+    def expand(self, pcoll: Any) -> Any:
         pcoll = _require_pcollection(self, pcoll)
         _check_kv(self, pcoll)
-        return self.pipeline.new_pcollection(pcoll.windowing, pcoll.is_bounded, element_type=KV_TYPE)
+        _check_groupable(self, pcoll)
+        return _grouping_outputs(self, pcoll)
 
 
 class CombineValues(PTransform):
@@ -478,8 +562,10 @@ class Flatten(PTransform):
                     f"incompatible windowing ({first.windowfn!r} vs {pc.windowing.windowfn!r}); "
                     "apply the same WindowInto to every input first")
         types = {pc.element_type for pc in pcolls}
-        return self.pipeline.new_pcollection(first, all(pc.is_bounded for pc in pcolls),
-                                             element_type=types.pop() if len(types) == 1 else None)
+        out = self.pipeline.new_pcollection(first, all(pc.is_bounded for pc in pcolls),
+                                            element_type=types.pop() if len(types) == 1 else None)
+        out.may_contain_retractions = any(pc.may_contain_retractions for pc in pcolls)
+        return out
 
 
 class Reshuffle(PTransform):
@@ -493,8 +579,10 @@ class Reshuffle(PTransform):
 
     def expand(self, pcoll: Any) -> PCollection:
         pcoll = _require_pcollection(self, pcoll)
-        return self.pipeline.new_pcollection(pcoll.windowing, pcoll.is_bounded,
-                                             element_type=pcoll.element_type)
+        out = self.pipeline.new_pcollection(pcoll.windowing, pcoll.is_bounded,
+                                            element_type=pcoll.element_type)
+        out.may_contain_retractions = pcoll.may_contain_retractions
+        return out
 
 
 class Partition(PTransform):

@@ -4,20 +4,20 @@ Beam's names (AfterWatermark, AfterCount, AfterProcessingTime, AfterAny, AfterAl
 Repeatedly, OrFinally, Always, Never, DefaultTrigger) are sugar over the formal trigger
 algebra of `headrace.model.trigger` (ElemCount, EndOfWindow, SinceEarliestElem, AtPeriod,
 Done, AfterFirst, Repeat, ...), which is exported here too, with the paper's AtCount,
-SequenceOf and RepeatUntil.
+AtWatermark, SequenceOf and RepeatUntil.
 """
 
 from headrace.model.trigger import (
     AccumulationMode, AfterAll, AfterAny, AfterCount, AfterEach, AfterFirst, AfterProcessingTime,
-    AfterWatermark, Always, AtCount, AtPeriod, ClosingBehavior, DefaultTrigger, Done, ElemCount,
-    EndOfWindow, LeafTrigger, Never, OnTimeBehavior, OrFinally, Repeat, Repeatedly, RepeatUntil,
-    SequenceOf, SinceEarliestElem, TriggerContext, TriggerFn,
+    AfterWatermark, Always, AtCount, AtPeriod, AtWatermark, ClosingBehavior, DefaultTrigger, Done,
+    ElemCount, EndOfWindow, LeafTrigger, Never, OnTimeBehavior, OrFinally, Repeat, Repeatedly,
+    RepeatUntil, SequenceOf, SinceEarliestElem, TriggerContext, TriggerFn,
 )
 
 __all__ = [
     "AccumulationMode", "AfterAll", "AfterAny", "AfterCount", "AfterEach", "AfterFirst",
-    "AfterProcessingTime", "AfterWatermark", "Always", "AtCount", "AtPeriod", "ClosingBehavior",
-    "DefaultTrigger", "Done", "ElemCount", "EndOfWindow", "LeafTrigger", "Never",
-    "OnTimeBehavior", "OrFinally", "Repeat", "RepeatUntil", "Repeatedly", "SequenceOf",
+    "AfterProcessingTime", "AfterWatermark", "Always", "AtCount", "AtPeriod", "AtWatermark",
+    "ClosingBehavior", "DefaultTrigger", "Done", "ElemCount", "EndOfWindow", "LeafTrigger",
+    "Never", "OnTimeBehavior", "OrFinally", "Repeat", "RepeatUntil", "Repeatedly", "SequenceOf",
     "SinceEarliestElem", "TriggerContext", "TriggerFn",
 ]

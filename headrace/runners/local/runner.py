@@ -9,20 +9,46 @@ What it does:
     fused steps fail together (coupled failure); then fails naming the step and element;
   * groups by deterministic key bytes (`headrace.model.coders.encode_key`) and runs every
     GroupByKey / CombinePerKey through the shared per-key core (`headrace.model.reduce`);
-  * tracks a watermark per PCollection: a bounded source holds it at the start until it is
-    exhausted, then releases it to +infinity; a step's output watermark is the minimum of its
-    input watermarks and its holds, and never goes back;
   * gives side inputs Beam's windowed semantics: a main-input element waits until the side
     input's watermark has passed the end of the side window it maps to.
 
-What it does not do: run bundles in parallel (it runs one at a time, in one process), or
-read unbounded sources other than TestStream.
+Time:
+  * Event time. Every PCollection has a watermark. A bounded source (Create, Read) holds it
+    at the start of time until it is exhausted, then releases it to +infinity; a TestStream
+    sets it per output as its script says. A step's output watermark is the minimum of its
+    input watermarks and its holds (a grouping holds at the earliest timestamp it may still
+    output), and never goes back. Elements behind a grouping's input watermark by more than
+    the allowed lateness are dropped, counted (`headrace/dropped_late_elements`, and
+    `headrace/dropped_closed_window_elements` for windows whose trigger finished) and, with
+    `.with_late_data_output(tag)`, sent to a second output.
+  * Processing time. With a TestStream in the pipeline the clock is virtual: it starts at 0
+    and moves only by `advance_processing_time`. Otherwise it is the system clock. The per-key
+    core gets the processing time on every call; keys whose processing-time wakeup is due are
+    called back each time the pipeline settles. The runner never sleeps waiting for a
+    processing-time deadline: with the system clock, a deadline is honoured only if it passes
+    while the pipeline is still running (bounded input ends with the watermark at +infinity,
+    which closes every window anyway).
+  * TestStream. Its events run one at a time; after each one the whole pipeline settles
+    (queues drained, watermarks propagated, due processing-time wakeups fired) before the
+    next, so a script gives the same panes on every run. Elements of one add_elements form
+    one bundle, whatever `--bundle_size`. After the last event every output's watermark goes
+    to +infinity, as in Beam. Several TestStreams in one pipeline take turns, one event each.
+  * Triggers. With a trigger that depends only on the watermark (the default trigger,
+    AfterWatermark without early/late firings, ...), a grouping buffers elements per key and
+    hands them to the core when the watermark next moves (the fast path); with any other
+    trigger, each bundle goes to the core at once, so count and processing-time triggers
+    fire as data arrives.
+
+What it does not do: run bundles in parallel (it runs one at a time, in one process), read
+unbounded sources other than TestStream, wait for wall-clock time to pass, or advance
+watermarks heuristically: a watermark moves only when a source says so.
 """
 
 from __future__ import annotations
 
 import gc
 import logging
+import time
 from typing import Any, Dict, List, Optional, Tuple
 
 from headrace.errors import (
@@ -34,11 +60,12 @@ from headrace.model import coders
 from headrace.model.reduce import KeyState, ReduceFnRunner
 from headrace.model.time import MAX_TIMESTAMP_MICROS, MIN_TIMESTAMP_MICROS
 from headrace.model.window import GLOBAL_WINDOWS_TUPLE, side_input_window
-from headrace.model.windowed import WindowedValue, TimestampedValue
+from headrace.model.windowed import PANE_INFO_UNKNOWN, TimestampedValue, WindowedValue
 from headrace.options.pipeline_options import LocalRunnerOptions
 from headrace.pipeline.pipeline import AppliedPTransform, Pipeline, PipelineResult, PipelineState
 from headrace.pipeline.pvalue import PCollection
 from headrace.runners.common import AssignWindowsRunner, ParDoRunner, SideInputReader
+from headrace.testing.test_stream import ElementEvent, ProcessingTimeEvent, TestStream, WatermarkEvent
 from headrace.transforms.core import (
     CombinePerKey, Create, Flatten, GroupByKey, ParDo, Reshuffle, WindowInto,
 )
@@ -142,6 +169,79 @@ def _to_wv(v: Any) -> WindowedValue:
     if type(v) is TimestampedValue:
         return WindowedValue(v.value, v.timestamp_us, GLOBAL_WINDOWS_TUPLE)
     return WindowedValue(v, MIN_TIMESTAMP_MICROS, GLOBAL_WINDOWS_TUPLE)
+
+
+class _RealClock:
+    """Processing time from the system clock, in microseconds since the epoch."""
+
+    def now(self) -> int:
+        return time.time_ns() // 1000
+
+
+class _VirtualClock:
+    """Processing time that starts at 0 and moves only when a TestStream advances it."""
+
+    def __init__(self) -> None:
+        self.now_us = 0
+
+    def now(self) -> int:
+        return self.now_us
+
+    def advance(self, micros: int) -> None:
+        self.now_us += micros
+
+
+class _TagOutput:
+    """The output watermark of one output (tag) of a TestStream: each has its own."""
+
+    __slots__ = ("output_wm",)
+
+    def __init__(self) -> None:
+        self.output_wm = MIN_TIMESTAMP_MICROS
+
+
+class _TestStreamUnit(_Unit):
+    """Replays a TestStream script one event at a time (the executor settles between events)."""
+
+    def __init__(self, ex: "_Executor", node: AppliedPTransform) -> None:
+        super().__init__(ex, node.full_label)
+        t = node.transform
+        assert isinstance(t, TestStream)
+        self.events = list(t._events)
+        self.position = 0
+        self.finished = False
+        self.outputs = tuple(sorted(node.outputs.values(), key=lambda pc: pc._id))
+        self.by_tag: Dict[Optional[str], PCollection] = {pc.tag: pc for pc in self.outputs}
+        self.tag_outputs: Dict[PCollection, _TagOutput] = {pc: _TagOutput() for pc in self.outputs}
+
+    def input_watermark(self) -> int:
+        wms = [o.output_wm for o in self.tag_outputs.values()]
+        return min(wms) if wms else MAX_TIMESTAMP_MICROS
+
+    def run_pending(self) -> bool:
+        return False  # events are stepped by the executor, one per settled pipeline
+
+    def step(self) -> None:
+        """Performs the next event; after the last one, moves every output's watermark to +inf."""
+        if self.position >= len(self.events):
+            for o in self.tag_outputs.values():
+                o.output_wm = MAX_TIMESTAMP_MICROS
+            self.finished = True
+            return
+        event = self.events[self.position]
+        self.position += 1
+        if isinstance(event, ElementEvent):
+            bundle = [WindowedValue(tv.value, tv.timestamp_us, GLOBAL_WINDOWS_TUPLE)
+                      for tv in event.timestamped_values]
+            if bundle:
+                self.ex.emit(self.by_tag[event.tag], bundle)
+        elif isinstance(event, WatermarkEvent):
+            o = self.tag_outputs[self.by_tag[event.tag]]
+            o.output_wm = max(o.output_wm, event.new_watermark.micros)
+        elif isinstance(event, ProcessingTimeEvent):
+            clock = self.ex.clock
+            assert isinstance(clock, _VirtualClock)
+            clock.advance(event.advance_by.micros)
 
 
 class _StageUnit(_Unit):
@@ -293,28 +393,44 @@ class _StageUnit(_Unit):
 
 
 class _GroupUnit(_Unit):
-    """GroupByKey / CombinePerKey: group by key bytes, then the per-key core per key."""
+    """GroupByKey / CombinePerKey: group by key bytes, then the per-key core per key.
+
+    With a trigger that depends only on the watermark (`trigger.watermark_only`, e.g. the
+    default trigger), elements are buffered per key until the input watermark next moves and
+    then handed to the core in one call per key: nothing can fire earlier, so this is exact
+    and cheap. With any other trigger, each incoming bundle is handed to the core at once (one
+    call per key present in it), with the current input watermark and processing time, so
+    element-count and processing-time triggers fire as elements arrive; keys whose
+    processing-time wakeup is due are called back on every settling cycle (`on_processing_time`).
+    """
 
     def __init__(self, ex: "_Executor", node: AppliedPTransform) -> None:
         super().__init__(ex, node.full_label)
         self.node = node
-        self.inputs = (node.inputs[0],)
-        self.outputs = (node.outputs[None],)
+        source = node.inputs[0]
+        self.inputs = (source,)
         t = node.transform
-        windowing = node.inputs[0].windowing
+        self.main_out = node.outputs[None]
+        late_tag = getattr(t, "late_tag", None)
+        self.late_out: Optional[PCollection] = node.outputs.get(late_tag) if late_tag else None
+        self.outputs = (self.main_out,) + ((self.late_out,) if self.late_out is not None else ())
+        windowing = source.windowing
         combine_fn = coders.loads(coders.dumps(t.combine_fn)) if isinstance(t, CombinePerKey) else None
         if combine_fn is not None:
             combine_fn.setup()
         self.combine_fn = combine_fn
-        self.core = ReduceFnRunner(windowing, combine_fn)
+        self.core = ReduceFnRunner(windowing, combine_fn,
+                                   input_retractions=source.may_contain_retractions)
+        self.watermark_only = bool(getattr(windowing.trigger, "watermark_only", False))
         self.states: Dict[bytes, KeyState] = {}
         self.keys: Dict[bytes, Any] = {}
-        self.pending: Dict[bytes, List[Tuple[Any, int, Any]]] = {}
+        self.pending: Dict[bytes, List[tuple]] = {}
+        self.ptimers: Dict[bytes, int] = {}  # key -> its next processing-time wakeup
         self.input_wm = MIN_TIMESTAMP_MICROS
-        self.dropped = 0
 
-    def process_bundle(self, bundle: Bundle) -> None:
-        pending = self.pending
+    # ---- input ----------------------------------------------------------------------
+
+    def _collect(self, bundle: Bundle, into: Dict[bytes, List[tuple]]) -> None:
         keys = self.keys
         encode = coders.encode_key
         for wv in bundle:
@@ -330,59 +446,26 @@ class _GroupUnit(_Unit):
             except KeyEncodingError as exc:
                 raise PipelineExecutionError(f"step {self.label!r}: {exc}", step=self.label,
                                              element=wv.value) from exc
-            lst = pending.get(kb)
+            lst = into.get(kb)
             if lst is None:
-                lst = pending[kb] = []
+                lst = into[kb] = []
                 if kb not in keys:
                     keys[kb] = k
             ts = wv.timestamp_us
-            for w in wv.windows:
-                lst.append((v, ts, w))
+            if wv.is_retraction:
+                for w in wv.windows:
+                    lst.append((v, ts, w, True))
+            else:
+                for w in wv.windows:
+                    lst.append((v, ts, w))
 
-    def on_input_watermark(self, wm: int) -> None:
-        while self.queue:  # input that arrived before this watermark advance is not late
-            self.process_bundle(self.queue.pop(0))
-        if wm <= self.input_wm and not self.pending:
+    def process_bundle(self, bundle: Bundle) -> None:
+        if self.watermark_only:
+            self._collect(bundle, self.pending)
             return
-        try:
-            self._advance(wm)
-        except PipelineExecutionError:
-            raise
-        except Exception as exc:
-            raise PipelineExecutionError(
-                f"step {self.label!r} failed while combining or grouping: {type(exc).__name__}: {exc}; "
-                "check its CombineFn", step=self.label) from exc
-
-    def _advance(self, wm: int) -> None:
-        out: Bundle = []
-        core = self.core
-        with metrics_scope(self.ex.committed, self.label):
-            for kb in list(self.pending):
-                state = self.states.get(kb)
-                if state is None:
-                    state = self.states[kb] = KeyState()
-                res = core.process_elements(state, self.pending.pop(kb), self.input_wm)
-                if res.dropped:
-                    self.dropped += res.dropped
-                    Metrics.counter("headrace", "dropped_late_elements").inc(res.dropped)
-                self._expand(kb, res.panes, out)
-            if wm > self.input_wm:
-                self.input_wm = wm
-                for kb in list(self.states):
-                    state = self.states[kb]
-                    res = core.on_watermark(state, wm)
-                    self._expand(kb, res.panes, out)
-                    if state.is_empty():
-                        del self.states[kb]
-                        self.keys.pop(kb, None)
-        for chunk in _chunks(out, self.ex.bundle_size):
-            self.ex.emit(self.outputs[0], chunk)
-
-    def _expand(self, kb: bytes, panes: list, out: Bundle) -> None:
-        key = self.keys[kb]
-        for p in panes:
-            out.append(WindowedValue((key, p.value), p.timestamp_us, (p.window,), p.pane_info,
-                                     p.is_retraction))
+        batches: Dict[bytes, List[tuple]] = {}
+        self._collect(bundle, batches)
+        self._guarded(self._process_now, batches)
 
     def run_pending(self) -> bool:
         progressed = bool(self.queue)
@@ -390,12 +473,151 @@ class _GroupUnit(_Unit):
             self.process_bundle(self.queue.pop(0))
         return progressed
 
+    # ---- calling the core -----------------------------------------------------------
+
+    def _guarded(self, fn: Any, arg: Any) -> Any:
+        """Runs `fn(arg)` with metrics attributed to this step; core failures name the step."""
+        container = MetricsContainer()
+        try:
+            with metrics_scope(container, self.label):
+                return fn(arg)
+        except PipelineExecutionError:
+            raise
+        except Exception as exc:
+            raise PipelineExecutionError(
+                f"step {self.label!r} failed while combining or grouping: {type(exc).__name__}: "
+                f"{exc}; check its CombineFn", step=self.label) from exc
+        finally:
+            self.ex.committed.merge(container)
+            self.ex.attempted.merge(container)
+
+    def _process_now(self, batches: Dict[bytes, List[tuple]]) -> None:
+        now = self.ex.clock.now()
+        wm = self.input_wm
+        out: Bundle = []
+        late: Bundle = []
+        states = self.states
+        process = self.core.process_elements
+        for kb, elements in batches.items():
+            state = states.get(kb)
+            if state is None:
+                state = states[kb] = KeyState()
+            self._take(kb, process(state, elements, wm, now), out, late)
+            self._settle_key(kb, state, wm, now)
+        self._emit(out, late)
+
+    def on_input_watermark(self, wm: int) -> None:
+        while self.queue:  # input that arrived before this watermark advance is not late
+            self.process_bundle(self.queue.pop(0))
+        if wm <= self.input_wm and not self.pending:
+            return
+        self._guarded(self._advance, wm)
+
+    def _advance(self, wm: int) -> None:
+        now = self.ex.clock.now()
+        out: Bundle = []
+        late: Bundle = []
+        core = self.core
+        states = self.states
+        if self.pending:
+            old = self.input_wm
+            pending = self.pending
+            self.pending = {}
+            for kb, elements in pending.items():
+                state = states.get(kb)
+                if state is None:
+                    state = states[kb] = KeyState()
+                self._take(kb, core.process_elements(state, elements, old, now), out, late)
+                self._settle_key(kb, state, old, now)
+        if wm > self.input_wm:
+            self.input_wm = wm
+            on_watermark = core.on_watermark
+            expand = self._expand
+            for kb in list(states):
+                state = states[kb]
+                res = on_watermark(state, wm, now)
+                if res.panes:
+                    expand(kb, res.panes, out)
+                self._settle_key(kb, state, wm, now)
+        self._emit(out, late)
+
+    def on_processing_time(self, now: int) -> bool:
+        """Calls back the keys whose processing-time wakeup is due; True if anything was output."""
+        if not self.ptimers:
+            return False
+        due = [kb for kb, t in self.ptimers.items() if t <= now]
+        if not due:
+            return False
+        return bool(self._guarded(self._fire_processing_time, (due, now)))
+
+    def _fire_processing_time(self, arg: Tuple[List[bytes], int]) -> bool:
+        due, now = arg
+        wm = self.input_wm
+        out: Bundle = []
+        late: Bundle = []
+        for kb in due:
+            state = self.states.get(kb)
+            if state is None:
+                self.ptimers.pop(kb, None)
+                continue
+            self._take(kb, self.core.on_processing_time(state, now, wm), out, late)
+            self._settle_key(kb, state, wm, now)
+        self._emit(out, late)
+        return bool(out or late)
+
+    def _settle_key(self, kb: bytes, state: KeyState, wm: int, now: int) -> None:
+        """After a core call: forget a key with no state; note its next processing-time wakeup."""
+        if state.is_empty():
+            del self.states[kb]
+            self.keys.pop(kb, None)
+            if self.ptimers:
+                self.ptimers.pop(kb, None)
+            return
+        if not self.watermark_only:
+            t = self.core.next_processing_time_us(state, wm, now)
+            if t < MAX_TIMESTAMP_MICROS:
+                self.ptimers[kb] = t
+            elif self.ptimers:
+                self.ptimers.pop(kb, None)
+
+    # ---- output ---------------------------------------------------------------------
+
+    def _take(self, kb: bytes, res: Any, out: Bundle, late: Bundle) -> None:
+        """Turns one core result into output elements and counts what it dropped."""
+        if res.panes:
+            self._expand(kb, res.panes, out)
+        dropped_late = res.dropped_late
+        if dropped_late:
+            Metrics.counter("headrace", "dropped_late_elements").inc(len(dropped_late))
+            if self.late_out is not None:
+                key = self.keys[kb]
+                for item in dropped_late:
+                    late.append(WindowedValue((key, item[0]), item[1], (item[2],), PANE_INFO_UNKNOWN,
+                                              len(item) > 3 and bool(item[3])))
+        if res.dropped_closed:
+            Metrics.counter("headrace", "dropped_closed_window_elements").inc(len(res.dropped_closed))
+
+    def _expand(self, kb: bytes, panes: list, out: Bundle) -> None:
+        key = self.keys[kb]
+        for p in panes:
+            out.append(WindowedValue((key, p.value), p.timestamp_us, (p.window,), p.pane_info,
+                                     p.is_retraction))
+
+    def _emit(self, out: Bundle, late: Bundle) -> None:
+        size = self.ex.bundle_size
+        for chunk in _chunks(out, size):
+            self.ex.emit(self.main_out, chunk)
+        if late and self.late_out is not None:
+            for chunk in _chunks(late, size):
+                self.ex.emit(self.late_out, chunk)
+
     def hold(self) -> int:
         if self.pending:
             return self.input_wm
         best = MAX_TIMESTAMP_MICROS
+        output_hold = self.core.output_hold_us
         for state in self.states.values():
-            h = self.core.output_hold_us(state)
+            h = output_hold(state)
             if h < best:
                 best = h
         return best
@@ -427,11 +649,16 @@ class _Executor:
         self.attempted = MetricsContainer()
         self.units: List[_Unit] = []
         self.unit_of_input: Dict[PCollection, List[_Unit]] = {}
-        self.producer_unit: Dict[PCollection, _Unit] = {}
+        self.producer_unit: Dict[PCollection, Any] = {}  # a unit, or a TestStream's _TagOutput
+        self.streams: List[_TestStreamUnit] = []
+        self._next_stream = 0
         self.side_contents: Dict[PCollection, Dict[Any, list]] = {}
         self.side_pcolls: set = set()
         self.pickled: Dict[AppliedPTransform, bytes] = {}
         self._plan(pipeline)
+        self.clock: Any = _VirtualClock() if self.streams else _RealClock()
+        self.ptime_units = [u for u in self.units
+                            if isinstance(u, _GroupUnit) and not u.watermark_only]
 
     # ---- planning -------------------------------------------------------------------
 
@@ -442,6 +669,9 @@ class _Executor:
             t = node.transform
             if isinstance(t, (Create, Read)):
                 unit: _Unit = _SourceUnit(self, node)
+            elif isinstance(t, TestStream):
+                unit = _TestStreamUnit(self, node)
+                self.streams.append(unit)
             elif isinstance(t, (ParDo, WindowInto)):
                 if isinstance(t, ParDo):
                     try:
@@ -481,6 +711,8 @@ class _Executor:
                 unit.finalize()
             for pc in unit.outputs:
                 self.producer_unit[pc] = unit
+            if isinstance(unit, _TestStreamUnit):
+                self.producer_unit.update(unit.tag_outputs)
         for unit in self.units:
             for pc in unit.inputs:
                 self.unit_of_input.setdefault(pc, []).append(unit)
@@ -518,6 +750,40 @@ class _Executor:
                 changed = True
         return changed
 
+    def _fire_processing_time(self) -> bool:
+        now = self.clock.now()
+        fired = False
+        for unit in self.ptime_units:
+            if unit.on_processing_time(now):
+                fired = True
+        return fired
+
+    def _settle(self) -> None:
+        """Runs until nothing moves: queues drained, watermarks propagated, due timers fired."""
+        ptime = bool(self.ptime_units)
+        while True:
+            progressed = False
+            for unit in self.units:
+                if unit.run_pending():
+                    progressed = True
+            if self._advance_watermarks():
+                progressed = True
+            if ptime and self._fire_processing_time():
+                progressed = True
+            if not progressed:
+                break
+
+    def _step_streams(self) -> bool:
+        """Performs the next event of the next unfinished TestStream (round robin); False when none."""
+        n = len(self.streams)
+        for i in range(n):
+            unit = self.streams[(self._next_stream + i) % n]
+            if not unit.finished:
+                unit.step()
+                self._next_stream = (self._next_stream + i + 1) % n
+                return True
+        return False
+
     def run(self) -> None:
         # Elements are many small, acyclic objects: frequent cyclic-GC passes over them cost more
         # than the work itself, so collect less often while the pipeline runs.
@@ -525,15 +791,9 @@ class _Executor:
         gc.freeze()
         gc.set_threshold(max(thresholds[0], 100_000), max(thresholds[1], 50), max(thresholds[2], 50))
         try:
-            while True:
-                progressed = False
-                for unit in self.units:
-                    if unit.run_pending():
-                        progressed = True
-                if self._advance_watermarks():
-                    progressed = True
-                if not progressed:
-                    break
+            self._settle()
+            while self._step_streams():
+                self._settle()
             stuck = [u.label for u in self.units if u.has_work()]
             if stuck:
                 raise PipelineExecutionError(
