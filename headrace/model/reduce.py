@@ -94,7 +94,7 @@ class WindowState:
     """Everything the core keeps for one active window of one key (plain, picklable data)."""
 
     __slots__ = ("contents", "pending", "hold_us", "trigger_state", "pane_index",
-                 "nonspec_index", "emitted_non_early", "to_retract", "unmatched")
+                 "nonspec_index", "emitted_non_early", "late_born", "to_retract", "unmatched")
 
     def __init__(self, contents: Any, trigger_state: Any) -> None:
         self.contents = contents
@@ -104,6 +104,7 @@ class WindowState:
         self.pane_index = 0
         self.nonspec_index = 0
         self.emitted_non_early = False
+        self.late_born = False  # created after the watermark passed its end: no pane is ON_TIME
         self.to_retract: Optional[List[Pane]] = None   # retracting mode: the panes to withdraw
         self.unmatched: Optional[List[Any]] = None     # retractions of inputs no longer held
 
@@ -244,6 +245,7 @@ class ReduceFnRunner:
                     dropped_closed.append((value, ts, item[2]))
                     continue
                 ws = windows[window] = self._new_window_state()
+                ws.late_born = input_watermark_us >= window.end_us
             if len(item) > 3 and item[3]:
                 self._retract(ws, value)
             elif buffering:
@@ -254,9 +256,12 @@ class ReduceFnRunner:
                 ws.contents = combine_fn.add_input(ws.contents, value)  # type: ignore[union-attr]
             ws.pending += 1
             if eow:
-                ws.hold_us = window.end_us - 1
+                if window.end_us > input_watermark_us:
+                    ws.hold_us = window.end_us - 1
             else:
-                ws.hold_us = self._combine_holds(ws.hold_us, self._hold_for(window, ts))
+                hold = self._hold_for(window, ts)
+                if hold >= input_watermark_us:  # no hold for late input: it could not hold back
+                    ws.hold_us = self._combine_holds(ws.hold_us, hold)
             if not watermark_only:
                 ctx.window = window
                 ws.trigger_state = trigger.on_element(ws.trigger_state, ts, ctx)
@@ -359,12 +364,14 @@ class ReduceFnRunner:
             timing = _EARLY
             nonspec = -1
         else:
-            timing = _LATE if ws.emitted_non_early else _ON_TIME
+            timing = _LATE if ws.emitted_non_early or ws.late_born else _ON_TIME
             nonspec = ws.nonspec_index
             ws.nonspec_index += 1
             ws.emitted_non_early = True
         info = PaneInfo(ws.pane_index == 0, is_last, timing, ws.pane_index, nonspec)
         ws.pane_index += 1
+        # Input that came only behind the watermark set no hold: such a pane is stamped at the
+        # end of the window (as in Beam).
         ts = ws.hold_us if ws.hold_us is not None else window.end_us - 1
         contents = ws.contents
         if self.combine_fn is None:
@@ -396,13 +403,16 @@ class ReduceFnRunner:
         merges = self.windowfn._merge(list(windows) + list(new))
         mapping: Dict[BoundedWindow, BoundedWindow] = {}
         for group, result in merges:
-            states = [windows.pop(w) for w in group if w in windows]
+            olds = [w for w in group if w in windows]
+            states = [windows.pop(w) for w in olds]
             for w in group:
                 mapping[w] = result
             if not states:
                 continue
-            merged = states[0] if len(states) == 1 else self._merge_states(result, states, wm, ptime)
-            windows[result] = merged
+            if len(states) == 1 and olds[0] == result:
+                windows[result] = states[0]
+            else:  # also one window grown by new elements: its end moved, so rewind its trigger
+                windows[result] = self._merge_states(result, states, wm, ptime)
         return mapping
 
     def _merge_states(self, result: BoundedWindow, states: List[WindowState], wm: int,
@@ -434,4 +444,5 @@ class ReduceFnRunner:
         ws.pane_index = max(s.pane_index for s in states)
         ws.nonspec_index = max(s.nonspec_index for s in states)
         ws.emitted_non_early = any(s.emitted_non_early for s in states) and wm >= result.end_us
+        ws.late_born = all(s.late_born for s in states) and wm >= result.end_us
         return ws

@@ -102,6 +102,12 @@ def _earliest(a: Tuple[int, int], b: Tuple[int, int]) -> Tuple[int, int]:
     return (a[0] if a[0] < b[0] else b[0], a[1] if a[1] < b[1] else b[1])
 
 
+def _seconds(micros: int) -> str:
+    """Seconds as written in a repr that reads back exactly."""
+    whole, frac = divmod(micros, 1_000_000)
+    return str(whole) if not frac else repr(micros / 1e6)
+
+
 class TriggerFn:
     """Base class of triggers: an immutable value whose per-window state is plain data.
 
@@ -138,6 +144,14 @@ class TriggerFn:
 
     def restart(self, state: Any) -> Any:
         """The state with every Done tombstone lifted (the spec's `restart`)."""
+        raise NotImplementedError
+
+    def reset(self, state: Any) -> Any:
+        """`restart(state)` with every element summary cleared: a trigger that has seen nothing yet.
+
+        Used where the spec clears state because it stood for elements already emitted: when
+        Repeat restarts its finished child, and for AfterEach's later children when it fires.
+        """
         raise NotImplementedError
 
     def rewind(self, state: Any, ctx: TriggerContext) -> Any:
@@ -272,6 +286,10 @@ class LeafTrigger(TriggerFn):
     def restart(self, state: Any) -> Any:
         """restart(Done(leaf)) = leaf with fresh data; a live leaf is unchanged."""
         return self.initial_state() if state[0] else state
+
+    def reset(self, state: Any) -> Any:
+        """A live leaf with fresh data."""
+        return (False, self.initial_data())
 
     def rewind(self, state: Any, ctx: TriggerContext) -> Any:
         """Done(EndOfWindow) comes back while the merged window's end is ahead; others stay."""
@@ -435,7 +453,7 @@ class SinceEarliestElem(_ProcessingTimeLeaf):
         return (self.delay_us,)
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.delay_us / 1e6:g})"
+        return f"{type(self).__name__}({_seconds(self.delay_us)})"
 
 
 class AfterProcessingTime(SinceEarliestElem):
@@ -469,8 +487,8 @@ class AtPeriod(_ProcessingTimeLeaf):
         return (self.period_us, self.offset_us)
 
     def __repr__(self) -> str:
-        off = f", {self.offset_us / 1e6:g}" if self.offset_us else ""
-        return f"AtPeriod({self.period_us / 1e6:g}{off})"
+        off = f", {_seconds(self.offset_us)}" if self.offset_us else ""
+        return f"AtPeriod({_seconds(self.period_us)}{off})"
 
 
 class Never(LeafTrigger):
@@ -523,6 +541,10 @@ class Done(TriggerFn):
     def restart(self, state: Any) -> Any:
         """restart(Done(R)) = R."""
         return self.leaf.restart(state)
+
+    def reset(self, state: Any) -> Any:
+        """The live leaf, fresh (restart(Done(R)) = R)."""
+        return self.leaf.reset(state)
 
     def rewind(self, state: Any, ctx: TriggerContext) -> Any:
         """As the leaf."""
@@ -595,6 +617,10 @@ class _Composite(TriggerFn):
     def restart(self, state: Any) -> Any:
         """Restart every child."""
         return tuple(t.restart(s) for t, s in zip(self.triggers, state))
+
+    def reset(self, state: Any) -> Any:
+        """Reset every child."""
+        return tuple(t.reset(s) for t, s in zip(self.triggers, state))
 
     def rewind(self, state: Any, ctx: TriggerContext) -> Any:
         """Rewind every child."""
@@ -702,14 +728,23 @@ class AfterEach(_Composite):
             return state
         ts = self.triggers
         return (state[:i] + (ts[i].next(state[i], ctx),)
-                + tuple(t.initial_state() for t in ts[i + 1:]))
+                + tuple(t.reset(s) for t, s in zip(ts[i + 1:], state[i + 1:])))
 
     def rewind(self, state: Any, ctx: TriggerContext) -> Any:
-        """Rewind up to the first unfinished child, restart the ones after it."""
-        k = self._active(state)
+        """Rewind children in order up to the first one unfinished after rewinding; restart the rest.
+
+        (Choosing that child after rewinding keeps rewind idempotent: a revived EndOfWindow
+        becomes the active child again, so the children after it start over.)
+        """
+        out = []
         ts = self.triggers
-        return (tuple(t.rewind(s, ctx) for t, s in zip(ts[:k + 1], state[:k + 1]))
-                + tuple(t.restart(s) for t, s in zip(ts[k + 1:], state[k + 1:])))
+        for k, (t, s) in enumerate(zip(ts, state)):
+            r = t.rewind(s, ctx)
+            out.append(r)
+            if not t.is_done(r):
+                out.extend(u.restart(x) for u, x in zip(ts[k + 1:], state[k + 1:]))
+                break
+        return tuple(out)
 
     def wakeup(self, state: Any, ctx: TriggerContext) -> Tuple[int, int]:
         """The wakeup of the first unfinished child."""
@@ -754,14 +789,18 @@ class Repeat(_Composite):
         return self.triggers[0].on_element(state, timestamp_us, ctx)
 
     def next(self, state: Any, ctx: TriggerContext) -> Any:
-        """next of the child; when that finishes it, a fresh child (its state is cleared)."""
+        """next of the child; when that finishes it, Repeat(restart(child)) with its state cleared."""
         t = self.triggers[0]
         s = t.next(state, ctx)
-        return t.initial_state() if t.is_done(s) else s
+        return t.reset(s) if t.is_done(s) else s
 
     def restart(self, state: Any) -> Any:
         """Restart the child."""
         return self.triggers[0].restart(state)
+
+    def reset(self, state: Any) -> Any:
+        """Reset the child."""
+        return self.triggers[0].reset(state)
 
     def rewind(self, state: Any, ctx: TriggerContext) -> Any:
         """Rewind the child."""
@@ -834,6 +873,11 @@ class RepeatUntil(OrFinally):
     def __init__(self, trigger: TriggerFn, until: TriggerFn) -> None:
         super().__init__(Repeat(trigger), until)
 
+    def __repr__(self) -> str:
+        main = self.triggers[0]
+        inner = main.triggers[0] if isinstance(main, Repeat) else main
+        return f"RepeatUntil({inner!r}, {self.triggers[1]!r})"
+
 
 # ---------------------------------------------------------------------------------------
 # Beam's sugar
@@ -871,6 +915,10 @@ class _Sugar(TriggerFn):
     def restart(self, state: Any) -> Any:
         """As the expression."""
         return self.expr.restart(state)
+
+    def reset(self, state: Any) -> Any:
+        """As the expression."""
+        return self.expr.reset(state)
 
     def rewind(self, state: Any, ctx: TriggerContext) -> Any:
         """As the expression."""
