@@ -130,3 +130,25 @@ def test_downstream_group_by_key_withdraws_retracted_values(make_pipeline):
                | "Rewindow" >> beam.WindowInto(window.FixedWindows(10))
                | "Stage2" >> beam.GroupByKey())
         assert_that(out, equal_to([("k", [3])]))
+
+
+def test_downstream_combine_that_cannot_retract_recomputes_from_its_inputs(make_pipeline):
+    # max cannot be un-applied: the downstream CombinePerKey keeps its inputs and recomputes.
+    # Stage 1 emits, for a, 5, then (retracting each time) 6 and 8; for b, 9 then 5. Only the
+    # falling b shows the recomputation: without it the withdrawn 9 would stay the maximum.
+    stream = (TestStream()
+              .add_elements([window.TimestampedValue(("a", 5), 1),
+                             window.TimestampedValue(("b", 9), 1)])
+              .add_elements([window.TimestampedValue(("a", 1), 2),
+                             window.TimestampedValue(("b", -4), 2)])
+              .add_elements([window.TimestampedValue(("a", 2), 3)])
+              .advance_watermark_to_infinity())
+    with make_pipeline() as p:
+        out = (p | stream
+               | beam.WindowInto(window.FixedWindows(10), trigger=Repeatedly(AfterCount(1)),
+                                 accumulation_mode=AccumulationMode.ACCUMULATING_AND_RETRACTING)
+               | "Stage1" >> beam.CombinePerKey(sum)
+               | "Rewindow" >> beam.WindowInto(window.FixedWindows(10))
+               | "Stage2" >> beam.CombinePerKey(lambda values: max(values, default=None)))
+        # a: panes 5, 6, 8 with 5 and 6 withdrawn -> max 8; b: panes 9, 5 with 9 withdrawn -> 5
+        assert_that(out, equal_to([("a", 8), ("b", 5)]))
