@@ -3,6 +3,7 @@
 DoFns are serialised and may run in other processes (Spark executors), so their shared
 state lives in files rather than in module globals: a `Journal` is an append-only event log,
 a `Once` hands out "first time?" flags. Both are small picklable objects holding a path.
+`Panes` records the pane of each output of a grouping.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ import json
 import os
 import uuid
 from typing import Any, List
+
+import headrace as beam
 
 
 class Journal:
@@ -62,3 +65,18 @@ def counter_value(result: Any, name: str, attempted: bool = False) -> int:
 
     found = result.metrics().query(MetricsFilter().with_name(name))["counters"]
     return sum(r.attempted if attempted else r.committed for r in found)
+
+
+class Panes(beam.DoFn):
+    """(key, value (lists sorted), window start s[, window end s], timestamp us, timing, index,
+    nonspeculative index) for each (key, value) output of a grouping."""
+
+    def __init__(self, window_end: bool = False) -> None:
+        self.window_end = window_end
+
+    def process(self, kv, w=beam.DoFn.WindowParam, ts=beam.DoFn.TimestampParam,
+                pane=beam.DoFn.PaneInfoParam):
+        k, v = kv
+        v = tuple(sorted(v)) if isinstance(v, list) else v
+        where = (float(w.start), float(w.end)) if self.window_end else (float(w.start),)
+        yield (k, v, *where, ts.micros, pane.timing.name, pane.index, pane.nonspeculative_index)

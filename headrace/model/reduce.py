@@ -81,11 +81,6 @@ class ReduceResult(NamedTuple):
     dropped_late: List[Tuple[Any, int, BoundedWindow]]
     dropped_closed: List[Tuple[Any, int, BoundedWindow]]
 
-    @property
-    def dropped(self) -> int:
-        """How many elements were dropped in all."""
-        return len(self.dropped_late) + len(self.dropped_closed)
-
 
 _NOTHING = ReduceResult([], [], [])
 

@@ -193,24 +193,6 @@ class TriggerFn:
         """`R.orFinally(until)`: this trigger until `until` fires, then done."""
         return OrFinally(self, until)
 
-    def may_lose_data(self) -> bool:
-        """True when the trigger can finish (so data arriving after that is dropped)."""
-        return self.is_done(self.initial_state()) or self.is_once() or self._can_finish()
-
-    def _can_finish(self) -> bool:
-        return False
-
-    # ---- Beam Python compatibility -----------------------------------------------------
-
-    def should_fire(self, state: Any, ctx: TriggerContext) -> bool:
-        """True when the window should emit a pane now (ready and not done)."""
-        return not self.is_done(state) and self.ready(state, ctx)
-
-    def on_fire(self, state: Any, ctx: TriggerContext) -> Tuple[Any, bool]:
-        """The state after firing, and whether the trigger has finished for this window."""
-        s = self.next(state, ctx)
-        return s, self.is_done(s)
-
 
 # ---------------------------------------------------------------------------------------
 # leaves
@@ -751,9 +733,6 @@ class AfterEach(_Composite):
         i = self._active(state)
         return NO_WAKEUP if i == len(self.triggers) else self.triggers[i].wakeup(state[i], ctx)
 
-    def _can_finish(self) -> bool:
-        return all(t.may_lose_data() for t in self.triggers)
-
 
 class SequenceOf(AfterEach):
     """The paper's SequenceOf(*triggers): each subtrigger in turn (AfterEach)."""
@@ -863,9 +842,6 @@ class OrFinally(_Composite):
         return (self.triggers[0].next_if_ready(state[0], ctx),
                 self.triggers[1].next_if_ready(state[1], ctx))
 
-    def _can_finish(self) -> bool:
-        return True
-
 
 class RepeatUntil(OrFinally):
     """The paper's RepeatUntil(trigger, until): Repeat(trigger) until `until` fires."""
@@ -939,10 +915,6 @@ class _Sugar(TriggerFn):
     def current(self, state: Any) -> TriggerFn:
         """The expression's current trigger."""
         return self.expr.current(state)
-
-    def may_lose_data(self) -> bool:
-        """As the expression."""
-        return self.expr.may_lose_data()
 
     def __eq__(self, other: object) -> bool:
         return type(other) is type(self) and other.expr == self.expr  # type: ignore[attr-defined]

@@ -355,14 +355,6 @@ def _check_groupable(transform: PTransform, pcoll: PCollection) -> None:
         "trigger.AfterProcessingTime(60)), accumulation_mode=trigger.AccumulationMode.DISCARDING)")
 
 
-def _check_late_tag(tag: Any) -> str:
-    if not isinstance(tag, str) or not tag:
-        raise InvalidArgumentError(
-            f"with_late_data_output(tag=...) needs a non-empty str tag, got {tag!r}; "
-            "e.g. with_late_data_output(tag='late')")
-    return tag
-
-
 def _grouping_outputs(transform: Any, pcoll: PCollection) -> Any:
     """The main output of a grouping and, with `with_late_data_output`, its late-data output."""
     p = transform.pipeline
@@ -378,21 +370,14 @@ def _grouping_outputs(transform: Any, pcoll: PCollection) -> Any:
     return DoOutputsTuple(None, {None: main, tag: late}, (tag,))
 
 
-class GroupByKey(PTransform):
-    """GroupByKeyAndWindow: (key, value) pairs to (key, [values]) per window and pane.
-
-    Grouping an unbounded PCollection in the global window with the default trigger is an
-    error (it would never emit): window it or set a trigger first. Elements that arrive after
-    their window expired (end of window + allowed lateness behind the watermark) are dropped
-    and counted in the `headrace/dropped_late_elements` counter; `with_late_data_output`
-    routes them to a second output instead.
-    """
+class _Grouping(PTransform):
+    """What GroupByKey and CombinePerKey share: input checks, outputs and the late-data output."""
 
     _primitive = True
     #: The tag of the late-data output, or None when late data is only counted.
     late_tag: Optional[str] = None
 
-    def with_late_data_output(self, tag: str = "late") -> "GroupByKey":
+    def with_late_data_output(self, tag: str = "late") -> Any:
         """Also outputs the elements dropped as late, under `tag`.
 
         Applying the result gives a DoOutputsTuple: the grouped panes as `result[None]` (and
@@ -403,8 +388,12 @@ class GroupByKey(PTransform):
         watermark downstream too, so re-window them (e.g. into GlobalWindows with a trigger)
         or process them element-wise rather than grouping them in the same windows.
         """
+        if not isinstance(tag, str) or not tag:
+            raise InvalidArgumentError(
+                f"with_late_data_output(tag=...) needs a non-empty str tag, got {tag!r}; "
+                "e.g. with_late_data_output(tag='late')")
         out = copy.copy(self)
-        out.late_tag = _check_late_tag(tag)
+        out.late_tag = tag
         return out
 
     def expand(self, pcoll: Any) -> Any:
@@ -414,16 +403,23 @@ class GroupByKey(PTransform):
         return _grouping_outputs(self, pcoll)
 
 
-class CombinePerKey(PTransform):
+class GroupByKey(_Grouping):
+    """GroupByKeyAndWindow: (key, value) pairs to (key, [values]) per window and pane.
+
+    Grouping an unbounded PCollection in the global window with the default trigger is an
+    error (it would never emit): window it or set a trigger first. Elements that arrive after
+    their window expired (end of window + allowed lateness behind the watermark) are dropped
+    and counted in the `headrace/dropped_late_elements` counter; `with_late_data_output`
+    routes them to a second output instead.
+    """
+
+
+class CombinePerKey(_Grouping):
     """Combines the values of each key and window with a CombineFn or a callable such as `sum`.
 
     The same rules as GroupByKey apply to unbounded input and to late data (see
     `with_late_data_output`).
     """
-
-    _primitive = True
-    #: The tag of the late-data output, or None when late data is only counted.
-    late_tag: Optional[str] = None
 
     def __init__(self, fn: Any, *args: Any, **kwargs: Any) -> None:
         super().__init__()
@@ -440,18 +436,6 @@ class CombinePerKey(PTransform):
 
     def default_label(self) -> str:
         return f"CombinePerKey({self._fn_label})"
-
-    def with_late_data_output(self, tag: str = "late") -> "CombinePerKey":
-        """Also outputs the elements dropped as late, under `tag` (see GroupByKey.with_late_data_output)."""
-        out = copy.copy(self)
-        out.late_tag = _check_late_tag(tag)
-        return out
-
-    def expand(self, pcoll: Any) -> Any:
-        pcoll = _require_pcollection(self, pcoll)
-        _check_kv(self, pcoll)
-        _check_groupable(self, pcoll)
-        return _grouping_outputs(self, pcoll)
 
 
 class CombineValues(PTransform):

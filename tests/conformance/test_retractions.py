@@ -99,17 +99,27 @@ def _last_pane_per_key_equals(expected):
     return match
 
 
+def _values_at(*key_value_time) -> TestStream:
+    """A TestStream adding each (key, value, event time) on its own, then ending."""
+    stream = TestStream()
+    for key, value, t in key_value_time:
+        stream.add_elements([window.TimestampedValue((key, value), t)])
+    return stream.advance_watermark_to_infinity()
+
+
+def _retracting_sums(p, stream):
+    """Stage 1: per key, sums of 10-second fixed windows, a pane per element, retracting."""
+    return (p | stream
+            | beam.WindowInto(window.FixedWindows(10), trigger=Repeatedly(AfterCount(1)),
+                              accumulation_mode=AccumulationMode.ACCUMULATING_AND_RETRACTING)
+            | "Stage1" >> beam.CombinePerKey(sum))
+
+
 def test_retractions_pass_through_element_wise_steps_and_are_visible(make_pipeline):
     # Fixed windows, a pane per element: each new pane retracts the one before.
-    stream = (TestStream()
-              .add_elements([window.TimestampedValue(("k", 1), 1)])
-              .add_elements([window.TimestampedValue(("k", 2), 2)])
-              .advance_watermark_to_infinity())
+    stream = _values_at(("k", 1, 1), ("k", 2, 2))
     with make_pipeline() as p:
-        out = (p | stream
-               | beam.WindowInto(window.FixedWindows(10), trigger=Repeatedly(AfterCount(1)),
-                                 accumulation_mode=AccumulationMode.ACCUMULATING_AND_RETRACTING)
-               | beam.CombinePerKey(sum)
+        out = (_retracting_sums(p, stream)
                | beam.Map(lambda kv: kv[1] * 10)  # applied to retractions too
                | beam.Map(lambda v, r=beam.DoFn.RetractionParam: (v, r)))
         assert_that(out, equal_to([(10, False), (10, True), (30, False)]))
@@ -118,15 +128,9 @@ def test_retractions_pass_through_element_wise_steps_and_are_visible(make_pipeli
 def test_downstream_group_by_key_withdraws_retracted_values(make_pipeline):
     # Stage 1 emits 1, then retracts it and emits 3; stage 2 groups per window of stage 1's
     # output and, fired only at the end, holds just the 3.
-    stream = (TestStream()
-              .add_elements([window.TimestampedValue(("k", 1), 1)])
-              .add_elements([window.TimestampedValue(("k", 2), 2)])
-              .advance_watermark_to_infinity())
+    stream = _values_at(("k", 1, 1), ("k", 2, 2))
     with make_pipeline() as p:
-        out = (p | stream
-               | beam.WindowInto(window.FixedWindows(10), trigger=Repeatedly(AfterCount(1)),
-                                 accumulation_mode=AccumulationMode.ACCUMULATING_AND_RETRACTING)
-               | "Stage1" >> beam.CombinePerKey(sum)
+        out = (_retracting_sums(p, stream)
                | "Rewindow" >> beam.WindowInto(window.FixedWindows(10))
                | "Stage2" >> beam.GroupByKey())
         assert_that(out, equal_to([("k", [3])]))
@@ -144,10 +148,7 @@ def test_downstream_combine_that_cannot_retract_recomputes_from_its_inputs(make_
               .add_elements([window.TimestampedValue(("a", 2), 3)])
               .advance_watermark_to_infinity())
     with make_pipeline() as p:
-        out = (p | stream
-               | beam.WindowInto(window.FixedWindows(10), trigger=Repeatedly(AfterCount(1)),
-                                 accumulation_mode=AccumulationMode.ACCUMULATING_AND_RETRACTING)
-               | "Stage1" >> beam.CombinePerKey(sum)
+        out = (_retracting_sums(p, stream)
                | "Rewindow" >> beam.WindowInto(window.FixedWindows(10))
                | "Stage2" >> beam.CombinePerKey(lambda values: max(values, default=None)))
         # a: panes 5, 6, 8 with 5 and 6 withdrawn -> max 8; b: panes 9, 5 with 9 withdrawn -> 5

@@ -26,21 +26,10 @@ from headrace.testing.util import assert_that, equal_to
 from headrace.transforms import window
 from headrace.utils.timestamp import Duration, Timestamp
 from headrace.utils.windowed_value import WindowedValue
-from tests._support import Journal
+from tests._support import Journal, Panes
 
 TV = beam.TimestampedValue
 US = 1_000_000
-
-
-class Panes(beam.DoFn):
-    """(key, values, window start s, window end s, timestamp us, timing, index, nonspeculative index)."""
-
-    def process(self, kv, w=beam.DoFn.WindowParam, ts=beam.DoFn.TimestampParam,
-                pane=beam.DoFn.PaneInfoParam):
-        k, v = kv
-        v = tuple(sorted(v)) if isinstance(v, list) else v
-        yield (k, v, float(w.start), float(w.end), ts.micros, pane.timing.name, pane.index,
-               pane.nonspeculative_index)
 
 
 class JournalPanes(beam.DoFn):
@@ -214,7 +203,7 @@ def test_fixed_windows_fire_on_time_as_the_watermark_passes_and_the_stream_ends(
     # After the script the watermark goes to +infinity: [10, 20) fires with j -> [7], k -> [3].
     with make_pipeline() as p:
         panes = (p | stream | beam.WindowInto(window.FixedWindows(10))
-                 | beam.GroupByKey() | beam.ParDo(Panes()))
+                 | beam.GroupByKey() | beam.ParDo(Panes(window_end=True)))
         eow1, eow2 = 10 * US - 1, 20 * US - 1  # default TimestampCombiner: end of window
         assert_that(panes, equal_to([
             ("k", (1, 2), 0.0, 10.0, eow1, "ON_TIME", 0, 0),
@@ -236,7 +225,8 @@ def test_multiple_output_tags_have_their_own_watermarks(make_pipeline):
 
         def grouped(pc, name):
             return (pc | f"Window{name}" >> beam.WindowInto(window.FixedWindows(10))
-                    | f"Group{name}" >> beam.GroupByKey() | f"Panes{name}" >> beam.ParDo(Panes()))
+                    | f"Group{name}" >> beam.GroupByKey()
+                    | f"Panes{name}" >> beam.ParDo(Panes(window_end=True)))
 
         # fast: [0, 10) expired when its element arrived (watermark 100, no allowed lateness)
         assert_that(grouped(outs["fast"], "Fast"), equal_to([]), label="fast")

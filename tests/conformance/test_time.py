@@ -32,20 +32,10 @@ from headrace.transforms.trigger import (
 )
 from headrace.transforms.window import IntervalWindow, TimestampCombiner
 from headrace.utils.timestamp import Timestamp
+from tests._support import Panes
 
 TV = beam.TimestampedValue
 US = 1_000_000
-
-
-class Panes(beam.DoFn):
-    """(key, value (lists sorted), window start s, timestamp us, timing, index, nonspeculative index)."""
-
-    def process(self, kv, w=beam.DoFn.WindowParam, ts=beam.DoFn.TimestampParam,
-                pane=beam.DoFn.PaneInfoParam):
-        k, v = kv
-        v = tuple(sorted(v)) if isinstance(v, list) else v
-        yield (k, v, float(w.start), ts.micros, pane.timing.name, pane.index,
-               pane.nonspeculative_index)
 
 
 def _counter(result, name):

@@ -421,7 +421,7 @@ class _GroupUnit(_Unit):
         self.combine_fn = combine_fn
         self.core = ReduceFnRunner(windowing, combine_fn,
                                    input_retractions=source.may_contain_retractions)
-        self.watermark_only = bool(getattr(windowing.trigger, "watermark_only", False))
+        self.watermark_only = windowing.trigger.watermark_only
         self.states: Dict[bytes, KeyState] = {}
         self.keys: Dict[bytes, Any] = {}
         self.pending: Dict[bytes, List[tuple]] = {}
@@ -492,10 +492,14 @@ class _GroupUnit(_Unit):
             self.ex.attempted.merge(container)
 
     def _process_now(self, batches: Dict[bytes, List[tuple]]) -> None:
-        now = self.ex.clock.now()
-        wm = self.input_wm
         out: Bundle = []
         late: Bundle = []
+        self._process_batches(batches, self.input_wm, self.ex.clock.now(), out, late)
+        self._emit(out, late)
+
+    def _process_batches(self, batches: Dict[bytes, List[tuple]], wm: int, now: int,
+                         out: Bundle, late: Bundle) -> None:
+        """Hands each key's elements to the core at input watermark `wm`, collecting its output."""
         states = self.states
         process = self.core.process_elements
         for kb, elements in batches.items():
@@ -504,7 +508,6 @@ class _GroupUnit(_Unit):
                 state = states[kb] = KeyState()
             self._take(kb, process(state, elements, wm, now), out, late)
             self._settle_key(kb, state, wm, now)
-        self._emit(out, late)
 
     def on_input_watermark(self, wm: int) -> None:
         while self.queue:  # input that arrived before this watermark advance is not late
@@ -520,15 +523,9 @@ class _GroupUnit(_Unit):
         core = self.core
         states = self.states
         if self.pending:
-            old = self.input_wm
             pending = self.pending
             self.pending = {}
-            for kb, elements in pending.items():
-                state = states.get(kb)
-                if state is None:
-                    state = states[kb] = KeyState()
-                self._take(kb, core.process_elements(state, elements, old, now), out, late)
-                self._settle_key(kb, state, old, now)
+            self._process_batches(pending, self.input_wm, now, out, late)
         if wm > self.input_wm:
             self.input_wm = wm
             on_watermark = core.on_watermark
