@@ -52,7 +52,7 @@ import time
 from typing import Any, Dict, List, Optional, Tuple
 
 from headrace.errors import (
-    ElementError, KeyEncodingError, PipelineExecutionError, _short_repr,
+    KeyEncodingError, PipelineExecutionError, _short_repr,
 )
 from headrace.io.iobase import Read
 from headrace.metrics.metric import Metrics, MetricResults, MetricsContainer, metrics_scope
@@ -64,7 +64,7 @@ from headrace.model.windowed import PANE_INFO_UNKNOWN, TimestampedValue, Windowe
 from headrace.options.pipeline_options import LocalRunnerOptions
 from headrace.pipeline.pipeline import AppliedPTransform, Pipeline, PipelineResult, PipelineState
 from headrace.pipeline.pvalue import PCollection
-from headrace.runners.common import AssignWindowsRunner, ParDoRunner, SideInputReader
+from headrace.runners.common import FusedStage, SideInputReader, serialize_dofn, step_spec
 from headrace.testing.test_stream import ElementEvent, ProcessingTimeEvent, TestStream, WatermarkEvent
 from headrace.transforms.core import (
     CombinePerKey, Create, Flatten, GroupByKey, ParDo, Reshuffle, WindowInto,
@@ -245,16 +245,16 @@ class _TestStreamUnit(_Unit):
 
 
 class _StageUnit(_Unit):
-    """A fused tree of element-wise steps rooted at one input PCollection."""
+    """A fused tree of element-wise steps rooted at one input PCollection (a `FusedStage`)."""
 
     def __init__(self, ex: "_Executor", root: PCollection) -> None:
         super().__init__(ex, "")
         self.root = root
         self.inputs = (root,)
         self.nodes: List[AppliedPTransform] = []
-        self.runners: Dict[AppliedPTransform, Any] = {}
         self.materialized: List[PCollection] = []
         self.pushback: Bundle = []
+        self.stage: Optional[FusedStage] = None
 
     def add(self, node: AppliedPTransform) -> None:
         self.nodes.append(node)
@@ -271,33 +271,8 @@ class _StageUnit(_Unit):
         self.materialized = sorted(mats, key=lambda pc: pc._id)
         self.outputs = tuple(self.materialized)
         self.label = " + ".join(n.full_label for n in self.nodes)
-
-    def _build(self) -> None:
-        for node in self.nodes:
-            t = node.transform
-            if isinstance(t, WindowInto):
-                self.runners[node] = AssignWindowsRunner(node.full_label, t.windowing.windowfn)
-            else:
-                dofn = coders.loads(self.ex.pickled[node])
-                self.runners[node] = ParDoRunner(node.full_label, dofn, t.args, t.kwargs,
-                                                 t.main_tag, t.dead_letter)
-
-    def _wire(self, outs: Dict[PCollection, Bundle]) -> None:
-        consumers_of: Dict[PCollection, List[Any]] = {}
-        for node in self.nodes:
-            consumers_of.setdefault(node.inputs[0], []).append(self.runners[node])
-        for node in reversed(self.nodes):  # consumers are bound before their producers read them
-            r = self.runners[node]
-            rec: Dict[Optional[str], List[Any]] = {}
-            for tag, pc in node.outputs.items():
-                lst = [c.process for c in consumers_of.get(pc, [])]
-                if pc in outs:
-                    lst.append(outs[pc].append)
-                if isinstance(r, ParDoRunner) and tag is not None and tag == r.main_tag:
-                    continue
-                rec[tag] = lst
-            r.receivers = rec
-            r.bind()
+        steps = [step_spec(n, self.ex.pickled.get(n)) for n in self.nodes]
+        self.stage = FusedStage(self.label, steps, self.root._id, [pc._id for pc in self.materialized])
 
     def _side_ready(self, wv: WindowedValue) -> bool:
         for node in self.nodes:
@@ -333,63 +308,16 @@ class _StageUnit(_Unit):
 
     def process_bundle(self, bundle: Bundle) -> None:
         ex = self.ex
-        attempts = 0
-        while True:
-            attempts += 1
-            container = MetricsContainer()
-            outs: Dict[PCollection, Bundle] = {pc: [] for pc in self.materialized}
-            try:
-                if not self.runners:
-                    self._build()
-                self._wire(outs)
-                reader = ex.side_input_reader(self.nodes)
-                with metrics_scope(container, self.label):
-                    for r in self.runners.values():
-                        if isinstance(r, ParDoRunner):
-                            r.side_inputs = reader
-                        r.setup()
-                    for r in self.runners.values():
-                        r.start_bundle()
-                    root_receivers = [self.runners[n].process for n in self.nodes
-                                      if n.inputs[0] is self.root]
-                    if len(root_receivers) == 1:
-                        proc = root_receivers[0]
-                        for wv in bundle:
-                            proc(wv)
-                    else:
-                        for wv in bundle:
-                            for proc in root_receivers:
-                                proc(wv)
-                    for r in self.runners.values():
-                        r.finish_bundle()
-            except ElementError as err:
-                ex.attempted.merge(container)
-                self._teardown()
-                if attempts >= ex.max_attempts:
-                    raise PipelineExecutionError(
-                        f"step {err.step!r} failed in {err.phase} on element "
-                        f"{_short_repr(err.element)} after {attempts} attempt(s) of its bundle: "
-                        f"{type(err.cause).__name__}: {err.cause}. Fix the step, or route failing "
-                        "elements to a dead-letter output with .with_exception_handling()",
-                        step=err.step, element=err.element, attempts=attempts) from err.cause
-                _log.warning("bundle of %d elements failed in step %r (attempt %d of %d); retrying: %s",
-                             len(bundle), err.step, attempts, ex.max_attempts, err.cause)
-                continue
-            ex.attempted.merge(container)
-            ex.committed.merge(container)
-            for pc in self.materialized:
-                if outs[pc]:
-                    ex.emit(pc, outs[pc])
-            return
-
-    def _teardown(self) -> None:
-        with metrics_scope(None, self.label):
-            for r in self.runners.values():
-                r.teardown()
-        self.runners = {}
+        assert self.stage is not None
+        outs = self.stage.process_bundle(bundle, ex.side_input_reader(self.nodes), ex.max_attempts,
+                                         ex.committed, ex.attempted)
+        for pc in self.materialized:
+            if outs[pc._id]:
+                ex.emit(pc, outs[pc._id])
 
     def close(self) -> None:
-        self._teardown()
+        if self.stage is not None:
+            self.stage.teardown()
 
 
 class _GroupUnit(_Unit):
@@ -671,14 +599,7 @@ class _Executor:
                 self.streams.append(unit)
             elif isinstance(t, (ParDo, WindowInto)):
                 if isinstance(t, ParDo):
-                    try:
-                        self.pickled[node] = coders.dumps(t.fn)
-                    except Exception as exc:
-                        raise PipelineExecutionError(
-                            f"step {node.full_label!r}: its DoFn cannot be serialised "
-                            f"({type(exc).__name__}: {exc}); keep unpicklable objects such as "
-                            "connections out of the DoFn's constructor and create them in setup()",
-                            step=node.full_label) from exc
+                    self.pickled[node] = serialize_dofn(node.full_label, t.fn)
                 main = node.inputs[0]
                 stage = None
                 if not node.side_inputs:
