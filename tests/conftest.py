@@ -1,12 +1,19 @@
 """Shared fixtures.
 
 Every semantic test (tests/conformance/) takes the `runner` fixture, directly or through
-`make_pipeline`, so it runs once per runner listed in RUNNERS. To run the suite on another
-runner, add its name here (e.g. "SparkRunner"): the same tests then check that runner
-against the same, independently computed expectations.
+`make_pipeline`, so it runs once per runner configuration in RUNNERS: the local runner, the
+Spark runner on `local[2]`, and the Spark runner on `local-cluster[2,1,1024]` (separate
+executor processes). The same tests check every runner against the same, independently
+computed expectations. `HEADRACE_TEST_RUNNERS=LocalRunner,spark-local` picks a subset.
+
+Spark tests share one SparkSession per master; tests are ordered so that each master's tests
+run together (one session start each). A pipeline with a TestStream (an unbounded source) is
+skipped on the Spark batch runner, with that reason in the test report.
 """
 
 from __future__ import annotations
+
+import os
 
 import pytest
 
@@ -14,19 +21,73 @@ import headrace as beam
 from headrace.options.pipeline_options import PipelineOptions
 from tests._support import Journal, Once
 
-RUNNERS = ["LocalRunner"]
+SPARK_CONF = ["spark.ui.enabled=false", "spark.sql.shuffle.partitions=2",
+              "spark.default.parallelism=2", "spark.python.worker.reuse=true",
+              "spark.executor.memory=1g"]
+
+# runner id -> (runner name, extra options)
+RUNNER_CONFIGS = {
+    "LocalRunner": ("LocalRunner", {}),
+    "spark-local": ("SparkRunner", {"spark_master": "local[2]", "spark_conf": SPARK_CONF}),
+    "spark-cluster": ("SparkRunner", {"spark_master": "local-cluster[2,1,1024]",
+                                      "spark_conf": SPARK_CONF}),
+}
+RUNNERS = [r for r in os.environ.get("HEADRACE_TEST_RUNNERS", ",".join(RUNNER_CONFIGS)).split(",")
+           if r]
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """Runs each runner's tests together, so each Spark master starts once."""
+    order = {r: i for i, r in enumerate(RUNNERS)}
+
+    def rank(item):
+        callspec = getattr(item, "callspec", None)
+        r = callspec.params.get("runner") if callspec else None
+        return order.get(r, -1)
+
+    items.sort(key=rank)
 
 
 @pytest.fixture(params=RUNNERS)
 def runner(request):
-    """The name of the runner under test."""
+    """The id of the runner configuration under test (a key of RUNNER_CONFIGS)."""
     return request.param
+
+
+class _TestRunner:
+    """Runs a test's pipeline on the configured runner; skips TestStream pipelines on batch runners."""
+
+    def __init__(self, name):
+        self.name = name
+
+    def run_pipeline(self, pipeline, options):
+        from headrace.runners import create_runner
+        from headrace.testing.test_stream import TestStream
+        if self.name == "SparkRunner" and any(isinstance(n.transform, TestStream)
+                                              for n in pipeline.primitives()):
+            pytest.skip("TestStream is an unbounded source; the Spark runner runs batch jobs")
+        return create_runner(self.name).run_pipeline(pipeline, options)
 
 
 @pytest.fixture
 def make_pipeline(runner):
     """`make_pipeline(**opts)` builds a Pipeline on the runner under test, e.g. bundle_size=2."""
-    return lambda **opts: beam.Pipeline(runner=runner, options=PipelineOptions(**opts))
+    name, extra = RUNNER_CONFIGS[runner]
+
+    def make(**opts):
+        return beam.Pipeline(runner=_TestRunner(name), options=PipelineOptions(**{**extra, **opts}))
+    return make
+
+
+@pytest.fixture
+def runner_flags(runner):
+    """The command-line flags that select the runner under test (for argv-driven tests)."""
+    name, extra = RUNNER_CONFIGS[runner]
+    flags = [f"--runner={name}"]
+    if "spark_master" in extra:
+        flags.append(f"--spark_master={extra['spark_master']}")
+    flags += [f"--spark_conf={c}" for c in extra.get("spark_conf", ())]
+    return flags
 
 
 @pytest.fixture

@@ -55,13 +55,13 @@ def _output_lines(prefix):
     return [line for path in files for line in pathlib.Path(path).read_text().splitlines()]
 
 
-def test_wordcount_minimal(examples, runner, tmp_path):
+def test_wordcount_minimal(examples, runner_flags, tmp_path):
     lines = _generate_text(random.Random(20150831), 2500)
     input_path = tmp_path / "kinglear.txt"
     input_path.write_text("\n".join(lines) + "\n")
     prefix = tmp_path / "out" / "counts"
 
-    examples.run_minimal([f"--input={input_path}", f"--output={prefix}", f"--runner={runner}"])
+    examples.run_minimal([f"--input={input_path}", f"--output={prefix}", *runner_flags])
 
     actual = collections.Counter()
     for line in _output_lines(prefix):
@@ -72,7 +72,7 @@ def test_wordcount_minimal(examples, runner, tmp_path):
         w for line in lines for w in re.findall(r"[A-Za-z']+", line))
 
 
-def test_windowed_wordcount(examples, runner, tmp_path):
+def test_windowed_wordcount(examples, runner_flags, tmp_path):
     rnd = random.Random(7)
     base = 1_700_000_000  # 2023-11-14T22:13:20Z, not aligned to two minutes
     timed_lines = [(line, base + rnd.randrange(0, 15 * 60)) for line in _generate_text(rnd, 300)]
@@ -80,7 +80,7 @@ def test_windowed_wordcount(examples, runner, tmp_path):
     input_path.write_text("".join(f"{t}\t{line}\n" for line, t in timed_lines))
     prefix = tmp_path / "out" / "counts"
 
-    examples.run_windowed([f"--input={input_path}", f"--output={prefix}", f"--runner={runner}",
+    examples.run_windowed([f"--input={input_path}", f"--output={prefix}", *runner_flags,
                            "--bundle_size=50"])
 
     expected = collections.Counter()

@@ -34,7 +34,7 @@ def test_unknown_runner_raises():
         p.run()
 
 
-def test_pipeline_from_argv(runner, tmp_path):
+def test_pipeline_from_argv(runner_flags, tmp_path):
     journal = Journal(tmp_path / "j.jsonl")
 
     class Record(beam.DoFn):
@@ -48,8 +48,8 @@ def test_pipeline_from_argv(runner, tmp_path):
         def finish_bundle(self):
             journal.write(self.n)
 
-    p = beam.Pipeline(argv=[f"--runner={runner}", "--bundle_size=2", "--max_bundle_attempts=5"])
-    assert p.options.view_as(StandardOptions).runner == runner
+    p = beam.Pipeline(argv=[*runner_flags, "--bundle_size=2", "--max_bundle_attempts=5"])
+    assert p.options.view_as(StandardOptions).runner == runner_flags[0].split("=", 1)[1]
     local = p.options.view_as(LocalRunnerOptions)
     assert (local.bundle_size, local.max_bundle_attempts) == (2, 5)
     assert_that(p | beam.Create(list(range(7))) | beam.ParDo(Record()), equal_to(list(range(7))))
@@ -58,7 +58,7 @@ def test_pipeline_from_argv(runner, tmp_path):
     assert sum(sizes) == 7 and max(sizes) <= 2
 
 
-def test_argv_max_bundle_attempts_is_honoured(runner, tmp_path):
+def test_argv_max_bundle_attempts_is_honoured(runner_flags, tmp_path):
     once = Once(tmp_path)
 
     def flaky(x, once=once):
@@ -66,12 +66,12 @@ def test_argv_max_bundle_attempts_is_honoured(runner, tmp_path):
             raise RuntimeError("first attempt fails")
         return x
 
-    ok = beam.Pipeline(argv=[f"--runner={runner}", "--max_bundle_attempts=2"])
+    ok = beam.Pipeline(argv=[*runner_flags, "--max_bundle_attempts=2"])
     assert_that(ok | beam.Create([1]) | beam.Map(flaky), equal_to([1]))
     ok.run()
 
     once2 = Once(tmp_path / "again")
-    failing = beam.Pipeline(argv=[f"--runner={runner}", "--max_bundle_attempts=1"])
+    failing = beam.Pipeline(argv=[*runner_flags, "--max_bundle_attempts=1"])
     failing | beam.Create([1]) | beam.Map(flaky, once=once2)
     with pytest.raises(PipelineExecutionError):
         failing.run()

@@ -152,7 +152,7 @@ def _update(kind: str, namespace: str, name: str, value: Any) -> None:
 
 def _check_name(namespace: Any, name: Any) -> Tuple[str, str]:
     if isinstance(namespace, type):
-        namespace = f"{namespace.__module__}.{namespace.__qualname__}"
+        namespace = f"{namespace.__module__}.{namespace.__name__}"  # as Beam; survives pickling
     if not isinstance(namespace, str) or not namespace:
         raise InvalidArgumentError(
             f"a metric namespace must be a non-empty str or a class, got {namespace!r}")
@@ -238,7 +238,7 @@ class MetricsFilter:
     def with_namespace(self, namespace: Any) -> "MetricsFilter":
         """Keeps metrics in this namespace (a str or a class)."""
         if isinstance(namespace, type):
-            namespace = f"{namespace.__module__}.{namespace.__qualname__}"
+            namespace = f"{namespace.__module__}.{namespace.__name__}"  # as Beam; survives pickling
         self.namespaces.add(namespace)
         return self
 

@@ -147,3 +147,24 @@ class TypeOptions(PipelineOptions):
     def _add_argparse_args(cls, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--pipeline_type_check", default=True, action="store_true")
         parser.add_argument("--runtime_type_check", default=False, action="store_true")
+
+
+class SparkRunnerOptions(PipelineOptions):
+    """Spark runner settings: the master URL, extra Spark configuration and parallelism."""
+
+    @classmethod
+    def _add_argparse_args(cls, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--spark_master", default=None,
+                            help="Spark master URL (default: local[*], Spark's embedded local mode); "
+                                 "e.g. local[2], local-cluster[2,1,1024], spark://host:7077")
+        parser.add_argument("--spark_conf", action="append", default=None, metavar="KEY=VALUE",
+                            help="an extra Spark configuration entry (repeatable), e.g. "
+                                 "--spark_conf=spark.driver.memory=4g")
+        parser.add_argument("--spark_app_name", default="headrace",
+                            help="the Spark application name shown in the Spark UI")
+        parser.add_argument("--spark_parallelism", type=int, default=None,
+                            help="partitions per shuffle and source (default: Spark's default "
+                                 "parallelism, the number of cores in local mode)")
+        parser.add_argument("--spark_task_max_failures", type=int, default=4,
+                            help="attempts of a Spark task (a crashed worker, a lost executor) before "
+                                 "the job fails; added to local[N] masters as local[N,F]")

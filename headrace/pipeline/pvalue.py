@@ -98,6 +98,29 @@ class TaggedOutput:
         return f"TaggedOutput({self.tag!r}, {self.value!r})"
 
 
+class Row:
+    """Beam's `beam.Row(name=value, ...)`: named fields read as attributes, equal by fields in order."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        self.__dict__.update(kwargs)
+
+    def as_dict(self) -> Dict[str, Any]:
+        """The fields as a dict, in order."""
+        return dict(self.__dict__)
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.__dict__.values())
+
+    def __eq__(self, other: Any) -> bool:
+        return type(self) is type(other) and list(self.__dict__.items()) == list(other.__dict__.items())
+
+    def __hash__(self) -> int:
+        return hash(tuple(self.__dict__.items()))
+
+    def __repr__(self) -> str:
+        return "Row(%s)" % ", ".join(f"{k}={v!r}" for k, v in self.__dict__.items())
+
+
 class DoOutputsTuple:
     """The outputs of a multi-output ParDo: index by tag, read as attributes, or unpack."""
 
@@ -150,7 +173,17 @@ class AsSideInput:
         return f"{type(self).__name__}({self.pvalue.label})"
 
 
-_NO_DEFAULT = object()
+class _NoDefault:
+    """The 'no default value' marker; unpickles as the same object (side inputs cross processes)."""
+
+    def __repr__(self) -> str:
+        return "<no default>"
+
+    def __reduce__(self) -> str:
+        return "_NO_DEFAULT"
+
+
+_NO_DEFAULT = _NoDefault()
 
 
 class AsSingleton(AsSideInput):

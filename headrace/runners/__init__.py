@@ -1,4 +1,4 @@
-"""Runners: the local reference runner (and, later, Spark)."""
+"""Runners: the local reference runner and the Spark runner."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from headrace.errors import InvalidArgumentError
 
 _ALIASES = {None: "LocalRunner", "DirectRunner": "LocalRunner", "LocalRunner": "LocalRunner",
             "local": "LocalRunner", "direct": "LocalRunner", "BundleBasedDirectRunner": "LocalRunner",
-            "SwitchingDirectRunner": "LocalRunner"}
+            "SwitchingDirectRunner": "LocalRunner", "SparkRunner": "SparkRunner",
+            "spark": "SparkRunner"}
 
 
 def create_runner(runner: Any) -> Any:
@@ -21,5 +22,8 @@ def create_runner(runner: Any) -> Any:
     if name == "LocalRunner":
         from headrace.runners.local import LocalRunner
         return LocalRunner()
+    if name == "SparkRunner":
+        from headrace.runners.spark import SparkRunner
+        return SparkRunner()
     raise InvalidArgumentError(
-        f"unknown runner {runner!r}; use --runner=LocalRunner (alias DirectRunner)")
+        f"unknown runner {runner!r}; use --runner=LocalRunner (alias DirectRunner) or --runner=SparkRunner")

@@ -12,11 +12,14 @@ import logging
 import traceback
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
-from headrace.errors import ElementError, InvalidArgumentError, PipelineExecutionError, _short_repr
+from headrace.errors import (
+    ElementError, InvalidArgumentError, KeyEncodingError, PipelineExecutionError, _short_repr,
+)
 from headrace.metrics.metric import CURRENT, MetricsContainer, metrics_scope, set_current_step
 from headrace.model import coders
 from headrace.model.time import Timestamp
-from headrace.model.window import WindowFn, side_input_window
+from headrace.model.time import MIN_TIMESTAMP_MICROS
+from headrace.model.window import GLOBAL_WINDOWS_TUPLE, WindowFn, side_input_window
 from headrace.model.windowed import TimestampedValue, WindowedValue
 from headrace.pipeline.dofn import DoFn, _CallableWrapperDoFn, _DoFnParam
 from headrace.pipeline.pvalue import AsSideInput, TaggedOutput
@@ -50,6 +53,33 @@ def _error_info(exc_type, exc_repr, lines, step):
     self.step = step
     self.exception = None
     return self
+
+
+def to_windowed_value(v: Any) -> WindowedValue:
+    """A source's record as an element: a TimestampedValue keeps its time, others get the minimum."""
+    if type(v) is TimestampedValue:
+        return WindowedValue(v.value, v.timestamp_us, GLOBAL_WINDOWS_TUPLE)
+    return WindowedValue(v, MIN_TIMESTAMP_MICROS, GLOBAL_WINDOWS_TUPLE)
+
+
+def split_kv(label: str, value: Any) -> Tuple[Any, Any]:
+    """The (key, value) of a grouping's input element, or an error naming the step."""
+    try:
+        k, v = value
+    except (TypeError, ValueError):
+        raise PipelineExecutionError(
+            f"step {label!r} groups by key and needs (key, value) pairs, got "
+            f"{_short_repr(value)}; map elements to 2-tuples first, e.g. "
+            "beam.Map(lambda x: (key_of(x), x))", step=label, element=value) from None
+    return k, v
+
+
+def grouping_key_bytes(label: str, key: Any, element: Any) -> bytes:
+    """The deterministic bytes a grouping groups `key` by, or an error naming the step."""
+    try:
+        return coders.encode_key(key)
+    except KeyEncodingError as exc:
+        raise PipelineExecutionError(f"step {label!r}: {exc}", step=label, element=element) from exc
 
 
 class SideInputReader:

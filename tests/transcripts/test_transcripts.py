@@ -8,7 +8,7 @@ drives every executor:
 * `run_transcript_on_core`: the per-key core (`headrace.model.reduce.ReduceFnRunner`) for one
   key, with a fresh runner and a pickled-and-unpickled `KeyState` at every step, so state kept
   anywhere but in `KeyState` fails the transcript.
-* `run_transcript_on_pipeline`: a `beam.Pipeline` on the `runner` fixture (every runner in
+* `run_transcript_on_pipeline`: a `beam.Pipeline` from the `make_pipeline` fixture (every runner in
   tests/conftest.py RUNNERS), TestStream -> WindowInto -> GroupByKey / CombinePerKey -> a DoFn
   journaling each pane; a marker after each action attributes panes to steps.
 * `benchmarks/trigger_diff.py`: Apache Beam Python's own GeneralTriggerDriver (outside CI).
@@ -33,7 +33,6 @@ from headrace.model.window import (
     Windowing,
 )
 from headrace.model.windowed import TimestampedValue
-from headrace.options.pipeline_options import PipelineOptions
 from headrace.testing.test_stream import TestStream
 from headrace.transforms import trigger as trigger_module
 from tests._support import Journal
@@ -230,7 +229,7 @@ def script_of(spec: Dict[str, Any]) -> TestStream:
     return stream
 
 
-def run_transcript_on_pipeline(spec: Dict[str, Any], runner: str,
+def run_transcript_on_pipeline(spec: Dict[str, Any], make_pipeline: Any,
                                journal: Journal) -> List[_format.ObservedStep]:
     """Runs `spec` as TestStream | WindowInto | GroupByKey (or CombinePerKey) on `runner`.
 
@@ -241,7 +240,7 @@ def run_transcript_on_pipeline(spec: Dict[str, Any], runner: str,
     """
     w = windowing_of(spec)
     combined = "combine_fn" in spec
-    p = beam.Pipeline(runner=runner, options=PipelineOptions())
+    p = make_pipeline()
     outs = p | "Script" >> script_of(spec)
     windowed = outs["data"] | "Window" >> beam.WindowInto(
         w.windowfn, trigger=w.trigger, accumulation_mode=w.accumulation_mode,
@@ -273,12 +272,12 @@ def run_transcript_on_pipeline(spec: Dict[str, Any], runner: str,
 
 
 @pytest.mark.parametrize("spec", _params(CORPUS))
-def test_transcript_on_pipeline(spec: Dict[str, Any], runner: str, journal: Journal) -> None:
+def test_transcript_on_pipeline(spec: Dict[str, Any], make_pipeline: Any, journal: Journal) -> None:
     w = windowing_of(spec)
     if isinstance(w.windowfn, GlobalWindows) and isinstance(w.trigger, trigger_module.DefaultTrigger):
         pytest.skip("a pipeline may not group an unbounded PCollection in the global window with "
                     "the default trigger (as in Beam); the core runs this transcript")
-    observed = run_transcript_on_pipeline(spec, runner, journal)
+    observed = run_transcript_on_pipeline(spec, make_pipeline, journal)
     _format.check_or_fail(spec, observed)
     want = {"late": 0, "closed": 0}
     for step in spec["transcript"]:

@@ -52,7 +52,7 @@ import time
 from typing import Any, Dict, List, Optional, Tuple
 
 from headrace.errors import (
-    KeyEncodingError, PipelineExecutionError, _short_repr,
+    PipelineExecutionError,
 )
 from headrace.io.iobase import Read
 from headrace.metrics.metric import Metrics, MetricResults, MetricsContainer, metrics_scope
@@ -60,11 +60,14 @@ from headrace.model import coders
 from headrace.model.reduce import KeyState, ReduceFnRunner
 from headrace.model.time import MAX_TIMESTAMP_MICROS, MIN_TIMESTAMP_MICROS
 from headrace.model.window import GLOBAL_WINDOWS_TUPLE, side_input_window
-from headrace.model.windowed import PANE_INFO_UNKNOWN, TimestampedValue, WindowedValue
+from headrace.model.windowed import PANE_INFO_UNKNOWN, WindowedValue
 from headrace.options.pipeline_options import LocalRunnerOptions
 from headrace.pipeline.pipeline import AppliedPTransform, Pipeline, PipelineResult, PipelineState
 from headrace.pipeline.pvalue import PCollection
-from headrace.runners.common import FusedStage, SideInputReader, serialize_dofn, step_spec
+from headrace.runners.common import (
+    FusedStage, SideInputReader, grouping_key_bytes, serialize_dofn, split_kv, step_spec,
+    to_windowed_value,
+)
 from headrace.testing.test_stream import ElementEvent, ProcessingTimeEvent, TestStream, WatermarkEvent
 from headrace.transforms.core import (
     CombinePerKey, Create, Flatten, GroupByKey, ParDo, Reshuffle, WindowInto,
@@ -143,7 +146,7 @@ class _SourceUnit(_Unit):
             if isinstance(t, Create):
                 records: List[Any] = t.values
                 for chunk in _chunks(records, size):
-                    self.ex.emit(out, [_to_wv(v) for v in chunk])
+                    self.ex.emit(out, [to_windowed_value(v) for v in chunk])
             else:
                 assert isinstance(t, Read)
                 parts = t.source.split(max(1, self.ex.parallelism))
@@ -151,7 +154,7 @@ class _SourceUnit(_Unit):
                     buf: Bundle = []
                     try:
                         for v in t.source.read(part):
-                            buf.append(_to_wv(v))
+                            buf.append(to_windowed_value(v))
                             if len(buf) >= size:
                                 self.ex.emit(out, buf)
                                 buf = []
@@ -163,12 +166,6 @@ class _SourceUnit(_Unit):
                         self.ex.emit(out, buf)
         self.done = True
         return True
-
-
-def _to_wv(v: Any) -> WindowedValue:
-    if type(v) is TimestampedValue:
-        return WindowedValue(v.value, v.timestamp_us, GLOBAL_WINDOWS_TUPLE)
-    return WindowedValue(v, MIN_TIMESTAMP_MICROS, GLOBAL_WINDOWS_TUPLE)
 
 
 class _RealClock:
@@ -360,20 +357,10 @@ class _GroupUnit(_Unit):
 
     def _collect(self, bundle: Bundle, into: Dict[bytes, List[tuple]]) -> None:
         keys = self.keys
-        encode = coders.encode_key
+        label = self.label
         for wv in bundle:
-            try:
-                k, v = wv.value
-            except (TypeError, ValueError):
-                raise PipelineExecutionError(
-                    f"step {self.label!r} groups by key and needs (key, value) pairs, got "
-                    f"{_short_repr(wv.value)}; map elements to 2-tuples first, e.g. "
-                    "beam.Map(lambda x: (key_of(x), x))", step=self.label, element=wv.value) from None
-            try:
-                kb = encode(k)
-            except KeyEncodingError as exc:
-                raise PipelineExecutionError(f"step {self.label!r}: {exc}", step=self.label,
-                                             element=wv.value) from exc
+            k, v = split_kv(label, wv.value)
+            kb = grouping_key_bytes(label, k, wv.value)
             lst = into.get(kb)
             if lst is None:
                 lst = into[kb] = []

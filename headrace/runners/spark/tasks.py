@@ -1,0 +1,477 @@
+"""What the Spark runner runs inside Spark tasks: sources, fused stages, keying, partial combines
+and the per-key core over sorted groups.
+
+Every function here is built on the driver into a closure that PySpark ships to the Python
+workers, so none of it may rely on driver state: a task gets its settings from a `TaskEnv`,
+reports metrics through Spark accumulators, and reports a failure by raising `TaskFailure`,
+whose message carries the error (pickled) for the driver to re-raise as the local runner would.
+
+A step that gave up on a bundle after `max_bundle_attempts` leaves a marker in the job's temp
+directory, so that Spark's own re-attempts of that task fail at once instead of multiplying the
+attempts (Spark's retries are for crashed workers and lost executors).
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import os
+import pickle
+import zlib
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
+
+from pyspark.accumulators import AccumulatorParam
+
+from headrace.errors import PipelineExecutionError, _short_repr
+from headrace.metrics.metric import Metrics, MetricsContainer, metrics_scope
+from headrace.model import coders
+from headrace.model.reduce import KeyState, ReduceFnRunner
+from headrace.model.time import MAX_TIMESTAMP_MICROS, MIN_TIMESTAMP_MICROS
+from headrace.model.window import Sessions, TimestampCombiner, Windowing
+from headrace.model.windowed import PANE_INFO_UNKNOWN, WindowedValue
+from headrace.runners.common import (
+    FusedStage, SideInputReader, grouping_key_bytes, split_kv, to_windowed_value,
+)
+
+_MARK = "HEADRACE-TASK-ERROR["
+_PROCESSING_TIME = 0  # batch: processing time stands still, so processing-time triggers never fire
+
+
+class MetricsParam(AccumulatorParam):
+    """Spark accumulator of MetricsContainers (one for committed, one for attempted updates)."""
+
+    def zero(self, value: MetricsContainer) -> MetricsContainer:
+        return MetricsContainer()
+
+    def addInPlace(self, a: MetricsContainer, b: MetricsContainer) -> MetricsContainer:
+        a.merge(b)
+        return a
+
+
+class TaskFailure(Exception):
+    """A step failed for good inside a Spark task; the message carries the error for the driver."""
+
+    def __init__(self, payload: Dict[str, Any]) -> None:
+        self.payload = payload
+        data = base64.b64encode(pickle.dumps(payload)).decode("ascii")
+        super().__init__(f"{payload['message']}\n{_MARK}{data}]")
+
+
+def decode_failure(text: str) -> Optional[Dict[str, Any]]:
+    """The payload of a TaskFailure found in an error's text (e.g. a Py4JJavaError), if any."""
+    i = text.rfind(_MARK)
+    if i < 0:
+        return None
+    j = text.find("]", i)
+    try:
+        return pickle.loads(base64.b64decode(text[i + len(_MARK):j]))
+    except Exception:
+        return None
+
+
+def _payload(exc: PipelineExecutionError) -> Dict[str, Any]:
+    element: Any = exc.element
+    try:
+        pickle.dumps(element)
+    except Exception:
+        element = _short_repr(element)
+    return {"message": str(exc), "step": exc.step, "element": element, "attempts": exc.attempts}
+
+
+class TaskEnv:
+    """Settings and channels every task function needs (picklable; built on the driver)."""
+
+    def __init__(self, committed: Any, attempted: Any, bundle_size: int, max_attempts: int,
+                 marker_dir: str) -> None:
+        self.committed = committed
+        self.attempted = attempted
+        self.bundle_size = bundle_size
+        self.max_attempts = max_attempts
+        self.marker_dir = marker_dir
+
+    def _marker(self) -> Optional[str]:
+        from pyspark import TaskContext
+        ctx = TaskContext.get()
+        if ctx is None:
+            return None
+        return os.path.join(self.marker_dir, f"failed-{ctx.stageId()}-{ctx.partitionId()}")
+
+    def check_earlier_attempt(self) -> None:
+        """In a Spark re-attempt of a task whose step gave up on a bundle: fail the same way."""
+        from pyspark import TaskContext
+        ctx = TaskContext.get()
+        if ctx is None or ctx.attemptNumber() == 0:
+            return
+        path = self._marker()
+        if path and os.path.exists(path):
+            with open(path, "rb") as fh:
+                raise TaskFailure(pickle.load(fh))
+
+    def fail(self, exc: PipelineExecutionError) -> TaskFailure:
+        """Records a final failure (see module doc) and returns the exception to raise."""
+        payload = _payload(exc)
+        path = self._marker()
+        if path:
+            try:
+                os.makedirs(self.marker_dir, exist_ok=True)
+                with open(path + ".tmp", "wb") as fh:
+                    pickle.dump(payload, fh)
+                os.replace(path + ".tmp", path)
+            except OSError:
+                pass  # no shared temp dir: Spark's re-attempts then run the step again
+        return TaskFailure(payload)
+
+    def report(self, committed: MetricsContainer, attempted: MetricsContainer) -> None:
+        """Sends a task's metric updates to the driver."""
+        if committed.cells:
+            self.committed.add(committed)
+        if attempted.cells:
+            self.attempted.add(attempted)
+
+
+def _bundles(it: Iterable[Any], size: int) -> Iterator[List[Any]]:
+    buf: List[Any] = []
+    for x in it:
+        buf.append(x)
+        if len(buf) >= size:
+            yield buf
+            buf = []
+    if buf:
+        yield buf
+
+
+# ---- sources -----------------------------------------------------------------------------------
+
+def create_fn(env: TaskEnv) -> Callable[[Iterator[list]], Iterator[WindowedValue]]:
+    """Create: each record of the RDD is one bundle-sized chunk of the values."""
+    def run(chunks: Iterator[list]) -> Iterator[WindowedValue]:
+        for chunk in chunks:
+            for v in chunk:
+                yield to_windowed_value(v)
+    return run
+
+
+def read_fn(env: TaskEnv, label: str, source: Any) -> Callable[[Iterator[Any]], Iterator[WindowedValue]]:
+    """Read: each record of the RDD is one part of the BoundedSource."""
+    def run(parts: Iterator[Any]) -> Iterator[WindowedValue]:
+        env.check_earlier_attempt()
+        for part in parts:
+            try:
+                for v in source.read(part):
+                    yield to_windowed_value(v)
+            except Exception as exc:
+                raise env.fail(PipelineExecutionError(
+                    f"step {label!r} failed reading {part!r}: {type(exc).__name__}: {exc}",
+                    step=label)) from exc
+    return run
+
+
+# ---- fused element-wise stages -------------------------------------------------------------
+
+def stage_fn(env: TaskEnv, stage: FusedStage, sides: Optional[Any],
+             tagged: Optional[Dict[int, int]]) -> Callable[[Iterator[WindowedValue]], Iterator[Any]]:
+    """Runs a fused stage over a partition, bundle by bundle.
+
+    `sides` is a broadcast of {side index: {window: [values]}}; `tagged` maps the stage's
+    output PCollection ids to indexes when it has several outputs (records are then
+    (index, element)); with one output, records are its elements.
+    """
+    def run(it: Iterator[WindowedValue]) -> Iterator[Any]:
+        env.check_earlier_attempt()
+        reader = None
+        if sides is not None:
+            contents = sides.value
+            reader = SideInputReader({s: contents[s.index] for s in side_stubs(stage)})
+        committed, attempted = MetricsContainer(), MetricsContainer()
+        only = stage.materialized[0] if tagged is None else None
+        try:
+            for bundle in _bundles(it, env.bundle_size):
+                outs = stage.process_bundle(bundle, reader, env.max_attempts, committed, attempted)
+                if only is not None:
+                    yield from outs[only]
+                else:
+                    for pc, lst in outs.items():
+                        i = tagged[pc]  # type: ignore[index]
+                        for wv in lst:
+                            yield (i, wv)
+        except PipelineExecutionError as exc:
+            raise env.fail(exc) from exc
+        finally:
+            stage.teardown()
+        env.report(committed, attempted)
+    return run
+
+
+class SideStub:
+    """Stands for a side input's PCollection on the workers: its label and windowing only."""
+
+    def __init__(self, label: str, windowing: Windowing) -> None:
+        self.label = label
+        self.windowing = windowing
+
+
+def portable_side(side: Any, index: int) -> Any:
+    """A copy of an AsSideInput that pickles without the pipeline graph, tagged with `index`."""
+    stub = copy.copy(side)
+    stub.pvalue = SideStub(side.pvalue.label, side.pvalue.windowing)
+    stub.index = index
+    return stub
+
+
+def side_stubs(stage: FusedStage) -> List[Any]:
+    """The portable side inputs the stage's steps read."""
+    out = []
+    for s in stage.steps:
+        for a in list(s.args) + list((s.kwargs or {}).values()):
+            if isinstance(getattr(a, "pvalue", None), SideStub):
+                out.append(a)
+    return out
+
+
+def side_records(it: Iterator[WindowedValue]) -> Iterator[Tuple[Any, Any]]:
+    """(window, value) for each window of each element: what a side input is collected as."""
+    for wv in it:
+        for w in wv.windows:
+            yield (w, wv.value)
+
+
+# ---- grouping ----------------------------------------------------------------------------------
+
+def partition_of(key: Tuple[bytes, int, bool]) -> int:
+    """Spark partitioner of grouping records: a stable hash of the key bytes only."""
+    return zlib.crc32(key[0])
+
+
+def follows_event_time(windowfn: Any) -> bool:
+    """Whether a grouping's watermark may follow its sorted input: yes unless the WindowFn merges
+    windows other than overlapping ones (a user's merging WindowFn may merge distant windows, so
+    its keys see the watermark only at their end, as on the local runner)."""
+    return not windowfn.is_merging() or isinstance(windowfn, Sessions)
+
+
+def _sort_time(merging: bool, ts: int, window: Any) -> int:
+    # Records reach the core in this order and the watermark follows it. For a merging
+    # WindowFn a window must not close before every record whose window may merge with it has
+    # arrived, so the order is by window start (elements are never before their window start).
+    if merging:
+        start = getattr(window, "start_us", ts)
+        return start if start < ts else ts
+    return ts
+
+
+def key_fn(env: TaskEnv, label: str, merging: bool) -> Callable[[Iterator[WindowedValue]], Iterator[Any]]:
+    """GroupByKey / unlifted CombinePerKey, map side: ((key bytes, time, retraction), record)."""
+    def run(it: Iterator[WindowedValue]) -> Iterator[Any]:
+        env.check_earlier_attempt()
+        try:
+            for wv in it:
+                k, v = split_kv(label, wv.value)
+                kb = grouping_key_bytes(label, k, wv.value)
+                ts = wv.timestamp_us
+                r = wv.is_retraction
+                for w in wv.windows:
+                    yield ((kb, _sort_time(merging, ts, w), r), (k, v, ts, w))
+        except PipelineExecutionError as exc:
+            raise env.fail(exc) from exc
+    return run
+
+
+def partial_combine_fn(env: TaskEnv, label: str, windowing: Windowing,
+                       combine_fn_bytes: bytes) -> Callable[[Iterator[WindowedValue]], Iterator[Any]]:
+    """Lifted CombinePerKey, map side: one accumulator per key and window of the partition.
+
+    For a merging WindowFn the windows of each key are merged as they accumulate (and once more
+    at the end), merging their accumulators with `merge_accumulators`. Each accumulator carries
+    the timestamp the TimestampCombiner would keep (earliest, or latest for OUTPUT_AT_LATEST).
+    """
+    windowfn = windowing.windowfn
+    merging = windowfn.is_merging()
+    latest = windowing.timestamp_combiner is TimestampCombiner.OUTPUT_AT_LATEST
+
+    def run(it: Iterator[WindowedValue]) -> Iterator[Any]:
+        env.check_earlier_attempt()
+        combine_fn = coders.loads(combine_fn_bytes)
+        committed = MetricsContainer()
+        try:
+            with metrics_scope(committed, label):
+                combine_fn.setup()
+                table = _accumulate(label, it, combine_fn, windowfn if merging else None, latest)
+                for kb, (k, windows) in table.items():
+                    if merging:
+                        _merge_windows(windows, windowfn, combine_fn, latest)
+                    for w, (acc, ts) in windows.items():
+                        yield ((kb, _sort_time(merging, ts, w), False),
+                               (k, combine_fn.compact(acc), ts, w))
+                combine_fn.teardown()
+        except TaskFailure:
+            raise
+        except PipelineExecutionError as exc:
+            raise env.fail(exc) from exc
+        except Exception as exc:
+            raise env.fail(PipelineExecutionError(
+                f"step {label!r} failed while combining: {type(exc).__name__}: {exc}; check its "
+                "CombineFn", step=label)) from exc
+        env.report(committed, committed)
+    return run
+
+
+def _accumulate(label: str, it: Iterator[WindowedValue], combine_fn: Any, merging_fn: Any,
+                latest: bool) -> Dict[bytes, Tuple[Any, Dict[Any, list]]]:
+    create, add = combine_fn.create_accumulator, combine_fn.add_input
+    table: Dict[bytes, Tuple[Any, Dict[Any, list]]] = {}
+    kb_of: Dict[Tuple[type, Any], bytes] = {}
+    limits: Dict[bytes, int] = {}
+    for wv in it:
+        k, v = split_kv(label, wv.value)
+        t = type(k)
+        if t is str or t is int or t is bytes:
+            kb = kb_of.get((t, k))
+            if kb is None:
+                kb = kb_of[(t, k)] = grouping_key_bytes(label, k, wv.value)
+        else:
+            kb = grouping_key_bytes(label, k, wv.value)
+        entry = table.get(kb)
+        if entry is None:
+            entry = table[kb] = (k, {})
+        windows = entry[1]
+        ts = wv.timestamp_us
+        for w in wv.windows:
+            cell = windows.get(w)
+            if cell is None:
+                windows[w] = [add(create(), v), ts]
+            else:
+                cell[0] = add(cell[0], v)
+                if (ts > cell[1]) if latest else (ts < cell[1]):
+                    cell[1] = ts
+        if merging_fn is not None and len(windows) > limits.get(kb, 64):
+            _merge_windows(windows, merging_fn, combine_fn, latest)
+            limits[kb] = max(64, 2 * len(windows))
+    return table
+
+
+def _merge_windows(windows: Dict[Any, list], windowfn: Any, combine_fn: Any, latest: bool) -> None:
+    for group, result in windowfn._merge(list(windows)):
+        cells = [windows.pop(w) for w in group if w in windows]
+        if not cells:
+            continue
+        acc = cells[0][0] if len(cells) == 1 else combine_fn.merge_accumulators([c[0] for c in cells])
+        times = [c[1] for c in cells]
+        windows[result] = [acc, max(times) if latest else min(times)]
+
+
+def reduce_fn(env: TaskEnv, label: str, windowing: Windowing, combine_fn_bytes: Optional[bytes],
+              accumulators_in: bool, input_retractions: bool,
+              late_output: bool) -> Callable[[Iterator[Any]], Iterator[Any]]:
+    """GroupByKey / CombinePerKey, reduce side: streams each key's sorted records through the core.
+
+    Records arrive sorted by (key bytes, time). For each key the core sees them in chunks of up
+    to `bundle_size`, under a perfect watermark: before a chunk the watermark moves to the
+    chunk's first time (no later record is earlier), and after the key's last record to
+    +infinity. Nothing is ever late, so a window is complete once the watermark passes its
+    end; its garbage collection happens then too (allowed lateness cannot matter), which gives
+    exactly the panes of a watermark that jumps to +infinity at the end of bounded input.
+    Processing time stands still: processing-time triggers never fire before the watermark.
+    Output records are elements, or (0 | 1, element) with a late-data output.
+    """
+    batch_windowing = copy.copy(windowing)
+    batch_windowing.allowed_lateness_us = 0
+    follow = follows_event_time(windowing.windowfn)
+
+    def run(it: Iterator[Any]) -> Iterator[Any]:
+        env.check_earlier_attempt()
+        combine_fn = coders.loads(combine_fn_bytes) if combine_fn_bytes is not None else None
+        core = ReduceFnRunner(batch_windowing, combine_fn, inputs_are_accumulators=accumulators_in,
+                              input_retractions=input_retractions)
+        committed = MetricsContainer()
+        size = env.bundle_size
+        try:
+            with metrics_scope(committed, label):
+                if combine_fn is not None:
+                    combine_fn.setup()
+                for out in _reduce_all(core, it, size, follow, late_output):
+                    yield out
+                if combine_fn is not None:
+                    combine_fn.teardown()
+        except TaskFailure:
+            raise
+        except PipelineExecutionError as exc:
+            raise env.fail(exc) from exc
+        except Exception as exc:
+            raise env.fail(PipelineExecutionError(
+                f"step {label!r} failed while combining or grouping: {type(exc).__name__}: {exc}; "
+                "check its CombineFn", step=label)) from exc
+        env.report(committed, committed)
+    return run
+
+
+def _reduce_all(core: ReduceFnRunner, it: Iterator[Any], size: int, follow: bool,
+                late_output: bool) -> Iterator[Any]:
+    current: Optional[bytes] = None
+    key: Any = None
+    state = KeyState()
+    wm = chunk_wm = 0
+    chunk: List[tuple] = []
+    for (kb, t, r), (k, v, ts, w) in it:
+        if not follow:
+            t = MIN_TIMESTAMP_MICROS
+        if kb != current or len(chunk) >= size:
+            if chunk:
+                yield from _feed(core, state, key, chunk, wm, chunk_wm, late_output)
+                wm = chunk_wm
+                chunk = []
+            if kb != current:
+                if current is not None:
+                    yield from _finish(core, state, key, wm, late_output)
+                current, key, state = kb, k, KeyState()
+                wm = t
+            chunk_wm = t
+        chunk.append((v, ts, w, True) if r else (v, ts, w))
+    if chunk:
+        yield from _feed(core, state, key, chunk, wm, chunk_wm, late_output)
+        wm = chunk_wm
+    if current is not None:
+        yield from _finish(core, state, key, wm, late_output)
+
+
+def _feed(core: ReduceFnRunner, state: KeyState, key: Any, chunk: List[tuple], wm: int, new_wm: int,
+          late_output: bool) -> Iterator[Any]:
+    if new_wm > wm:
+        yield from _outputs(key, core.on_watermark(state, new_wm, _PROCESSING_TIME), late_output)
+    yield from _outputs(key, core.process_elements(state, chunk, new_wm, _PROCESSING_TIME), late_output)
+
+
+def _finish(core: ReduceFnRunner, state: KeyState, key: Any, wm: int, late_output: bool) -> Iterator[Any]:
+    yield from _outputs(key, core.on_watermark(state, MAX_TIMESTAMP_MICROS, _PROCESSING_TIME), late_output)
+
+
+def _outputs(key: Any, res: Any, late_output: bool) -> Iterator[Any]:
+    for p in res.panes:
+        wv = WindowedValue((key, p.value), p.timestamp_us, (p.window,), p.pane_info, p.is_retraction)
+        yield (0, wv) if late_output else wv
+    if res.dropped_late:
+        Metrics.counter("headrace", "dropped_late_elements").inc(len(res.dropped_late))
+        if late_output:
+            for item in res.dropped_late:
+                yield (1, WindowedValue((key, item[0]), item[1], (item[2],), PANE_INFO_UNKNOWN,
+                                        len(item) > 3 and bool(item[3])))
+    if res.dropped_closed:
+        Metrics.counter("headrace", "dropped_closed_window_elements").inc(len(res.dropped_closed))
+
+
+# ---- shuffles without grouping -------------------------------------------------------------
+
+def reshuffle_key_fn(parts: int) -> Callable[[int, Iterator[Any]], Iterator[Tuple[int, Any]]]:
+    """Reshuffle: spreads a partition's elements round-robin (deterministic, so a re-run map
+    task sends every element where its first run did)."""
+    def run(index: int, it: Iterator[Any]) -> Iterator[Tuple[int, Any]]:
+        n = index
+        for wv in it:
+            yield (n % parts, wv)
+            n += 1
+    return run
+
+
+def drain(it: Iterator[Any]) -> None:
+    """Consumes a partition (the action that runs the pipeline's leaves)."""
+    for _ in it:
+        pass
