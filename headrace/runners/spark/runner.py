@@ -149,7 +149,9 @@ class _Translation:
             raise PipelineExecutionError(
                 f"step {node.full_label!r} could not split its source: {type(exc).__name__}: {exc}",
                 step=node.full_label) from exc
-        rdd = self.sc.parallelize(parts, max(1, len(parts)))
+        # One partition per core: a partition reads several parts in turn, and a lifted combine
+        # then has fewer, fuller partial accumulators to shuffle.
+        rdd = self.sc.parallelize(parts, max(1, min(len(parts), self.parallelism)))
         self._set(node.outputs[None], rdd.mapPartitions(tasks.read_fn(self.env, node.full_label, source)))
 
     def _build_flatten(self, node: AppliedPTransform) -> None:

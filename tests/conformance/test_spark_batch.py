@@ -1,0 +1,153 @@
+"""What only the Spark batch runner has to show: Spark's task retries, bundles inside partitions,
+streamed sorted groups, batch-time semantics, and how it is selected and configured.
+
+The tests run on every Spark configuration in RUNNERS (local[2] and local-cluster); on the local
+runner they are skipped, as they test Spark's side of the contract.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+
+import pytest
+
+import headrace as beam
+from headrace.model.reduce import ReduceFnRunner
+from headrace.model.window import FixedWindows, IntervalWindow, Windowing
+from headrace.runners.spark import tasks
+from headrace.runners.spark.session import effective_master, parse_conf
+from headrace.testing.util import assert_that, equal_to
+from headrace.transforms import trigger, window
+from tests._support import counter_value
+
+TV = beam.TimestampedValue
+
+
+@pytest.fixture
+def spark_pipeline(runner, make_pipeline):
+    """`make_pipeline`, on Spark configurations only."""
+    if not runner.startswith("spark"):
+        pytest.skip("tests the Spark runner's own contract")
+    return make_pipeline
+
+
+class CrashOnce(beam.DoFn):
+    """Kills its Python worker process the first time it sees `bad` (a crashed Spark task)."""
+
+    def __init__(self, journal, once, bad):
+        self.journal, self.once, self.bad = journal, once, bad
+
+    def process(self, element):
+        beam.Metrics.counter("crash", "processed").inc()
+        self.journal.write("process", element)
+        if element == self.bad and self.once.first("crash"):
+            os._exit(17)
+        yield element
+
+
+def test_a_crashed_task_is_retried_by_spark_and_its_outputs_discarded(spark_pipeline, journal, once):
+    n = 40
+    p = spark_pipeline(bundle_size=4)
+    out = p | beam.Create(list(range(n))) | "Crashy" >> beam.ParDo(CrashOnce(journal, once, 13))
+    summed = (out | beam.Map(lambda x: ("all", x)) | beam.CombinePerKey(sum))
+    assert_that(out, equal_to(list(range(n))))
+    assert_that(summed, equal_to([("all", sum(range(n)))]), label="sum")
+    result = p.run()
+    processed = collections.Counter(e[1] for e in journal.read())
+    assert processed[13] == 2, "the crashed task was not re-run"
+    assert all(processed[x] >= 1 for x in range(n))
+    # metrics of the crashed attempt never reached the driver: each element counted once
+    assert counter_value(result, "processed") == n
+
+
+class BundleSizes(beam.DoFn):
+    def __init__(self, journal):
+        self.journal = journal
+
+    def start_bundle(self):
+        self.n = 0
+
+    def process(self, x):
+        self.n += 1
+        yield x
+
+    def finish_bundle(self):
+        self.journal.write("bundle", self.n)
+
+
+def test_a_partition_is_processed_as_several_bundles(spark_pipeline, journal):
+    p = spark_pipeline(bundle_size=3)
+    out = p | beam.Create(list(range(20))) | beam.ParDo(BundleSizes(journal))
+    assert_that(out, equal_to(list(range(20))))
+    p.run()
+    sizes = [e[1] for e in journal.read()]
+    assert sum(sizes) == 20 and max(sizes) == 3 and len(sizes) >= 7
+
+
+def test_processing_time_triggers_do_not_fire_before_the_watermark_in_batch(spark_pipeline):
+    # In batch, processing time stands still: a processing-time trigger never fires, so each
+    # window gets exactly one pane, when the watermark passes its end (docs/semantics.md).
+    data = [TV(("k", i), t) for i, t in enumerate([1, 2, 3, 61, 62, 125])]
+    with spark_pipeline() as p:
+        out = (p | beam.Create(data)
+               | beam.WindowInto(window.FixedWindows(60),
+                                 trigger=trigger.Repeatedly(trigger.AfterProcessingTime(60)),
+                                 accumulation_mode=trigger.AccumulationMode.DISCARDING)
+               | beam.GroupByKey()
+               | beam.Map(lambda kv, w=beam.DoFn.WindowParam, pane=beam.DoFn.PaneInfoParam:
+                          (int(w.start), sorted(kv[1]), pane.timing.name, pane.is_last)))
+        assert_that(out, equal_to([(0, [0, 1, 2], "ON_TIME", True), (60, [3, 4], "ON_TIME", True),
+                                   (120, [5], "ON_TIME", True)]))
+
+
+def test_sessions_merge_only_when_windows_overlap(spark_pipeline):
+    # [t, t+gap): events exactly `gap` apart are separate sessions; closer ones merge.
+    stamps = [0, 10, 20, 30, 40, 50, 60]  # 10 s apart: one session with a gap of 11 s
+    with spark_pipeline() as p:
+        base = p | beam.Create([TV(("k", 1), t) for t in stamps])
+        apart = (base | "Gap10" >> beam.WindowInto(window.Sessions(10)) | "Sum10" >> beam.CombinePerKey(sum))
+        merged = (base | "Gap11" >> beam.WindowInto(window.Sessions(11)) | "Sum11" >> beam.CombinePerKey(sum))
+        assert_that(apart, equal_to([("k", 1)] * 7), label="apart")
+        assert_that(merged, equal_to([("k", 7)]), label="merged")
+
+
+def test_reduce_streams_a_sorted_key_without_reading_it_all():
+    # The reduce side hands a key's records to the core in chunks under a watermark that
+    # follows event time: a window's pane comes out before the rest of the key is read.
+    w = Windowing(FixedWindows(10))
+    core = ReduceFnRunner(w)
+    read = []
+
+    def records():
+        for t in range(0, 100_000_000, 1_000_000):  # one record per second for 100 s
+            read.append(t)
+            win = IntervalWindow._of(t - t % 10_000_000, t - t % 10_000_000 + 10_000_000)
+            yield (b"k", t, False), ("k", t, t, win)
+
+    out = tasks._reduce_all(core, records(), 5, True, False)
+    first = next(out)
+    assert first.value == ("k", list(range(0, 10_000_000, 1_000_000)))
+    assert len(read) < 20, f"read {len(read)} records before the first pane"
+    assert len(list(out)) == 9
+
+
+def test_master_and_conf_flags():
+    assert effective_master(None, 4) == "local[*,4]"
+    assert effective_master("local[2]", 4) == "local[2,4]"
+    assert effective_master("local[2,3]", 4) == "local[2,3]"
+    assert effective_master("local-cluster[2,1,1024]", 4) == "local-cluster[2,1,1024]"
+    assert parse_conf(["spark.a=1", "b = x=y"]) == [("spark.a", "1"), ("b", "x=y")]
+    with pytest.raises(beam.HeadraceError, match="KEY=VALUE"):
+        parse_conf(["spark.driver.memory"])
+
+
+def test_runner_by_name_and_by_session(spark_pipeline):
+    from pyspark.sql import SparkSession
+
+    from headrace.runners.spark import SparkRunner
+    with spark_pipeline() as p:  # by name (through options): starts or reuses the session
+        assert_that(p | beam.Create([1]), equal_to([1]))
+    spark = SparkSession.builder.getOrCreate()  # the running session, handed over explicitly
+    with beam.Pipeline(runner=SparkRunner(spark=spark)) as p:
+        assert_that(p | beam.Create([1, 2, 3]) | beam.Map(lambda x: x * 10), equal_to([10, 20, 30]))
