@@ -261,6 +261,13 @@ class _Translation:
     def run(self) -> PipelineResult:
         """Builds and runs the pipeline; returns its result with the metrics of every task."""
         sc = self.sc
+        from pyspark.serializers import AutoBatchedSerializer
+        # The serializer of the RDDs built below (PySpark reads it from the context when an RDD
+        # is created and when its JVM side is made): restored afterwards, so a user's own RDDs
+        # in the same session are untouched.
+        saved = (sc.serializer, sc._unbatched_serializer)
+        sc._unbatched_serializer = tasks.FastPickleSerializer()
+        sc.serializer = AutoBatchedSerializer(sc._unbatched_serializer)
         sc.setJobGroup(f"headrace-{id(self)}", f"headrace pipeline ({len(self.pipeline.primitives())} steps)")
         try:
             leaves = self.build()
@@ -269,6 +276,7 @@ class _Translation:
                 job = leaves[0] if len(leaves) == 1 else sc.union(leaves)
                 self._run(lambda: job.foreachPartition(tasks.drain))
         finally:
+            sc.serializer, sc._unbatched_serializer = saved
             for rdd in self.persisted:
                 rdd.unpersist()
             for b in self.broadcasts:
