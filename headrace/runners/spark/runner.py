@@ -98,14 +98,30 @@ class _Translation:
         self.persisted: List[Any] = []
         self.broadcasts: List[Any] = []
         self.current_label = ""
+        self._call_site_held = False
 
     # ---- building --------------------------------------------------------------------
 
     def _label(self, label: str) -> None:
-        """Names the Spark stages created next after the pipeline step (shown in the Spark UI)."""
+        """Names the Spark RDDs and stages created next after the pipeline step (Spark UI).
+
+        PySpark names a stage after the Python line that created its RDD, setting that call site
+        around each of its API calls unless a call site is already set (its nesting counter is
+        above zero); so the runner sets the step's label and raises the counter while it builds.
+        """
+        from pyspark.traceback_utils import SCCallSiteSync
         self.current_label = label
-        self.sc.setLocalProperty("callSite.short", label)
-        self.sc.setLocalProperty("callSite.long", f"headrace step {label}")
+        self.sc._jsc.setCallSite(f"headrace: {label}")
+        if not self._call_site_held:
+            SCCallSiteSync._spark_stack_depth += 1
+            self._call_site_held = True
+
+    def _release_label(self) -> None:
+        from pyspark.traceback_utils import SCCallSiteSync
+        if self._call_site_held:
+            SCCallSiteSync._spark_stack_depth -= 1
+            self._call_site_held = False
+        self.sc._jsc.setCallSite(None)
 
     def _set(self, pc: PCollection, rdd: Any) -> None:
         rdd.setName(self.current_label)
@@ -271,7 +287,7 @@ class _Translation:
         sc.setJobGroup(f"headrace-{id(self)}", f"headrace pipeline ({len(self.pipeline.primitives())} steps)")
         try:
             leaves = self.build()
-            self._label("run pipeline")
+            self._label(f"run pipeline ({len(leaves)} outputs)")
             if leaves:
                 job = leaves[0] if len(leaves) == 1 else sc.union(leaves)
                 self._run(lambda: job.foreachPartition(tasks.drain))
@@ -281,8 +297,7 @@ class _Translation:
                 rdd.unpersist()
             for b in self.broadcasts:
                 b.destroy()
-            sc.setLocalProperty("callSite.short", None)
-            sc.setLocalProperty("callSite.long", None)
+            self._release_label()
             shutil.rmtree(self.temp_dir, ignore_errors=True)
         return PipelineResult(PipelineState.DONE, MetricResults(self.committed.value, self.attempted.value))
 
