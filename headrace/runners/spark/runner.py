@@ -126,9 +126,19 @@ class _Translation:
     def _set(self, pc: PCollection, rdd: Any) -> None:
         rdd.setName(self.current_label)
         if self.uses.get(pc, 0) > 1:  # computed once, read by several consumers
-            rdd = rdd.persist(_memory_and_disk())
-            self.persisted.append(rdd)
+            rdd = self._materialize(rdd)
         self.rdds[pc] = rdd
+
+    def _materialize(self, rdd: Any) -> Any:
+        """Persists an RDD that several consumers read and computes it now, in a job of its own.
+
+        Persisting alone would not do: consumers running at the same time on different
+        executors would each miss the cache and compute it again (running its DoFns twice).
+        """
+        rdd = rdd.persist(_memory_and_disk())
+        self.persisted.append(rdd)
+        self._run(lambda: rdd.foreachPartition(tasks.drain))
+        return rdd
 
     def _count_uses(self, units: List[Any]) -> None:
         for u in units:
@@ -211,8 +221,7 @@ class _Translation:
 
     def _set_outputs(self, rdd: Any, outputs: List[Tuple[PCollection, int]]) -> None:
         """Splits an RDD of (index, element) records into one RDD per output PCollection."""
-        rdd = rdd.persist(_memory_and_disk())
-        self.persisted.append(rdd)
+        rdd = self._materialize(rdd)
         for pc, i in outputs:
             self._set(pc, rdd.filter(lambda r, i=i: r[0] == i).map(lambda r: r[1]))
 
