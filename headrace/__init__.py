@@ -16,7 +16,7 @@ from headrace.options.pipeline_options import PipelineOptions
 from headrace.pipeline.dofn import DoFn
 from headrace.pipeline.pipeline import Pipeline, PipelineResult, PipelineState
 from headrace.pipeline.ptransform import PTransform, ptransform_fn
-from headrace.pipeline.pvalue import PCollection, TaggedOutput
+from headrace.pipeline.pvalue import PCollection, Row, TaggedOutput
 from headrace.transforms.core import (
     CoGroupByKey, CombineGlobally, CombinePerKey, CombineValues, Create, Filter, FlatMap,
     FlatMapTuple, Flatten, GroupByKey, Keys, KvSwap, Map, MapTuple, ParDo, Partition, Reshuffle,
@@ -33,7 +33,7 @@ __all__ = [
     "HeadraceError", "Keys", "KvSwap", "LocalRunner", "Map", "MapTuple", "Metrics", "PCollection",
     "PTransform", "PaneInfo", "PaneInfoTiming", "ParDo", "Partition", "Pipeline",
     "PipelineOptions", "PipelineResult", "PipelineState", "ReadFromText", "RemoveDuplicates",
-    "Reshuffle", "TaggedOutput", "TimestampCombiner", "TimestampedValue", "Values",
+    "Reshuffle", "Row", "TaggedOutput", "TimestampCombiner", "TimestampedValue", "Values",
     "WindowInto", "WithKeys", "WriteToText", "coders", "combiners", "io", "metrics",
     "ptransform_fn", "pvalue", "transforms", "window",
 ]

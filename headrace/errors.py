@@ -25,6 +25,10 @@ class KeyEncodingError(HeadraceError, TypeError):
     """A grouping key cannot be encoded deterministically, so equal keys might not group."""
 
 
+class DataFormatError(HeadraceError, ValueError):
+    """Data does not fit its file format (a malformed JSON line, a row that does not fit a schema)."""
+
+
 class ElementError(HeadraceError):
     """An element could not be processed by a step (wraps the user's exception)."""
 

@@ -1,9 +1,9 @@
-"""Beam's `apache_beam.pvalue`: PCollection, tagged outputs and side-input views."""
+"""Beam's `apache_beam.pvalue`: PCollection, tagged outputs, Row and side-input views."""
 
 from headrace.pipeline.pvalue import (
     AsDict, AsIter, AsList, AsMultiMap, AsSideInput, AsSingleton, DoOutputsTuple, PBegin,
-    PCollection, PDone, PValue, TaggedOutput,
+    PCollection, PDone, PValue, Row, TaggedOutput,
 )
 
 __all__ = ["AsDict", "AsIter", "AsList", "AsMultiMap", "AsSideInput", "AsSingleton",
-           "DoOutputsTuple", "PBegin", "PCollection", "PDone", "PValue", "TaggedOutput"]
+           "DoOutputsTuple", "PBegin", "PCollection", "PDone", "PValue", "Row", "TaggedOutput"]

@@ -1,0 +1,253 @@
+"""Sharded file output, exactly once, for every file format (text, JSON lines, Parquet).
+
+A write is a composite of runner-agnostic steps: every bundle (or, with `num_shards`, every
+shard after a GroupByKey) writes its records to a new temporary file in a hidden directory
+next to the output and outputs the file's path; one finalize step, which reads all committed
+paths as a side input, renames them atomically to Beam's shard names
+`prefix-SSSSS-of-NNNNN suffix`. A failed or retried bundle's temporary file is never
+committed, so the output has no duplicates and no partial files; the finalize step then
+deletes the temporary directory (and those left by earlier failed runs of the same output)
+and the shards of an earlier run that the new shards did not replace, so a re-run, even with
+fewer shards, leaves exactly its own shards.
+
+A format plugs in by subclassing `FileBasedSink` and implementing `new_writer`, which returns
+a `FileFormatWriter` for one open temporary file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+import re
+import shutil
+import uuid
+from typing import Any, BinaryIO, Iterable, List, Optional, Tuple
+
+from headrace.errors import InvalidArgumentError
+from headrace.io.filesystem import compressing_writer, compression_of
+from headrace.model.time import MIN_TIMESTAMP_MICROS
+from headrace.model.window import GLOBAL_WINDOWS_TUPLE, GlobalWindows
+from headrace.model.windowed import WindowedValue
+from headrace.pipeline.dofn import DoFn
+from headrace.pipeline.pvalue import AsList, PCollection
+from headrace.transforms.core import Create, GroupByKey, ParDo, WindowInto
+
+DEFAULT_SHARD_NAME_TEMPLATE = "-SSSSS-of-NNNNN"
+_TEMP_DIR_PREFIX = ".headrace-temp-"
+
+
+class FileFormatWriter:
+    """Writes the records of one file format to an open binary file `fh` (the sink owns the file)."""
+
+    def __init__(self, fh: BinaryIO) -> None:
+        self.fh = fh
+
+    def write(self, record: Any) -> None:
+        """Writes one record."""
+        raise NotImplementedError
+
+    def finish(self) -> None:
+        """Writes what the format still holds back (buffered rows, a footer); the file stays open."""
+
+    def abandon(self) -> None:
+        """Releases what the format holds after a failed attempt (its file is then deleted)."""
+
+
+class _TempFile:
+    """One temporary output file: the raw file, its (compressing) stream, the format writer."""
+
+    def __init__(self, sink: "FileBasedSink") -> None:
+        os.makedirs(sink.temp_dir, exist_ok=True)
+        self.path = os.path.join(sink.temp_dir, f"{uuid.uuid4().hex}.tmp")
+        self.raw = open(self.path, "wb")
+        self.fh = compressing_writer(self.raw, sink.compression)
+        self.writer = sink.new_writer(self.fh)
+
+    def close(self) -> str:
+        """Finishes the format, closes the file and returns its path."""
+        self.writer.finish()
+        self.fh.close()
+        if self.raw is not self.fh:
+            self.raw.close()
+        return self.path
+
+    def discard(self) -> None:
+        """Closes and deletes the file of a failed attempt (best effort: finalize removes it anyway)."""
+        for close in (self.writer.abandon, self.fh.close, self.raw.close):
+            try:
+                close()
+            except Exception:
+                pass
+        try:
+            os.remove(self.path)
+        except OSError:
+            pass
+
+
+class FileBasedSink:
+    """Where a write puts its files and how: shard names, shard count, compression, format writer."""
+
+    def __init__(self, transform: str, file_path_prefix: Any, file_name_suffix: str = "",
+                 num_shards: int = 0, shard_name_template: Optional[str] = None,
+                 compression_type: str = "auto") -> None:
+        if not isinstance(file_path_prefix, (str, os.PathLike)) or not os.fspath(file_path_prefix):
+            raise InvalidArgumentError(
+                f"{transform} needs a non-empty file path prefix, got {file_path_prefix!r}")
+        if not isinstance(num_shards, int) or num_shards < 0:
+            raise InvalidArgumentError(f"num_shards must be a non-negative int, got {num_shards!r}")
+        if not isinstance(file_name_suffix, str):
+            raise InvalidArgumentError(f"file_name_suffix must be a str, got {file_name_suffix!r}")
+        if shard_name_template is None:
+            shard_name_template = DEFAULT_SHARD_NAME_TEMPLATE
+        elif shard_name_template == "":
+            num_shards = 1
+        self.step = transform  # set to the write's full label when it is applied
+        self.prefix = os.fspath(file_path_prefix)
+        self.suffix = file_name_suffix
+        self.template = shard_name_template
+        self.num_shards = num_shards
+        self.compression = compression_of(self.suffix or self.prefix, compression_type)
+        self.out_dir = os.path.dirname(os.path.abspath(self.prefix))
+        key = hashlib.sha1("\0".join([os.path.abspath(self.prefix), self.template, self.suffix])
+                           .encode("utf-8")).hexdigest()[:12]
+        self._temp_dir_prefix = f"{_TEMP_DIR_PREFIX}{key}-"
+        self.temp_dir = os.path.join(self.out_dir, self._temp_dir_prefix + uuid.uuid4().hex)
+
+    def new_writer(self, fh: BinaryIO) -> FileFormatWriter:
+        """The format writer for one newly opened temporary file."""
+        raise NotImplementedError
+
+    def shard_name(self, index: int, count: int) -> str:
+        """The final name of shard `index` of `count`, e.g. `prefix-00001-of-00004.suffix`."""
+        def repl(m: "re.Match[str]") -> str:
+            s = m.group(0)
+            return str(index if s[0] == "S" else count).zfill(len(s))
+        return self.prefix + re.sub(r"S+|N+", repl, self.template) + self.suffix
+
+    def _shard_pattern(self) -> "re.Pattern[str]":
+        """Matches the base names of this output's shards, whatever their index and count."""
+        parts = re.split(r"(S+|N+)", self.template)  # literals at even, S/N runs at odd indices
+        body = "".join(r"\d+" if i % 2 else re.escape(p) for i, p in enumerate(parts))
+        return re.compile(re.escape(os.path.basename(self.prefix)) + body + re.escape(self.suffix) + "$")
+
+    def finalize(self, temp_paths: List[str]) -> List[str]:
+        """Renames the committed temporary files to the shard names; returns the final names."""
+        paths = sorted(temp_paths)
+        while len(paths) < max(1, self.num_shards):  # empty shards still get their files
+            paths.append(_TempFile(self).close())
+        n = len(paths)
+        finals = []
+        for i, tmp in enumerate(paths):
+            final = self.shard_name(i, n)
+            os.makedirs(os.path.dirname(final) or ".", exist_ok=True)
+            if os.path.exists(tmp) or not os.path.exists(final):  # (else renamed by an earlier attempt)
+                os.replace(tmp, final)
+            finals.append(final)
+        self._remove_stale(finals)
+        return finals
+
+    def _remove_stale(self, finals: List[str]) -> None:
+        """Deletes earlier runs' shards not replaced by `finals`, and all temporary directories."""
+        shard_dir = os.path.dirname(os.path.abspath(self.shard_name(0, 1)))
+        keep = {os.path.abspath(f) for f in finals}
+        pattern = self._shard_pattern()
+        for name in os.listdir(shard_dir):
+            path = os.path.join(shard_dir, name)
+            if pattern.match(name) and path not in keep and os.path.isfile(path):
+                os.remove(path)
+        shutil.rmtree(self.temp_dir, ignore_errors=True)
+        for name in os.listdir(self.out_dir):  # left by earlier runs of this output that failed
+            if name.startswith(self._temp_dir_prefix):
+                shutil.rmtree(os.path.join(self.out_dir, name), ignore_errors=True)
+
+
+class _WriteBundlesDoFn(DoFn):
+    """Writes each bundle to its own temporary file and outputs the file's path."""
+
+    def __init__(self, sink: FileBasedSink) -> None:
+        self.sink = sink
+        self.temp: Optional[_TempFile] = None
+        self.writer: Optional[FileFormatWriter] = None
+
+    def start_bundle(self) -> None:
+        self._discard()
+
+    def process(self, element: Any) -> None:
+        if self.writer is None:
+            self.temp = _TempFile(self.sink)
+            self.writer = self.temp.writer
+        self.writer.write(element)
+
+    def finish_bundle(self) -> Iterable[WindowedValue]:
+        if self.temp is not None:
+            path = self.temp.close()
+            self.temp = self.writer = None
+            yield WindowedValue(path, MIN_TIMESTAMP_MICROS, GLOBAL_WINDOWS_TUPLE)
+
+    def teardown(self) -> None:
+        self._discard()
+
+    def _discard(self) -> None:
+        if self.temp is not None:  # a failed attempt: its temp file is never committed
+            self.temp.discard()
+            self.temp = self.writer = None
+
+
+class _AssignShardDoFn(DoFn):
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.i = 0
+
+    def start_bundle(self) -> None:
+        self.i = random.randrange(self.n)
+
+    def process(self, element: Any) -> Iterable[Tuple[int, Any]]:
+        self.i = (self.i + 1) % self.n
+        yield (self.i, element)
+
+
+class _WriteShardDoFn(DoFn):
+    """Writes one shard's grouped elements to a temporary file and outputs its path."""
+
+    def __init__(self, sink: FileBasedSink) -> None:
+        self.sink = sink
+
+    def process(self, element: Any) -> Iterable[str]:
+        _, values = element
+        temp = _TempFile(self.sink)
+        try:
+            write = temp.writer.write
+            for v in values:
+                write(v)
+            path = temp.close()
+        except BaseException:
+            temp.discard()
+            raise
+        yield path
+
+
+class _FinalizeDoFn(DoFn):
+    """Renames the committed temporary files to their final shard names (see FileBasedSink)."""
+
+    def __init__(self, sink: FileBasedSink) -> None:
+        self.sink = sink
+
+    def process(self, _: Any, temp_paths: List[str]) -> Iterable[str]:
+        return self.sink.finalize(temp_paths)
+
+
+def write_files(pcoll: PCollection, sink: FileBasedSink) -> PCollection:
+    """Applies the write steps for `sink` inside the calling composite; returns the final file names."""
+    sink.step = pcoll.pipeline.current_transform().full_label or sink.step
+    glob_pc = pcoll | "WindowIntoGlobal" >> WindowInto(GlobalWindows())
+    if sink.num_shards:
+        temp = (glob_pc
+                | "AssignShard" >> ParDo(_AssignShardDoFn(sink.num_shards))
+                | "GroupByShard" >> GroupByKey()
+                | "WriteShards" >> ParDo(_WriteShardDoFn(sink)))
+    else:
+        temp = glob_pc | "WriteBundles" >> ParDo(_WriteBundlesDoFn(sink))
+    return (pcoll.pipeline
+            | "FinalizeTrigger" >> Create([None])
+            | "Finalize" >> ParDo(_FinalizeDoFn(sink), AsList(temp)))

@@ -1,0 +1,330 @@
+"""Parquet files: `ReadFromParquet` / `ReadFromParquetBatched` (split by row groups) and `WriteToParquet`."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, BinaryIO, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from headrace.errors import DataFormatError, InvalidArgumentError, _short_repr
+from headrace.io.filebasedsink import FileBasedSink, FileFormatWriter, write_files
+from headrace.io.filesystem import check_files_exist, match_files
+from headrace.io.iobase import BoundedSource, Read
+from headrace.pipeline.ptransform import PTransform
+from headrace.pipeline.pvalue import PCollection, Row
+
+__all__ = ["ReadFromParquet", "ReadFromParquetBatched", "WriteToParquet"]
+
+_SPLIT_BYTES = 64 * 1024 * 1024
+_BATCH_ROWS = 65536
+_CODECS = ("none", "snappy", "gzip", "brotli", "lz4", "zstd")
+
+Part = Tuple[str, Tuple[int, ...]]  # (file, row group indices)
+
+
+class _ParquetSource(BoundedSource):
+    """The row groups of the files matching a glob, consecutive groups of a file per part."""
+
+    def __init__(self, transform: str, pattern: str, min_bundle_size: int, validate: bool,
+                 columns: Optional[Sequence[str]]) -> None:
+        if columns is not None and (isinstance(columns, str) or not all(isinstance(c, str) for c in columns)):
+            raise InvalidArgumentError(
+                f"{transform}: columns must be a list of column names, got {columns!r}")
+        if not isinstance(min_bundle_size, int) or min_bundle_size < 0:
+            raise InvalidArgumentError(f"min_bundle_size must be a non-negative int, got {min_bundle_size!r}")
+        self.transform = transform
+        self.pattern = pattern
+        self.min_bundle_size = min_bundle_size
+        self.columns = list(columns) if columns is not None else None
+        if validate:
+            check_files_exist(transform, pattern, "data/*.parquet")
+
+    def display_name(self) -> str:
+        return f"parquet {self.pattern}"
+
+    def split(self, desired_parallelism: int) -> List[Part]:
+        files = match_files(self.pattern)
+        if not files:
+            raise FileNotFoundError(f"no files match {self.pattern!r}")
+        groups = []  # (file, [(row group, bytes)])
+        for f in files:
+            with pq.ParquetFile(f) as pf:
+                meta = pf.metadata
+            self._check_columns(f, meta.schema.to_arrow_schema().names)
+            groups.append((f, [(i, meta.row_group(i).total_byte_size) for i in range(meta.num_row_groups)]))
+        total = sum(size for _, rgs in groups for _, size in rgs)
+        target = max(self.min_bundle_size, min(_SPLIT_BYTES, total // max(1, desired_parallelism) + 1))
+        parts: List[Part] = []
+        for f, rgs in groups:
+            acc: List[int] = []
+            size = 0
+            for i, rg_size in rgs:
+                acc.append(i)
+                size += rg_size
+                if size >= target:
+                    parts.append((f, tuple(acc)))
+                    acc, size = [], 0
+            if acc:
+                parts.append((f, tuple(acc)))
+        return parts
+
+    def _check_columns(self, path: str, names: List[str]) -> None:
+        missing = [c for c in self.columns or () if c.split(".")[0] not in names]
+        if missing:
+            raise DataFormatError(
+                f"{self.transform}: {path} has no column(s) {missing}; its columns are {names}. "
+                "Fix columns=, or leave it out to read every column")
+
+
+def _column_values(column: Any) -> list:
+    """A column as a list of Python values (numpy's tolist is faster for null-free numbers)."""
+    t = column.type
+    if column.null_count == 0 and (pa.types.is_integer(t) or pa.types.is_boolean(t)
+                                   or pa.types.is_float32(t) or pa.types.is_float64(t)):
+        return column.to_numpy(zero_copy_only=False).tolist()
+    return column.to_pylist()
+
+
+def _row_maker(names: List[str]) -> Callable[..., Dict[str, Any]]:
+    """A function (v0, v1, ...) -> {names[0]: v0, names[1]: v1, ...}.
+
+    It is compiled as one dict display with constant keys, which builds a row about 2.5 times
+    faster than dict(zip(names, values)). The keys are embedded with repr() of str (Arrow field
+    names are always str), so no name can inject code.
+    """
+    if not all(type(n) is str for n in names):
+        raise TypeError(f"column names must be str, got {names!r}")
+    args = ", ".join(f"_{i}" for i in range(len(names)))
+    body = ", ".join(f"{n!r}: _{i}" for i, n in enumerate(names))
+    return eval(f"lambda {args}: {{{body}}}", {})  # noqa: S307 (see the docstring)
+
+
+def _rows_of(batch: Any, make_row: Callable[..., Dict[str, Any]]) -> Iterable[Dict[str, Any]]:
+    if batch.num_columns == 0:
+        return ({} for _ in range(batch.num_rows))
+    return map(make_row, *[_column_values(c) for c in batch.columns])
+
+
+class _ParquetRowSource(_ParquetSource):
+    def __init__(self, *args: Any, as_rows: bool = False) -> None:
+        super().__init__(*args)
+        self.as_rows = as_rows
+
+    def read(self, part: Part) -> Iterable[Any]:
+        path, row_groups = part
+        make_row = None
+        with pq.ParquetFile(path) as pf:
+            for batch in pf.iter_batches(batch_size=_BATCH_ROWS, row_groups=list(row_groups),
+                                         columns=self.columns):
+                if make_row is None:
+                    make_row = _row_maker(batch.schema.names)
+                rows = _rows_of(batch, make_row)
+                yield from (Row(**r) for r in rows) if self.as_rows else rows
+
+
+class _ParquetTableSource(_ParquetSource):
+    def read(self, part: Part) -> Iterable[pa.Table]:
+        path, row_groups = part
+        with pq.ParquetFile(path) as pf:
+            for i in row_groups:
+                yield pf.read_row_group(i, columns=self.columns)
+
+
+class ReadFromParquet(PTransform):
+    """Reads Parquet files as one dict per row (column name -> Python value), row groups in parallel.
+
+    `columns` reads only those columns; `as_rows=True` yields `beam.Row`s instead of dicts.
+    """
+
+    def __init__(self, file_pattern: Optional[str] = None, min_bundle_size: int = 0, validate: bool = True,
+                 columns: Optional[Sequence[str]] = None, as_rows: bool = False) -> None:
+        super().__init__()
+        self._source = _ParquetRowSource("ReadFromParquet", _pattern("ReadFromParquet", file_pattern),
+                                         min_bundle_size, validate, columns, as_rows=bool(as_rows))
+
+    def default_label(self) -> str:
+        return "ReadFromParquet"
+
+    def expand(self, pbegin: Any) -> PCollection:
+        return pbegin | "Read" >> Read(self._source)
+
+
+class ReadFromParquetBatched(PTransform):
+    """Reads Parquet files as one `pyarrow.Table` per row group, row groups in parallel."""
+
+    def __init__(self, file_pattern: Optional[str] = None, min_bundle_size: int = 0, validate: bool = True,
+                 columns: Optional[Sequence[str]] = None) -> None:
+        super().__init__()
+        self._source = _ParquetTableSource("ReadFromParquetBatched",
+                                           _pattern("ReadFromParquetBatched", file_pattern),
+                                           min_bundle_size, validate, columns)
+
+    def default_label(self) -> str:
+        return "ReadFromParquetBatched"
+
+    def expand(self, pbegin: Any) -> PCollection:
+        return pbegin | "Read" >> Read(self._source).with_output_types(pa.Table)
+
+
+def _pattern(transform: str, file_pattern: Any) -> str:
+    if not isinstance(file_pattern, (str, os.PathLike)) or not os.fspath(file_pattern):
+        raise InvalidArgumentError(f"{transform} needs a file pattern str, got {file_pattern!r}")
+    return os.fspath(file_pattern)
+
+
+# ---------------------------------------------------------------------------------------
+
+
+class _ParquetWriter(FileFormatWriter):
+    """Buffers rows into record batches of `record_batch_size` rows, and record batches into
+    row groups of about `row_group_buffer_size` bytes (as Beam's ParquetSink does)."""
+
+    def __init__(self, fh: BinaryIO, sink: "_ParquetSink") -> None:
+        super().__init__(fh)
+        self.sink = sink
+        self.writer = pq.ParquetWriter(
+            fh, sink.schema, compression=sink.codec,
+            use_deprecated_int96_timestamps=sink.use_deprecated_int96_timestamps,
+            use_compliant_nested_type=sink.use_compliant_nested_type)
+        self.rows: List[Any] = []
+        self.batches: List[pa.RecordBatch] = []
+        self.nbytes = 0
+
+    def write(self, record: Any) -> None:
+        rows = self.rows
+        rows.append(record)
+        if len(rows) >= self.sink.record_batch_size:
+            self._flush_rows()
+
+    def _flush_rows(self) -> None:
+        batch = self.sink.to_record_batch(self.rows)
+        self.rows = []
+        self.batches.append(batch)
+        self.nbytes += batch.nbytes
+        if self.nbytes >= self.sink.row_group_buffer_size:
+            self._write_row_group()
+
+    def _write_row_group(self) -> None:
+        table = pa.Table.from_batches(self.batches, schema=self.sink.schema)
+        self.batches, self.nbytes = [], 0
+        self.writer.write_table(table, row_group_size=max(1, table.num_rows))
+
+    def abandon(self) -> None:
+        self.writer.close()
+
+    def finish(self) -> None:
+        if self.rows:
+            self._flush_rows()
+        if self.batches:
+            self._write_row_group()
+        self.writer.close()
+
+
+class _ParquetSink(FileBasedSink):
+    def __init__(self, schema: pa.Schema, row_group_buffer_size: int, record_batch_size: int, codec: str,
+                 use_deprecated_int96_timestamps: bool, use_compliant_nested_type: bool,
+                 file_path_prefix: Any, file_name_suffix: str, num_shards: int,
+                 shard_name_template: Optional[str]) -> None:
+        # the codec compresses inside the file, so the file itself is never compressed
+        super().__init__("WriteToParquet", file_path_prefix, file_name_suffix, num_shards,
+                         shard_name_template, compression_type="uncompressed")
+        self.schema = schema
+        self.names = schema.names
+        self.row_group_buffer_size = row_group_buffer_size
+        self.record_batch_size = record_batch_size
+        self.codec = codec
+        self.use_deprecated_int96_timestamps = use_deprecated_int96_timestamps
+        self.use_compliant_nested_type = use_compliant_nested_type
+
+    def new_writer(self, fh: BinaryIO) -> _ParquetWriter:
+        return _ParquetWriter(fh, self)
+
+    def to_record_batch(self, rows: List[Any]) -> pa.RecordBatch:
+        """The rows (dicts) as a record batch of the schema; a row that does not fit is named."""
+        try:
+            columns = [[r[n] for r in rows] for n in self.names]
+        except (KeyError, TypeError, IndexError):
+            raise self._bad_row(rows) from None
+        arrays = []
+        for field, values in zip(self.schema, columns):
+            try:
+                arr = pa.array(values, type=field.type)
+            except (pa.ArrowException, TypeError, ValueError, OverflowError):
+                raise self._bad_value(field, values, rows) from None
+            if not field.nullable and arr.null_count:
+                raise self._bad_value(field, values, rows) from None
+            arrays.append(arr)
+        return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+
+    def _schema_text(self) -> str:
+        return ", ".join(f"{f.name}: {f.type}" for f in self.schema)
+
+    def _bad_row(self, rows: List[Any]) -> DataFormatError:
+        for r in rows:
+            if not hasattr(r, "keys") or not hasattr(r, "__getitem__"):
+                return DataFormatError(
+                    f"step {self.step!r} writes dicts (column name -> value) as Parquet rows, got "
+                    f"{_short_repr(r)} ({type(r).__name__}); map each element to a dict with the "
+                    f"schema's fields ({self._schema_text()}) before the write")
+            missing = [n for n in self.names if n not in r]
+            if missing:
+                return DataFormatError(
+                    f"step {self.step!r}: row {_short_repr(r)} has no field {missing[0]!r} of the schema "
+                    f"({self._schema_text()}); give every row every schema field (None for a missing "
+                    f"value of a nullable field), e.g. beam.Map(lambda r: {{**r, {missing[0]!r}: None}}) "
+                    "before the write, or remove the field from the schema")
+        return DataFormatError(f"step {self.step!r}: rows do not fit the schema ({self._schema_text()})")
+
+    def _bad_value(self, field: pa.Field, values: List[Any], rows: List[Any]) -> DataFormatError:
+        for i, v in enumerate(values):
+            if v is None:
+                if field.nullable:
+                    continue
+                problem = "is None, but the field is not nullable"
+            else:
+                try:
+                    pa.array([v], type=field.type)
+                    continue
+                except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
+                    problem = (f"is {_short_repr(v, 80)} ({type(v).__name__}), which is not a "
+                               f"{field.type}: {exc}")
+            return DataFormatError(
+                f"step {self.step!r}: field {field.name!r} of row {_short_repr(rows[i])} {problem}. Convert "
+                f"the value before the write (e.g. with beam.Map) or change the schema's field to fit it")
+        return DataFormatError(f"step {self.step!r}: field {field.name!r} does not fit {field.type}")
+
+
+class WriteToParquet(PTransform):
+    """Writes dict rows to sharded Parquet files of the given `pyarrow.Schema`, exactly once."""
+
+    def __init__(self, file_path_prefix: str, schema: Optional[pa.Schema] = None,
+                 row_group_buffer_size: int = 64 * 1024 * 1024, record_batch_size: int = 1000,
+                 codec: str = "none", use_deprecated_int96_timestamps: bool = False,
+                 use_compliant_nested_type: bool = False, file_name_suffix: str = "",
+                 num_shards: int = 0, shard_name_template: Optional[str] = None,
+                 mime_type: str = "application/x-parquet") -> None:
+        super().__init__()
+        if not isinstance(schema, pa.Schema):
+            raise InvalidArgumentError(
+                f"WriteToParquet needs schema=pyarrow.Schema, got {schema!r}; build one with "
+                "pyarrow.schema([('name', pyarrow.string()), ('count', pyarrow.int64())])")
+        for name, value in (("row_group_buffer_size", row_group_buffer_size),
+                            ("record_batch_size", record_batch_size)):
+            if not isinstance(value, int) or value < 1:
+                raise InvalidArgumentError(f"{name} must be a positive int, got {value!r}")
+        if not isinstance(codec, str) or codec.lower() not in _CODECS or (
+                codec.lower() != "none" and not pa.Codec.is_available(codec.lower())):
+            raise InvalidArgumentError(f"codec must be one of {', '.join(_CODECS)} (and available in "
+                                       f"this pyarrow), got {codec!r}")
+        self._sink = _ParquetSink(schema, row_group_buffer_size, record_batch_size, codec.lower(),
+                                  use_deprecated_int96_timestamps, use_compliant_nested_type,
+                                  file_path_prefix, file_name_suffix, num_shards, shard_name_template)
+
+    def default_label(self) -> str:
+        return "WriteToParquet"
+
+    def expand(self, pcoll: Any) -> PCollection:
+        return write_files(pcoll, self._sink)
+
