@@ -96,10 +96,10 @@ def test_parse_event_reads_views_and_ads():
 
 
 @pytest.mark.parametrize("bundle_size", [1000, 13])
-def test_job_matches_plain_python(tmp_path, bundle_size):
+def test_job_matches_plain_python(tmp_path, bundle_size, runner_flags):
     workdir = tmp_path / "work"
     result = sb.run(["--events", "3000", "--users", "40", "--seed", "7",
-                     "--workdir", str(workdir), "--bundle_size", str(bundle_size)])
+                     "--workdir", str(workdir), "--bundle_size", str(bundle_size), *runner_flags])
     ref = reference(result.input_files)
     out = str(workdir / "output")
 
@@ -163,7 +163,8 @@ def test_module_help_runs():
 def test_cli_version_and_demo(tmp_path, capsys):
     assert cli.main(["version"]) == 0
     assert capsys.readouterr().out.startswith("headrace 0.1.0")
-    assert cli.main(["demo", "--events", "500", "--users", "10", "--workdir", str(tmp_path)]) == 0
+    assert cli.main(["demo", "--events", "500", "--users", "10", "--workdir", str(tmp_path),
+                     "--runner=LocalRunner"]) == 0
     out = capsys.readouterr().out
     assert "500 parsed" in out
     assert f"{len(sb.MALFORMED_LINES)} lines went to the dead-letter output" in out

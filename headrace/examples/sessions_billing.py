@@ -1,9 +1,9 @@
 """Video sessions and ad billing: the Dataflow Model paper's motivating examples, for real.
 
-The job generates a day of event logs (JSON lines, a fixed random seed) for a video site:
-users watch videos (`view`, seconds watched) and are shown ads (`ad_impression`, `ad_click`,
-each billed to an advertiser at a price). A handful of malformed lines are mixed in on
-purpose. Then one pipeline:
+The job generates a day of event logs for a video site (JSON lines, a fixed random seed, two
+million events by default): users watch videos (`view`, seconds watched) and are shown ads
+(`ad_impression`, `ad_click`, each billed to an advertiser at a price). A handful of
+malformed lines are mixed in on purpose. Then one pipeline:
 
 1. reads the files with `ReadFromText` and parses each line; lines that fail to parse go to
    a dead-letter output (`.with_exception_handling()`), are counted and written out;
@@ -16,7 +16,10 @@ purpose. Then one pipeline:
 5. (c) finds the top 5 users by watch time (`combiners.Top`);
 6. writes every result as JSON lines with `WriteToText` and prints a summary.
 
-Run it with `python -m headrace.examples.sessions_billing --help` (or `./dev demo`).
+It runs on embedded Spark by default (`--runner=SparkRunner`, Spark's local mode with one
+worker thread per core; `--spark_master=URL` runs it on a cluster, `--runner=LocalRunner` on
+the local reference runner). Run it with `python -m headrace.examples.sessions_billing --help`
+(or `./dev demo`).
 """
 
 from __future__ import annotations
@@ -42,8 +45,8 @@ NAMESPACE = "sessions_billing"
 SESSION_GAP_S = 30 * 60
 HOUR_S = 60 * 60
 KINDS = ("view", "ad_impression", "ad_click")
-DEFAULT_EVENTS = 300_000
-DEFAULT_USERS = 2_000
+DEFAULT_EVENTS = 2_000_000
+DEFAULT_USERS = 20_000
 DEFAULT_SEED = 2015
 DAY_START = _dt.datetime(2024, 5, 1, tzinfo=_dt.timezone.utc)
 DAY_START_US = int(DAY_START.timestamp()) * 1_000_000
@@ -499,10 +502,11 @@ def parse_args(argv: Optional[Sequence[str]] = None, prog: Optional[str] = None
     parser.add_argument("--workdir", default=None,
                         help="directory for input/ and output/ (default: a new temporary directory; "
                              "earlier events-*.jsonl inputs and job outputs in it are replaced)")
-    parser.add_argument("--runner", default="LocalRunner",
-                        help="LocalRunner (alias DirectRunner; the default)")
+    parser.add_argument("--runner", default="SparkRunner",
+                        help="SparkRunner (the default: embedded Spark, local[*]; --spark_master=URL "
+                             "for a cluster) or LocalRunner")
     parser.add_argument("--bundle_size", type=int, default=1000,
-                        help="elements per bundle on the local runner (default 1000)")
+                        help="elements per bundle (default 1000)")
     return parser.parse_known_args(argv)
 
 
