@@ -21,6 +21,17 @@ class BoundedSource:
         """Yields the records of one part."""
         raise NotImplementedError
 
+    def read_batches(self, part: Any, size: int) -> Iterable[List[Any]]:
+        """Yields the records of one part in lists of about `size` (sources may batch natively)."""
+        buf: List[Any] = []
+        for r in self.read(part):
+            buf.append(r)
+            if len(buf) >= size:
+                yield buf
+                buf = []
+        if buf:
+            yield buf
+
     def display_name(self) -> str:
         """A short description for labels and errors."""
         return type(self).__name__

@@ -113,15 +113,19 @@ class _ParquetRowSource(_ParquetSource):
         self.as_rows = as_rows
 
     def read(self, part: Part) -> Iterable[Any]:
+        for rows in self.read_batches(part, _BATCH_ROWS):
+            yield from rows
+
+    def read_batches(self, part: Part, size: int) -> Iterable[List[Any]]:
         path, row_groups = part
         make_row = None
         with pq.ParquetFile(path) as pf:
-            for batch in pf.iter_batches(batch_size=_BATCH_ROWS, row_groups=list(row_groups),
+            for batch in pf.iter_batches(batch_size=size, row_groups=list(row_groups),
                                          columns=self.columns):
                 if make_row is None:
                     make_row = _row_maker(batch.schema.names)
                 rows = _rows_of(batch, make_row)
-                yield from (Row(**r) for r in rows) if self.as_rows else rows
+                yield [Row(**r) for r in rows] if self.as_rows else list(rows)
 
 
 class _ParquetTableSource(_ParquetSource):

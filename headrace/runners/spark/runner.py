@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import shutil
 import tempfile
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from headrace.errors import PipelineExecutionError
 from headrace.io.iobase import Read
@@ -14,6 +14,7 @@ from headrace.model import coders
 from headrace.options.pipeline_options import LocalRunnerOptions, SparkRunnerOptions
 from headrace.pipeline.pipeline import AppliedPTransform, Pipeline, PipelineResult, PipelineState
 from headrace.pipeline.pvalue import AsSideInput, PCollection
+from headrace.runners.columnar import columnar_chain
 from headrace.runners.common import FusedStage, serialize_dofn, step_spec
 from headrace.runners.spark import session as sessions
 from headrace.runners.spark import tasks
@@ -98,6 +99,8 @@ class _Translation:
         self.persisted: List[Any] = []
         self.broadcasts: List[Any] = []
         self.current_label = ""
+        self.reads: Dict[PCollection, Tuple[Any, str, Any]] = {}    # Read output -> parts RDD, ...
+        self.stages: Dict[PCollection, Tuple[FusedStage, PCollection]] = {}  # output -> stage, root
         self._call_site_held = False
 
     # ---- building --------------------------------------------------------------------
@@ -178,7 +181,9 @@ class _Translation:
         # One partition per core: a partition reads several parts in turn, and a lifted combine
         # then has fewer, fuller partial accumulators to shuffle.
         rdd = self.sc.parallelize(parts, max(1, min(len(parts), self.parallelism)))
-        self._set(node.outputs[None], rdd.mapPartitions(tasks.read_fn(self.env, node.full_label, source)))
+        out = node.outputs[None]
+        self.reads[out] = (rdd, node.full_label, source)
+        self._set(out, rdd.mapPartitions(tasks.read_fn(self.env, node.full_label, source)))
 
     def _build_flatten(self, node: AppliedPTransform) -> None:
         inputs = [self.rdds[pc] for pc in node.inputs]
@@ -205,7 +210,12 @@ class _Translation:
         fn_bytes = coders.dumps(combine_fn) if combine_fn is not None else None
         lifted = fn_bytes is not None and windowing.trigger.watermark_only and not retractions
         upstream = self.rdds[source]
-        if lifted:
+        columnar = self._columnar_source(source) if lifted else None
+        if columnar is not None:
+            parts, read_label, bounded, fused = columnar
+            keyed = parts.mapPartitions(tasks.columnar_partial_fn(
+                self.env, read_label, bounded, fused, label, windowing, fn_bytes))
+        elif lifted:
             keyed = upstream.mapPartitions(tasks.partial_combine_fn(self.env, label, windowing, fn_bytes))
         else:
             keyed = upstream.mapPartitions(tasks.key_fn(self.env, label, windowing.windowfn.is_merging()))
@@ -218,6 +228,18 @@ class _Translation:
             self._set(node.outputs[None], out)
         else:
             self._set_outputs(out, [(node.outputs[None], 0), (late_pc, 1)])
+
+    def _columnar_source(self, pc: PCollection) -> Optional[Tuple[Any, str, Any, FusedStage]]:
+        """(parts RDD, read label, source, stage) when `pc` is Read -> plain steps (read once)."""
+        if pc not in self.stages or self.uses.get(pc, 0) != 1:
+            return None
+        fused, root = self.stages[pc]
+        if root not in self.reads or self.uses.get(root, 0) != 1:
+            return None
+        if columnar_chain(fused.steps, fused.root) is None:
+            return None
+        parts, read_label, source = self.reads[root]
+        return parts, read_label, source, fused
 
     def _set_outputs(self, rdd: Any, outputs: List[Tuple[PCollection, int]]) -> None:
         """Splits an RDD of (index, element) records into one RDD per output PCollection."""
@@ -253,6 +275,8 @@ class _Translation:
         self._label(label)
         upstream = self.rdds[stage.root]
         if len(outs) == 1:
+            if bcast is None:
+                self.stages[outs[0]] = (fused, stage.root)
             self._set(outs[0], upstream.mapPartitions(tasks.stage_fn(self.env, fused, bcast, None)))
         else:
             index = {pc._id: i for i, pc in enumerate(outs)}

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import gc
 import os
 import pickle
 import zlib
@@ -25,12 +26,13 @@ from pyspark.accumulators import AccumulatorParam
 from pyspark.serializers import FramedSerializer
 
 from headrace.errors import PipelineExecutionError, _short_repr
-from headrace.metrics.metric import Metrics, MetricsContainer, metrics_scope
+from headrace.metrics.metric import Metrics, MetricsContainer, metrics_scope, set_current_step
 from headrace.model import coders
 from headrace.model.reduce import KeyState, ReduceFnRunner
 from headrace.model.time import MAX_TIMESTAMP_MICROS, MIN_TIMESTAMP_MICROS
 from headrace.model.window import Sessions, TimestampCombiner, Windowing
 from headrace.model.windowed import PANE_INFO_UNKNOWN, WindowedValue
+from headrace.runners.columnar import Columns, columnar_chain
 from headrace.runners.common import (
     FusedStage, SideInputReader, grouping_key_bytes, split_kv, to_windowed_value,
 )
@@ -113,7 +115,11 @@ class TaskEnv:
         return os.path.join(self.marker_dir, f"failed-{ctx.stageId()}-{ctx.partitionId()}")
 
     def check_earlier_attempt(self) -> None:
-        """In a Spark re-attempt of a task whose step gave up on a bundle: fail the same way."""
+        """In a Spark re-attempt of a task whose step gave up on a bundle: fail the same way.
+
+        Every task function calls this first; it also relaxes the worker's cyclic garbage
+        collector (see `_relax_gc`)."""
+        _relax_gc()
         from pyspark import TaskContext
         ctx = TaskContext.get()
         if ctx is None or ctx.attemptNumber() == 0:
@@ -145,6 +151,20 @@ class TaskEnv:
             self.attempted.add(attempted)
 
 
+_GC_RELAXED = False
+
+
+def _relax_gc() -> None:
+    """Collects cyclic garbage less often in this Python worker: elements are many small acyclic
+    objects, and frequent collections over them cost more than the work (halves a combine's
+    time). Done once per worker process, which runs only Spark tasks."""
+    global _GC_RELAXED
+    if not _GC_RELAXED:
+        t = gc.get_threshold()
+        gc.set_threshold(max(t[0], 100_000), max(t[1], 50), max(t[2], 50))
+        _GC_RELAXED = True
+
+
 def _bundles(it: Iterable[Any], size: int) -> Iterator[List[Any]]:
     buf: List[Any] = []
     for x in it:
@@ -171,14 +191,8 @@ def read_fn(env: TaskEnv, label: str, source: Any) -> Callable[[Iterator[Any]], 
     """Read: each record of the RDD is one part of the BoundedSource."""
     def run(parts: Iterator[Any]) -> Iterator[WindowedValue]:
         env.check_earlier_attempt()
-        for part in parts:
-            try:
-                for v in source.read(part):
-                    yield to_windowed_value(v)
-            except Exception as exc:
-                raise env.fail(PipelineExecutionError(
-                    f"step {label!r} failed reading {part!r}: {type(exc).__name__}: {exc}",
-                    step=label)) from exc
+        for v in _read_parts(env, label, source, parts):
+            yield to_windowed_value(v)
     return run
 
 
@@ -300,24 +314,75 @@ def partial_combine_fn(env: TaskEnv, label: str, windowing: Windowing,
     at the end), merging their accumulators with `merge_accumulators`. Each accumulator carries
     the timestamp the TimestampCombiner would keep (earliest, or latest for OUTPUT_AT_LATEST).
     """
+    def triples(it: Iterator[WindowedValue]) -> Iterator[Iterable[tuple]]:
+        yield ((wv.value, wv.timestamp_us, wv.windows) for wv in it)
+    return _partial(env, label, windowing, combine_fn_bytes, triples)
+
+
+def columnar_partial_fn(env: TaskEnv, read_label: str, source: Any, stage: FusedStage,
+                        label: str, windowing: Windowing,
+                        combine_fn_bytes: bytes) -> Callable[[Iterator[Any]], Iterator[Any]]:
+    """Read -> a chain of plain element-wise steps -> lifted CombinePerKey, in one pass over
+    columnar bundles (headrace.runners.columnar); the RDD's records are the source's parts.
+    A bundle the columnar path cannot take runs through the fused stage element by element."""
+    out_pc = stage.materialized[0]
+
+    def triples(parts: Iterator[Any]) -> Iterator[Iterable[tuple]]:
+        chain = columnar_chain(stage.steps, stage.root)
+        assert chain is not None
+        committed, attempted = MetricsContainer(), MetricsContainer()
+        try:
+            for records in _read_parts(env, read_label, source, parts, env.bundle_size):
+                cols = Columns.of_records(records)
+                out = chain.run(cols, committed, attempted)
+                if out is not None:
+                    yield zip(out.values, out.ts, out.windows)
+                    continue
+                outs = stage.process_bundle(cols.elements(), None, env.max_attempts, committed, attempted)
+                yield ((wv.value, wv.timestamp_us, wv.windows) for wv in outs[out_pc])
+        finally:
+            stage.teardown()
+        env.report(committed, attempted)
+    return _partial(env, label, windowing, combine_fn_bytes, triples)
+
+
+def _read_parts(env: TaskEnv, label: str, source: Any, parts: Iterator[Any],
+                batch: int = 0) -> Iterator[Any]:
+    """The records of the parts (in lists of about `batch` records when `batch` is given)."""
+    for part in parts:
+        try:
+            yield from (source.read_batches(part, batch) if batch else source.read(part))
+        except Exception as exc:
+            raise env.fail(PipelineExecutionError(
+                f"step {label!r} failed reading {part!r}: {type(exc).__name__}: {exc}",
+                step=label)) from exc
+
+
+def _partial(env: TaskEnv, label: str, windowing: Windowing, combine_fn_bytes: bytes,
+             batches: Callable[[Iterator[Any]], Iterator[Iterable[tuple]]]
+             ) -> Callable[[Iterator[Any]], Iterator[Any]]:
     windowfn = windowing.windowfn
     merging = windowfn.is_merging()
     latest = windowing.timestamp_combiner is TimestampCombiner.OUTPUT_AT_LATEST
 
-    def run(it: Iterator[WindowedValue]) -> Iterator[Any]:
+    def run(it: Iterator[Any]) -> Iterator[Any]:
         env.check_earlier_attempt()
         combine_fn = coders.loads(combine_fn_bytes)
         committed = MetricsContainer()
+        table: Dict[bytes, Tuple[Any, Dict[Any, list]]] = {}
         try:
             with metrics_scope(committed, label):
                 combine_fn.setup()
-                table = _accumulate(label, it, combine_fn, windowfn if merging else None, latest)
+                acc = _Accumulator(label, combine_fn, windowfn if merging else None, latest, table)
+                for batch in batches(it):
+                    set_current_step(label)
+                    acc.add_all(batch)
                 for kb, (k, windows) in table.items():
                     if merging:
                         _merge_windows(windows, windowfn, combine_fn, latest)
-                    for w, (acc, ts) in windows.items():
+                    for w, (a, ts) in windows.items():
                         yield ((kb, _sort_time(merging, ts, w), False),
-                               (k, combine_fn.compact(acc), ts, w))
+                               (k, combine_fn.compact(a), ts, w))
                 combine_fn.teardown()
         except TaskFailure:
             raise
@@ -331,38 +396,59 @@ def partial_combine_fn(env: TaskEnv, label: str, windowing: Windowing,
     return run
 
 
-def _accumulate(label: str, it: Iterator[WindowedValue], combine_fn: Any, merging_fn: Any,
-                latest: bool) -> Dict[bytes, Tuple[Any, Dict[Any, list]]]:
-    create, add = combine_fn.create_accumulator, combine_fn.add_input
-    table: Dict[bytes, Tuple[Any, Dict[Any, list]]] = {}
-    kb_of: Dict[Tuple[type, Any], bytes] = {}
-    limits: Dict[bytes, int] = {}
-    for wv in it:
-        k, v = split_kv(label, wv.value)
-        t = type(k)
-        if t is str or t is int or t is bytes:
-            kb = kb_of.get((t, k))
-            if kb is None:
-                kb = kb_of[(t, k)] = grouping_key_bytes(label, k, wv.value)
-        else:
-            kb = grouping_key_bytes(label, k, wv.value)
-        entry = table.get(kb)
-        if entry is None:
-            entry = table[kb] = (k, {})
-        windows = entry[1]
-        ts = wv.timestamp_us
-        for w in wv.windows:
-            cell = windows.get(w)
-            if cell is None:
-                windows[w] = [add(create(), v), ts]
+class _Accumulator:
+    """Adds (kv, timestamp, windows) triples into {key bytes: (key, {window: [acc, ts]})}."""
+
+    def __init__(self, label: str, combine_fn: Any, merging_fn: Any, latest: bool,
+                 table: Dict[bytes, Tuple[Any, Dict[Any, list]]]) -> None:
+        self.label = label
+        self.combine_fn = combine_fn
+        self.merging_fn = merging_fn
+        self.latest = latest
+        self.table = table
+        self.kb_of: Dict[Tuple[type, Any], bytes] = {}
+        self.by_str: Dict[str, Dict[Any, list]] = {}
+        self.limits: Dict[int, int] = {}
+
+    def add_all(self, triples: Iterable[tuple]) -> None:
+        """Accumulates a batch of (kv, timestamp, windows)."""
+        label, table, kb_of, limits = self.label, self.table, self.kb_of, self.limits
+        create, add = self.combine_fn.create_accumulator, self.combine_fn.add_input
+        merging_fn, latest = self.merging_fn, self.latest
+        by_str = self.by_str
+        for kv, ts, wins in triples:
+            try:
+                k, v = kv
+            except (TypeError, ValueError):
+                k, v = split_kv(label, kv)  # raises the error naming the step
+            if type(k) is str:  # the common case: one lookup (str keys of equal value are equal)
+                windows = by_str.get(k)
+                if windows is None:
+                    kb = grouping_key_bytes(label, k, kv)
+                    windows = by_str[k] = table.setdefault(kb, (k, {}))[1]
             else:
-                cell[0] = add(cell[0], v)
-                if (ts > cell[1]) if latest else (ts < cell[1]):
-                    cell[1] = ts
-        if merging_fn is not None and len(windows) > limits.get(kb, 64):
-            _merge_windows(windows, merging_fn, combine_fn, latest)
-            limits[kb] = max(64, 2 * len(windows))
-    return table
+                t = type(k)
+                if t is int or t is bytes:
+                    kb = kb_of.get((t, k))
+                    if kb is None:
+                        kb = kb_of[(t, k)] = grouping_key_bytes(label, k, kv)
+                else:
+                    kb = grouping_key_bytes(label, k, kv)
+                entry = table.get(kb)
+                if entry is None:
+                    entry = table[kb] = (k, {})
+                windows = entry[1]
+            for w in wins:
+                cell = windows.get(w)
+                if cell is None:
+                    windows[w] = [add(create(), v), ts]
+                else:
+                    cell[0] = add(cell[0], v)
+                    if (ts > cell[1]) if latest else (ts < cell[1]):
+                        cell[1] = ts
+            if merging_fn is not None and len(windows) > limits.get(id(windows), 64):
+                _merge_windows(windows, merging_fn, self.combine_fn, latest)
+                limits[id(windows)] = max(64, 2 * len(windows))
 
 
 def _merge_windows(windows: Dict[Any, list], windowfn: Any, combine_fn: Any, latest: bool) -> None:
