@@ -10,7 +10,8 @@ The fast path never decides anything the per-element path would decide different
 function raises, or returns something other than plain values or TimestampedValues (a
 TaggedOutput, a WindowedValue), `ColumnarChain.run` returns None and the caller runs the
 bundle through `FusedStage.process_bundle`, which gives the usual retries, errors and
-outputs. Metric updates of such an abandoned attempt count as attempted only.
+outputs. Metric updates of such an abandoned attempt count as attempted only; the abandoned
+attempt itself is not one of the bundle's `--max_bundle_attempts`.
 """
 
 from __future__ import annotations
