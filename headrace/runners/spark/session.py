@@ -84,11 +84,10 @@ def get_session(options: Any) -> Any:
             if _OWNED is not None and _OWNED[0].sparkContext is active:
                 if so.spark_master is None or _OWNED[1] == master:
                     return _OWNED[0]
-                _OWNED[0].stop()
+                _OWNED[0].stop()  # ours, but another master is asked for: replace it
                 _OWNED = None
-            else:
-                if so.spark_master is not None and effective_master(active.master, 1) != \
-                        effective_master(so.spark_master, 1) and active.master != master:
+            else:  # the user's session: use it, unless the pipeline asks for another master
+                if so.spark_master is not None and active.master not in (so.spark_master, master):
                     raise InvalidArgumentError(
                         f"a SparkSession with master {active.master!r} is already running in this "
                         f"process, but the pipeline asks for --spark_master={so.spark_master}; stop "
