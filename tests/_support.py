@@ -67,6 +67,23 @@ def counter_value(result: Any, name: str, attempted: bool = False) -> int:
     return sum(r.attempted if attempted else r.committed for r in found)
 
 
+class BundleSizes(beam.DoFn):
+    """Passes elements through and journals the size of each bundle it saw."""
+
+    def __init__(self, journal: Journal) -> None:
+        self.journal = journal
+
+    def start_bundle(self):
+        self.n = 0
+
+    def process(self, x):
+        self.n += 1
+        yield x
+
+    def finish_bundle(self):
+        self.journal.write(self.n)
+
+
 class Panes(beam.DoFn):
     """(key, value (lists sorted), window start s[, window end s], timestamp us, timing, index,
     nonspeculative index) for each (key, value) output of a grouping."""

@@ -12,7 +12,7 @@ from headrace.options.pipeline_options import (
 from headrace.runners import create_runner
 from headrace.runners.local import LocalRunner
 from headrace.testing.util import assert_that, equal_to
-from tests._support import Journal, Once
+from tests._support import BundleSizes, Journal, Once
 
 
 def test_direct_runner_flag_maps_to_local_runner():
@@ -37,22 +37,11 @@ def test_unknown_runner_raises():
 def test_pipeline_from_argv(runner_flags, tmp_path):
     journal = Journal(tmp_path / "j.jsonl")
 
-    class Record(beam.DoFn):
-        def start_bundle(self):
-            self.n = 0
-
-        def process(self, x):
-            self.n += 1
-            yield x
-
-        def finish_bundle(self):
-            journal.write(self.n)
-
     p = beam.Pipeline(argv=[*runner_flags, "--bundle_size=2", "--max_bundle_attempts=5"])
     assert p.options.view_as(StandardOptions).runner == runner_flags[0].split("=", 1)[1]
     local = p.options.view_as(LocalRunnerOptions)
     assert (local.bundle_size, local.max_bundle_attempts) == (2, 5)
-    assert_that(p | beam.Create(list(range(7))) | beam.ParDo(Record()), equal_to(list(range(7))))
+    assert_that(p | beam.Create(list(range(7))) | beam.ParDo(BundleSizes(journal)), equal_to(list(range(7))))
     p.run()
     sizes = [e[0] for e in journal.read()]
     assert sum(sizes) == 7 and max(sizes) <= 2

@@ -82,6 +82,14 @@ def grouping_key_bytes(label: str, key: Any, element: Any) -> bytes:
         raise PipelineExecutionError(f"step {label!r}: {exc}", step=label, element=element) from exc
 
 
+def grouping_failure(label: str, exc: BaseException, doing: str = "combining or grouping"
+                     ) -> PipelineExecutionError:
+    """The error for a grouping step whose CombineFn or core failed (every runner raises this)."""
+    return PipelineExecutionError(
+        f"step {label!r} failed while {doing}: {type(exc).__name__}: {exc}; check its CombineFn",
+        step=label)
+
+
 class SideInputReader:
     """Reads materialised side inputs for a main-input window."""
 

@@ -19,7 +19,7 @@ from headrace.runners.spark import tasks
 from headrace.runners.spark.session import effective_master, parse_conf
 from headrace.testing.util import assert_that, equal_to
 from headrace.transforms import trigger, window
-from tests._support import counter_value
+from tests._support import BundleSizes, counter_value
 
 TV = beam.TimestampedValue
 
@@ -61,27 +61,12 @@ def test_a_crashed_task_is_retried_by_spark_and_its_outputs_discarded(spark_pipe
     assert counter_value(result, "processed") == n
 
 
-class BundleSizes(beam.DoFn):
-    def __init__(self, journal):
-        self.journal = journal
-
-    def start_bundle(self):
-        self.n = 0
-
-    def process(self, x):
-        self.n += 1
-        yield x
-
-    def finish_bundle(self):
-        self.journal.write("bundle", self.n)
-
-
 def test_a_partition_is_processed_as_several_bundles(spark_pipeline, journal):
     p = spark_pipeline(bundle_size=3)
     out = p | beam.Create(list(range(20))) | beam.ParDo(BundleSizes(journal))
     assert_that(out, equal_to(list(range(20))))
     p.run()
-    sizes = [e[1] for e in journal.read()]
+    sizes = [e[0] for e in journal.read()]
     assert sum(sizes) == 20 and max(sizes) == 3 and len(sizes) >= 7
 
 

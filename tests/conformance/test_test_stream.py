@@ -26,7 +26,7 @@ from headrace.testing.util import assert_that, equal_to
 from headrace.transforms import window
 from headrace.utils.timestamp import Duration, Timestamp
 from headrace.utils.windowed_value import WindowedValue
-from tests._support import Journal, Panes
+from tests._support import BundleSizes, Journal, Panes
 
 TV = beam.TimestampedValue
 US = 1_000_000
@@ -173,20 +173,6 @@ def test_an_empty_script_gives_an_empty_pcollection(make_pipeline):
 
 
 def test_each_add_elements_is_one_bundle_whatever_the_bundle_size(make_pipeline, journal):
-    class BundleSizes(beam.DoFn):
-        def __init__(self, journal):
-            self.journal = journal
-
-        def start_bundle(self):
-            self.n = 0
-
-        def process(self, x):
-            self.n += 1
-            yield x
-
-        def finish_bundle(self):
-            self.journal.write(self.n)
-
     with make_pipeline(bundle_size=1) as p:
         (p | TestStream().add_elements([1, 2, 3]).advance_watermark_to(1).add_elements([4, 5])
          | beam.ParDo(BundleSizes(journal)))

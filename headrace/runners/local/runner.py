@@ -65,7 +65,7 @@ from headrace.options.pipeline_options import LocalRunnerOptions
 from headrace.pipeline.pipeline import AppliedPTransform, Pipeline, PipelineResult, PipelineState
 from headrace.pipeline.pvalue import PCollection
 from headrace.runners.common import (
-    FusedStage, SideInputReader, grouping_key_bytes, serialize_dofn, split_kv, step_spec,
+    FusedStage, SideInputReader, grouping_failure, grouping_key_bytes, serialize_dofn, split_kv, step_spec,
     to_windowed_value,
 )
 from headrace.testing.test_stream import ElementEvent, ProcessingTimeEvent, TestStream, WatermarkEvent
@@ -399,9 +399,7 @@ class _GroupUnit(_Unit):
         except PipelineExecutionError:
             raise
         except Exception as exc:
-            raise PipelineExecutionError(
-                f"step {self.label!r} failed while combining or grouping: {type(exc).__name__}: "
-                f"{exc}; check its CombineFn", step=self.label) from exc
+            raise grouping_failure(self.label, exc) from exc
         finally:
             self.ex.committed.merge(container)
             self.ex.attempted.merge(container)

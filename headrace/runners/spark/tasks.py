@@ -34,7 +34,7 @@ from headrace.model.window import Sessions, TimestampCombiner, Windowing
 from headrace.model.windowed import PANE_INFO_UNKNOWN, WindowedValue
 from headrace.runners.columnar import Columns, columnar_chain
 from headrace.runners.common import (
-    FusedStage, SideInputReader, grouping_key_bytes, split_kv, to_windowed_value,
+    FusedStage, SideInputReader, grouping_failure, grouping_key_bytes, split_kv, to_windowed_value,
 )
 
 _MARK = "HEADRACE-TASK-ERROR["
@@ -369,31 +369,41 @@ def _partial(env: TaskEnv, label: str, windowing: Windowing, combine_fn_bytes: b
         env.check_earlier_attempt()
         combine_fn = coders.loads(combine_fn_bytes)
         committed = MetricsContainer()
-        table: Dict[bytes, Tuple[Any, Dict[Any, list]]] = {}
-        try:
-            with metrics_scope(committed, label):
-                combine_fn.setup()
-                acc = _Accumulator(label, combine_fn, windowfn if merging else None, latest, table)
-                for batch in batches(it):
-                    set_current_step(label)
-                    acc.add_all(batch)
-                for kb, (k, windows) in table.items():
-                    if merging:
-                        _merge_windows(windows, windowfn, combine_fn, latest)
-                    for w, (a, ts) in windows.items():
-                        yield ((kb, _sort_time(merging, ts, w), False),
-                               (k, combine_fn.compact(a), ts, w))
-                combine_fn.teardown()
-        except TaskFailure:
-            raise
-        except PipelineExecutionError as exc:
-            raise env.fail(exc) from exc
-        except Exception as exc:
-            raise env.fail(PipelineExecutionError(
-                f"step {label!r} failed while combining: {type(exc).__name__}: {exc}; check its "
-                "CombineFn", step=label)) from exc
+        yield from _guarded(env, label, "combining", _combine_partition(
+            label, it, batches, combine_fn, windowfn, merging, latest, committed))
         env.report(committed, committed)
     return run
+
+
+def _combine_partition(label: str, it: Iterator[Any],
+                       batches: Callable[[Iterator[Any]], Iterator[Iterable[tuple]]], combine_fn: Any,
+                       windowfn: Any, merging: bool, latest: bool,
+                       committed: MetricsContainer) -> Iterator[Any]:
+    table: Dict[bytes, Tuple[Any, Dict[Any, list]]] = {}
+    with metrics_scope(committed, label):
+        combine_fn.setup()
+        acc = _Accumulator(label, combine_fn, windowfn if merging else None, latest, table)
+        for batch in batches(it):
+            set_current_step(label)
+            acc.add_all(batch)
+        for kb, (k, windows) in table.items():
+            if merging:
+                _merge_windows(windows, windowfn, combine_fn, latest)
+            for w, (a, ts) in windows.items():
+                yield ((kb, _sort_time(merging, ts, w), False), (k, combine_fn.compact(a), ts, w))
+        combine_fn.teardown()
+
+
+def _guarded(env: TaskEnv, label: str, doing: str, outputs: Iterator[Any]) -> Iterator[Any]:
+    """Yields `outputs`; a failure while producing them fails the task as the step's error."""
+    try:
+        yield from outputs
+    except TaskFailure:
+        raise
+    except PipelineExecutionError as exc:
+        raise env.fail(exc) from exc
+    except Exception as exc:
+        raise env.fail(grouping_failure(label, exc, doing)) from exc
 
 
 class _Accumulator:
@@ -485,25 +495,20 @@ def reduce_fn(env: TaskEnv, label: str, windowing: Windowing, combine_fn_bytes: 
         core = ReduceFnRunner(batch_windowing, combine_fn, inputs_are_accumulators=accumulators_in,
                               input_retractions=input_retractions)
         committed = MetricsContainer()
-        size = env.bundle_size
-        try:
-            with metrics_scope(committed, label):
-                if combine_fn is not None:
-                    combine_fn.setup()
-                for out in _reduce_all(core, it, size, follow, late_output):
-                    yield out
-                if combine_fn is not None:
-                    combine_fn.teardown()
-        except TaskFailure:
-            raise
-        except PipelineExecutionError as exc:
-            raise env.fail(exc) from exc
-        except Exception as exc:
-            raise env.fail(PipelineExecutionError(
-                f"step {label!r} failed while combining or grouping: {type(exc).__name__}: {exc}; "
-                "check its CombineFn", step=label)) from exc
+        yield from _guarded(env, label, "combining or grouping", _reduce_partition(
+            label, core, combine_fn, it, env.bundle_size, follow, late_output, committed))
         env.report(committed, committed)
     return run
+
+
+def _reduce_partition(label: str, core: ReduceFnRunner, combine_fn: Any, it: Iterator[Any], size: int,
+                      follow: bool, late_output: bool, committed: MetricsContainer) -> Iterator[Any]:
+    with metrics_scope(committed, label):
+        if combine_fn is not None:
+            combine_fn.setup()
+        yield from _reduce_all(core, it, size, follow, late_output)
+        if combine_fn is not None:
+            combine_fn.teardown()
 
 
 def _reduce_all(core: ReduceFnRunner, it: Iterator[Any], size: int, follow: bool,
@@ -523,16 +528,15 @@ def _reduce_all(core: ReduceFnRunner, it: Iterator[Any], size: int, follow: bool
                 chunk = []
             if kb != current:
                 if current is not None:
-                    yield from _finish(core, state, key, wm, late_output)
+                    yield from _finish(core, state, key, late_output)
                 current, key, state = kb, k, KeyState()
                 wm = t
             chunk_wm = t
         chunk.append((v, ts, w, True) if r else (v, ts, w))
     if chunk:
         yield from _feed(core, state, key, chunk, wm, chunk_wm, late_output)
-        wm = chunk_wm
     if current is not None:
-        yield from _finish(core, state, key, wm, late_output)
+        yield from _finish(core, state, key, late_output)
 
 
 def _feed(core: ReduceFnRunner, state: KeyState, key: Any, chunk: List[tuple], wm: int, new_wm: int,
@@ -542,7 +546,7 @@ def _feed(core: ReduceFnRunner, state: KeyState, key: Any, chunk: List[tuple], w
     yield from _outputs(key, core.process_elements(state, chunk, new_wm, _PROCESSING_TIME), late_output)
 
 
-def _finish(core: ReduceFnRunner, state: KeyState, key: Any, wm: int, late_output: bool) -> Iterator[Any]:
+def _finish(core: ReduceFnRunner, state: KeyState, key: Any, late_output: bool) -> Iterator[Any]:
     yield from _outputs(key, core.on_watermark(state, MAX_TIMESTAMP_MICROS, _PROCESSING_TIME), late_output)
 
 
