@@ -111,21 +111,35 @@ class _ParquetRowSource(_ParquetSource):
     def __init__(self, *args: Any, as_rows: bool = False) -> None:
         super().__init__(*args)
         self.as_rows = as_rows
+        self._makers: Dict[Tuple[str, ...], Callable[..., Dict[str, Any]]] = {}
 
     def read(self, part: Part) -> Iterable[Any]:
         for rows in self.read_batches(part, _BATCH_ROWS):
             yield from rows
 
     def read_batches(self, part: Part, size: int) -> Iterable[List[Any]]:
+        for batch in self.read_arrow(part, size):
+            yield self.records_of(batch)
+
+    @property
+    def row_attributes(self) -> bool:
+        """True when records are `Row`s (fields read as attributes), False for dicts."""
+        return self.as_rows
+
+    def read_arrow(self, part: Part, size: int) -> Iterable[pa.RecordBatch]:
+        """The part's rows as Arrow record batches of about `size` rows."""
         path, row_groups = part
-        make_row = None
         with pq.ParquetFile(path) as pf:
-            for batch in pf.iter_batches(batch_size=size, row_groups=list(row_groups),
-                                         columns=self.columns):
-                if make_row is None:
-                    make_row = _row_maker(batch.schema.names)
-                rows = _rows_of(batch, make_row)
-                yield [Row(**r) for r in rows] if self.as_rows else list(rows)
+            yield from pf.iter_batches(batch_size=size, row_groups=list(row_groups), columns=self.columns)
+
+    def records_of(self, batch: pa.RecordBatch) -> List[Any]:
+        """A record batch as the records this source yields (dicts, or Rows)."""
+        names = tuple(batch.schema.names)
+        make_row = self._makers.get(names)
+        if make_row is None:
+            make_row = self._makers[names] = _row_maker(list(names))
+        rows = _rows_of(batch, make_row)
+        return [Row(**r) for r in rows] if self.as_rows else list(rows)
 
 
 class _ParquetTableSource(_ParquetSource):

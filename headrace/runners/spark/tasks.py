@@ -33,6 +33,7 @@ from headrace.model.time import MAX_TIMESTAMP_MICROS, MIN_TIMESTAMP_MICROS
 from headrace.model.window import Sessions, TimestampCombiner, Windowing
 from headrace.model.windowed import PANE_INFO_UNKNOWN, WindowedValue
 from headrace.runners.columnar import Columns, columnar_chain
+from headrace.runners.vectorized import VectorBundle, vector_chain, vector_combiner
 from headrace.runners.common import (
     FusedStage, SideInputReader, grouping_failure, grouping_key_bytes, split_kv, to_windowed_value,
 )
@@ -327,12 +328,20 @@ def columnar_partial_fn(env: TaskEnv, read_label: str, source: Any, stage: Fused
     A bundle the columnar path cannot take runs through the fused stage element by element."""
     out_pc = stage.materialized[0]
 
-    def triples(parts: Iterator[Any]) -> Iterator[Iterable[tuple]]:
+    def triples(parts: Iterator[Any]) -> Iterator[Any]:
         chain = columnar_chain(stage.steps, stage.root)
         assert chain is not None
+        vchain = (vector_chain(stage.steps, stage.root, source.row_attributes)
+                  if hasattr(source, "read_arrow") else None)
         committed, attempted = MetricsContainer(), MetricsContainer()
         try:
-            for records in _read_parts(env, read_label, source, parts, env.bundle_size):
+            for records in _read_parts(env, read_label, source, parts, env.bundle_size, vchain is not None):
+                if not isinstance(records, list):  # an Arrow batch
+                    bundle = vchain.run(records)  # type: ignore[union-attr]
+                    if bundle is not None:
+                        yield bundle
+                        continue
+                    records = source.records_of(records)
                 cols = Columns.of_records(records)
                 out = chain.run(cols, committed, attempted)
                 if out is not None:
@@ -347,11 +356,15 @@ def columnar_partial_fn(env: TaskEnv, read_label: str, source: Any, stage: Fused
 
 
 def _read_parts(env: TaskEnv, label: str, source: Any, parts: Iterator[Any],
-                batch: int = 0) -> Iterator[Any]:
-    """The records of the parts (in lists of about `batch` records when `batch` is given)."""
+                batch: int = 0, arrow: bool = False) -> Iterator[Any]:
+    """The records of the parts (in lists of about `batch` records when `batch` is given, as
+    Arrow record batches when `arrow`)."""
     for part in parts:
         try:
-            yield from (source.read_batches(part, batch) if batch else source.read(part))
+            if arrow:
+                yield from source.read_arrow(part, batch)
+            else:
+                yield from (source.read_batches(part, batch) if batch else source.read(part))
         except Exception as exc:
             raise env.fail(PipelineExecutionError(
                 f"step {label!r} failed reading {part!r}: {type(exc).__name__}: {exc}",
@@ -383,14 +396,26 @@ def _combine_partition(label: str, it: Iterator[Any],
     with metrics_scope(committed, label):
         combine_fn.setup()
         acc = _Accumulator(label, combine_fn, windowfn if merging else None, latest, table)
+        vector = vector_combiner(combine_fn, windowfn, latest)
         for batch in batches(it):
             set_current_step(label)
+            if type(batch) is VectorBundle:
+                if vector is not None and vector.accepts(batch):
+                    vector.add(batch)
+                    continue
+                batch = zip(batch.values(), batch.ts_array().tolist(), batch.window_tuples())
             acc.add_all(batch)
+
+        def record(kb: bytes, k: Any, a: Any, ts: int, w: Any) -> tuple:
+            return ((kb, _sort_time(merging, ts, w), False), (k, combine_fn.compact(a), ts, w))
+
         for kb, (k, windows) in table.items():
             if merging:
                 _merge_windows(windows, windowfn, combine_fn, latest)
             for w, (a, ts) in windows.items():
-                yield ((kb, _sort_time(merging, ts, w), False), (k, combine_fn.compact(a), ts, w))
+                yield record(kb, k, a, ts, w)
+        if vector is not None:
+            yield from vector.emit(lambda k: grouping_key_bytes(label, k, k), record)
         combine_fn.teardown()
 
 
