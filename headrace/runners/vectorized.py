@@ -44,7 +44,8 @@ from headrace.model.windowed import TimestampedValue
 from headrace.pipeline.dofn import _CallableWrapperDoFn
 from headrace.runners.common import StepSpec, _special_params
 
-__all__ = ["VectorChain", "VectorCombiner", "VectorBundle", "vector_chain", "vector_combiner"]
+__all__ = ["VectorChain", "VectorCombiner", "VectorBundle", "compile_chain", "vector_chain",
+           "vector_combiner"]
 
 _INT, _FLOAT, _BOOL, _STR = "int", "float", "bool", "str"
 _I64_MIN, _I64_MAX = -(2**63), 2**63 - 1
@@ -67,6 +68,7 @@ class _Sym:
 
     __slots__ = ("_n",)
     __hash__ = None  # type: ignore[assignment]
+    _n: tuple
 
     def __init__(self, node: tuple) -> None:
         object.__setattr__(self, "_n", node)
@@ -273,12 +275,12 @@ _WINDOWFNS = (GlobalWindows, FixedWindows, Sessions)
 
 def _step_fn(spec: StepSpec) -> Optional[Tuple[str, Any]]:
     if spec.windowfn is not None:
-        return ("window", spec.windowfn) if type(spec.windowfn) in _WINDOWFNS else None
+        return ("window", spec.windowfn)
     if spec.args or spec.kwargs or spec.dead_letter is not None or spec.main_tag is not None:
         return None
     if len(spec.outputs) != 1 or spec.outputs[0][0] is not None:
         return None
-    dofn = coders.loads(spec.dofn)
+    dofn = coders.loads(spec.dofn or b"")
     if not isinstance(dofn, _CallableWrapperDoFn) or dofn.kind not in ("map", "maptuple", "filter"):
         return None
     if _special_params(dofn.fn):
@@ -287,23 +289,31 @@ def _step_fn(spec: StepSpec) -> Optional[Tuple[str, Any]]:
 
 
 def vector_chain(steps: Sequence[StepSpec], root: int, row_attributes: bool) -> Optional["VectorChain"]:
-    """A VectorChain for a linear chain of vectorisable steps reading rows at `root`, else None.
+    """A VectorChain for a linear chain of vectorisable steps reading rows at `root`, else None."""
+    fns: List[Tuple[str, Any]] = []
+    current = root
+    for spec in steps:
+        if spec.input != current:
+            return None
+        step = _step_fn(spec)
+        if step is None:
+            return None
+        fns.append(step)
+        current = spec.outputs[0][1]
+    return compile_chain(fns, row_attributes)
 
-    Rows are dicts (`r["col"]`), or objects with attributes too when `row_attributes`."""
+
+def compile_chain(steps: Sequence[Tuple[str, Any]], row_attributes: bool) -> Optional["VectorChain"]:
+    """A VectorChain for steps ("map" | "maptuple" | "filter", fn) or ("window", WindowFn) over
+    rows that are dicts (`r["col"]`), or `Row`s (`r.col`) when `row_attributes`; else None."""
     shape: tuple = ("row", row_attributes)
     ops: List[tuple] = []
-    current = root
     windowed = False
     try:
-        for spec in steps:
-            if spec.input != current:
-                return None
-            step = _step_fn(spec)
-            if step is None:
-                return None
-            current = spec.outputs[0][1]
-            kind, fn = step
+        for kind, fn in steps:
             if kind == "window":
+                if type(fn) not in _WINDOWFNS:
+                    return None
                 ops.append(("window", fn))
                 windowed = windowed or type(fn) is not GlobalWindows
                 continue
@@ -311,8 +321,10 @@ def vector_chain(steps: Sequence[StepSpec], root: int, row_attributes: bool) -> 
                 if shape[0] != "tuple":
                     return None
                 result = _trace(fn, _proxy(shape))
-            else:
+            elif kind in ("map", "filter"):
                 result = _trace(fn, (_proxy(shape),))
+            else:
+                return None
             if kind == "filter":
                 ops.append(("filter", _shape(result)))
                 continue
@@ -692,7 +704,7 @@ class _Groups(NamedTuple):
     start: np.ndarray  # window start (microseconds; 0 in the global window)
     end: np.ndarray    # window end
     acc: np.ndarray    # sum / min / max (int64, float64, or object for ints that could overflow)
-    count: np.ndarray  # int64
+    n: np.ndarray      # elements in the group (int64)
     ts: np.ndarray     # the kept timestamp (earliest, or latest)
 
 
@@ -790,7 +802,7 @@ class VectorCombiner:
         idx = np.flatnonzero(first)
         red = np.minimum if self.what == "min" else np.maximum if self.what == "max" else np.add
         return _Groups(code[idx], start[idx], np.maximum.reduceat(end, idx), red.reduceat(g.acc[order], idx),
-                       np.add.reduceat(g.count[order], idx),
+                       np.add.reduceat(g.n[order], idx),
                        (np.maximum if self.latest else np.minimum).reduceat(g.ts[order], idx))
 
     def emit(self, key_bytes: Callable[[Any], bytes],
@@ -803,15 +815,16 @@ class VectorCombiner:
         self.chunks = []
         self.rows = 0
         if self.what == "count":
-            accs: List[Any] = g.count.tolist()
+            accs: List[Any] = g.n.tolist()
         elif self.what == "mean":
-            accs = list(zip(g.acc.tolist(), g.count.tolist()))
+            accs = list(zip(g.acc.tolist(), g.n.tolist()))
         else:
             accs = g.acc.tolist()
         keys = self.keys
         kbs: List[Optional[bytes]] = [None] * len(keys)
         windows: Dict[Tuple[int, int], Any] = {}
         is_global = type(self.windowfn) is GlobalWindows
+        w: Any
         for c, a, t, s, e in zip(g.code.tolist(), accs, g.ts.tolist(), g.start.tolist(), g.end.tolist()):
             kb = kbs[c]
             if kb is None:
