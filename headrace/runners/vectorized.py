@@ -641,6 +641,9 @@ class VectorChain:
             return None
         except _GiveUp:
             return None
+        except Exception:  # noqa: BLE001 - unforeseen: the per-element path is always right
+            self.disabled = True
+            return None
 
     def _run(self, batch: pa.RecordBatch) -> VectorBundle:
         ev = _Eval(batch)

@@ -323,9 +323,10 @@ def partial_combine_fn(env: TaskEnv, label: str, windowing: Windowing,
 def columnar_partial_fn(env: TaskEnv, read_label: str, source: Any, stage: FusedStage,
                         label: str, windowing: Windowing,
                         combine_fn_bytes: bytes) -> Callable[[Iterator[Any]], Iterator[Any]]:
-    """Read -> a chain of plain element-wise steps -> lifted CombinePerKey, in one pass over
-    columnar bundles (headrace.runners.columnar); the RDD's records are the source's parts.
-    A bundle the columnar path cannot take runs through the fused stage element by element."""
+    """Read -> a chain of plain element-wise steps -> lifted CombinePerKey, in one pass; the
+    RDD's records are the source's parts. Each bundle takes the first path that can run it:
+    vectorised over Arrow batches (headrace.runners.vectorized), columnar lists
+    (headrace.runners.columnar), or the fused stage element by element."""
     out_pc = stage.materialized[0]
 
     def triples(parts: Iterator[Any]) -> Iterator[Any]:
@@ -335,13 +336,13 @@ def columnar_partial_fn(env: TaskEnv, read_label: str, source: Any, stage: Fused
                   if hasattr(source, "read_arrow") else None)
         committed, attempted = MetricsContainer(), MetricsContainer()
         try:
-            for records in _read_parts(env, read_label, source, parts, env.bundle_size, vchain is not None):
-                if not isinstance(records, list):  # an Arrow batch
-                    bundle = vchain.run(records)  # type: ignore[union-attr]
-                    if bundle is not None:
-                        yield bundle
-                        continue
-                    records = source.records_of(records)
+            arrow = vchain is not None
+            size = max(env.bundle_size, _VECTOR_ROWS) if arrow else env.bundle_size
+            batches = _read_parts(env, read_label, source, parts, size, arrow)
+            for records in _bundles_of(source, batches, vchain, env.bundle_size):
+                if type(records) is VectorBundle:
+                    yield records
+                    continue
                 cols = Columns.of_records(records)
                 out = chain.run(cols, committed, attempted)
                 if out is not None:
@@ -353,6 +354,24 @@ def columnar_partial_fn(env: TaskEnv, read_label: str, source: Any, stage: Fused
             stage.teardown()
         env.report(committed, attempted)
     return _partial(env, label, windowing, combine_fn_bytes, triples)
+
+
+_VECTOR_ROWS = 65536  # rows per Arrow batch on the vectorised path (no DoFn sees these bundles)
+
+
+def _bundles_of(source: Any, batches: Iterator[Any], vchain: Any, size: int) -> Iterator[Any]:
+    """VectorBundles of the Arrow batches `vchain` can evaluate; record lists of at most `size`
+    (the bundles of the per-element path) for the rest, and for sources without Arrow batches."""
+    for batch in batches:
+        if isinstance(batch, list):
+            yield batch
+            continue
+        bundle = vchain.run(batch)
+        if bundle is not None:
+            yield bundle
+            continue
+        for start in range(0, batch.num_rows, size):
+            yield source.records_of(batch.slice(start, size))
 
 
 def _read_parts(env: TaskEnv, label: str, source: Any, parts: Iterator[Any],
