@@ -27,6 +27,8 @@ CombineFn (`SumCombineFn`, `CountCombineFn`, `MeanCombineFn`; `MinCombineFn` and
 
 from __future__ import annotations
 
+import dis
+import functools
 import types
 from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
@@ -63,74 +65,87 @@ class _Unsupported(_GiveUp):
 
 # ---- tracing ---------------------------------------------------------------------------------
 
+_TRACED: List[List[tuple]] = []  # the nodes made during the current trace (innermost last)
+
+
+def _node(sym: "_Sym") -> tuple:
+    return object.__getattribute__(sym, "_n")
+
+
+def _sym(node: tuple) -> "_Sym":
+    """A new symbolic value; its node is recorded so that it is evaluated even if unused
+    (the per-element path computes every expression a function evaluates, errors included)."""
+    if _TRACED:
+        _TRACED[-1].append(node)
+    return _Sym(node)
+
+
 class _Sym:
-    """A symbolic value while a function is traced: operations build expression nodes."""
+    """A symbolic value while a function is traced: operations build expression nodes.
+
+    Every attribute is intercepted (`__getattribute__`), so nothing of the class leaks into a
+    traced function as a constant; what is not an operation below gives up."""
 
     __slots__ = ("_n",)
     __hash__ = None  # type: ignore[assignment]
-    _n: tuple
 
     def __init__(self, node: tuple) -> None:
         object.__setattr__(self, "_n", node)
 
     def __getitem__(self, key: Any) -> "_Sym":
-        n = self._n
+        n = _node(self)
         if n[0] == "row" and not n[1] and type(key) is str:  # a dict row
-            return _Sym(("col", key))
+            return _sym(("col", key))
         raise _GiveUp("indexing a value")
 
-    def __getattr__(self, name: str) -> "_Sym":
-        n = object.__getattribute__(self, "_n")
+    def __getattribute__(self, name: str) -> "_Sym":
+        n = _node(self)
         if n[0] == "row" and n[1] and not name.startswith("_"):  # a Row
-            return _Sym(("col", name))
+            return _sym(("col", name))
         raise _GiveUp(f"attribute {name}")
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise _GiveUp("assignment")
 
-    def _bin(self, op: str, other: Any, reflected: bool = False) -> "_Sym":
-        o = _operand(other)
-        return _Sym(("bin", op, o, self._n) if reflected else ("bin", op, self._n, o))
+    def __delattr__(self, name: str) -> None:
+        raise _GiveUp("deletion")
 
-    def __add__(self, o): return self._bin("+", o)
-    def __radd__(self, o): return self._bin("+", o, True)
-    def __sub__(self, o): return self._bin("-", o)
-    def __rsub__(self, o): return self._bin("-", o, True)
-    def __mul__(self, o): return self._bin("*", o)
-    def __rmul__(self, o): return self._bin("*", o, True)
-    def __truediv__(self, o): return self._bin("/", o)
-    def __rtruediv__(self, o): return self._bin("/", o, True)
-    def __floordiv__(self, o): return self._bin("//", o)
-    def __rfloordiv__(self, o): return self._bin("//", o, True)
-    def __mod__(self, o): return self._bin("%", o)
-    def __rmod__(self, o): return self._bin("%", o, True)
-    def __lt__(self, o): return _Sym(("cmp", "<", self._n, _operand(o)))
-    def __le__(self, o): return _Sym(("cmp", "<=", self._n, _operand(o)))
-    def __gt__(self, o): return _Sym(("cmp", ">", self._n, _operand(o)))
-    def __ge__(self, o): return _Sym(("cmp", ">=", self._n, _operand(o)))
-    def __eq__(self, o): return _Sym(("cmp", "==", self._n, _operand(o)))  # type: ignore[override]
-    def __ne__(self, o): return _Sym(("cmp", "!=", self._n, _operand(o)))  # type: ignore[override]
-    def __neg__(self): return _Sym(("neg", self._n))
-    def __pos__(self): return _Sym(("pos", self._n))
-    def __abs__(self): return _Sym(("abs", self._n))
+    def __add__(self, o): return _bin("+", self, o)
+    def __radd__(self, o): return _bin("+", o, self)
+    def __sub__(self, o): return _bin("-", self, o)
+    def __rsub__(self, o): return _bin("-", o, self)
+    def __mul__(self, o): return _bin("*", self, o)
+    def __rmul__(self, o): return _bin("*", o, self)
+    def __truediv__(self, o): return _bin("/", self, o)
+    def __rtruediv__(self, o): return _bin("/", o, self)
+    def __floordiv__(self, o): return _bin("//", self, o)
+    def __rfloordiv__(self, o): return _bin("//", o, self)
+    def __mod__(self, o): return _bin("%", self, o)
+    def __rmod__(self, o): return _bin("%", o, self)
+    def __lt__(self, o): return _sym(("cmp", "<", _node(self), _operand(o)))
+    def __le__(self, o): return _sym(("cmp", "<=", _node(self), _operand(o)))
+    def __gt__(self, o): return _sym(("cmp", ">", _node(self), _operand(o)))
+    def __ge__(self, o): return _sym(("cmp", ">=", _node(self), _operand(o)))
+    def __eq__(self, o): return _sym(("cmp", "==", _node(self), _operand(o)))  # type: ignore[override]
+    def __ne__(self, o): return _sym(("cmp", "!=", _node(self), _operand(o)))  # type: ignore[override]
+    def __neg__(self): return _sym(("neg", _node(self)))
+    def __pos__(self): return _sym(("pos", _node(self)))
+    def __abs__(self): return _sym(("abs", _node(self)))
 
-    def __bool__(self) -> bool:
-        raise _GiveUp("a branch on a value")
+    def _refuse(self, *args: Any) -> Any:
+        raise _GiveUp("an operation a column expression cannot describe")
 
-    def __iter__(self):
-        raise _GiveUp("iterating a value")
+    __bool__ = __iter__ = __len__ = __index__ = __float__ = __int__ = __complex__ = _refuse
+    __str__ = __repr__ = __format__ = __bytes__ = __contains__ = __reversed__ = _refuse
+    __round__ = __trunc__ = __floor__ = __ceil__ = __invert__ = __call__ = _refuse
+    __pow__ = __rpow__ = __and__ = __rand__ = __or__ = __ror__ = __xor__ = __rxor__ = _refuse
+    __lshift__ = __rlshift__ = __rshift__ = __rrshift__ = __matmul__ = __rmatmul__ = _refuse
+    __divmod__ = __rdivmod__ = __reduce__ = __reduce_ex__ = __copy__ = __deepcopy__ = _refuse
+    __sizeof__ = __dir__ = __getstate__ = __setitem__ = __delitem__ = __enter__ = _refuse
 
-    def __len__(self) -> int:
-        raise _GiveUp("len of a value")
 
-    def __index__(self) -> int:
-        raise _GiveUp("a value as an index")
-
-    def __float__(self) -> float:
-        raise _GiveUp("float of a value")
-
-    def __int__(self) -> int:
-        raise _GiveUp("int of a value")
+def _bin(op: str, a: Any, b: Any) -> "_Sym":
+    return _sym(("bin", op, _operand(a), _operand(b)))
 
 
 def _const_ok(v: Any) -> bool:
@@ -139,8 +154,8 @@ def _const_ok(v: Any) -> bool:
 
 
 def _operand(v: Any) -> tuple:
-    if isinstance(v, _Sym):
-        return v._n
+    if type(v) is _Sym:
+        return _node(v)
     if _const_ok(v):
         return ("const", v)
     raise _GiveUp(f"an operand of type {type(v).__name__}")
@@ -157,15 +172,15 @@ class _TV:
 
 
 def _sym_float(x: Any = 0.0) -> Any:
-    return _Sym(("float", _operand(x))) if isinstance(x, _Sym) else _plain_call(float, x)
+    return _sym(("float", _operand(x))) if type(x) is _Sym else _plain_call(float, x)
 
 
 def _sym_int(x: Any = 0) -> Any:
-    return _Sym(("int", _operand(x))) if isinstance(x, _Sym) else _plain_call(int, x)
+    return _sym(("int", _operand(x))) if type(x) is _Sym else _plain_call(int, x)
 
 
 def _sym_abs(x: Any) -> Any:
-    return _Sym(("abs", _operand(x))) if isinstance(x, _Sym) else _plain_call(abs, x)
+    return _sym(("abs", _operand(x))) if type(x) is _Sym else _plain_call(abs, x)
 
 
 def _plain_call(fn: Callable[[Any], Any], x: Any) -> Any:
@@ -223,6 +238,8 @@ def _sandboxed(fn: types.FunctionType, depth: int = 0) -> types.FunctionType:
     code = fn.__code__
     if code.co_flags & _FN_FLAGS or code.co_kwonlyargcount or fn.__kwdefaults__:
         raise _GiveUp("a signature with *args, **kwargs or keyword-only arguments, or a generator")
+    if not _plain_code(code):
+        raise _GiveUp("an identity test, an import, or a write to a global or closure variable")
     env: Dict[str, Any] = {"__builtins__": _BUILTINS}
     for name in _names(code):
         if name in fn.__globals__:
@@ -250,8 +267,8 @@ def _proxy(shape: tuple) -> Any:
 
 
 def _shape(obj: Any) -> tuple:
-    if isinstance(obj, _Sym):
-        return obj._n
+    if type(obj) is _Sym:
+        return _node(obj)
     if type(obj) is tuple:
         return ("tuple", tuple(_shape(o) for o in obj))
     if _const_ok(obj):
@@ -259,13 +276,36 @@ def _shape(obj: Any) -> tuple:
     raise _GiveUp(f"a result of type {type(obj).__name__}")
 
 
-def _trace(fn: Any, args: Sequence[Any]) -> Any:
+# Opcodes a traced function may not contain: `is` cannot be intercepted (it would compare the
+# symbols themselves); writes to globals or closure cells would go to the sandbox's copies and
+# be lost; imports, `with` and generators have effects of their own.
+_REFUSED_OPS = frozenset({
+    "IS_OP", "STORE_GLOBAL", "DELETE_GLOBAL", "STORE_DEREF", "DELETE_DEREF", "STORE_NAME",
+    "DELETE_NAME", "IMPORT_NAME", "IMPORT_FROM", "IMPORT_STAR", "SETUP_WITH", "BEFORE_WITH",
+    "SETUP_ASYNC_WITH", "BEFORE_ASYNC_WITH", "YIELD_VALUE", "GET_AWAITABLE", "RAISE_VARARGS"})
+
+
+@functools.lru_cache(maxsize=256)
+def _plain_code(code: types.CodeType) -> bool:
+    """True when `code` and the code nested in it use none of `_REFUSED_OPS`."""
+    if any(ins.opname in _REFUSED_OPS for ins in dis.get_instructions(code)):
+        return False
+    return all(_plain_code(c) for c in code.co_consts if isinstance(c, types.CodeType))
+
+
+def _trace(fn: Any, args: Sequence[Any]) -> Tuple[Any, List[tuple]]:
+    """What `fn(*args)` returns in the sandbox, and every expression node it made."""
     if type(fn) is not types.FunctionType:
         raise _GiveUp("not a plain function")
     code = fn.__code__
     if code.co_argcount < len(args) or code.co_argcount - len(args) > len(fn.__defaults__ or ()):
         raise _GiveUp("arity")
-    return _sandboxed(fn)(*args)
+    made: List[tuple] = []
+    _TRACED.append(made)
+    try:
+        return _sandboxed(fn)(*args), made
+    finally:
+        _TRACED.pop()
 
 
 # ---- compiling a chain -----------------------------------------------------------------------
@@ -320,22 +360,22 @@ def compile_chain(steps: Sequence[Tuple[str, Any]], row_attributes: bool) -> Opt
             if kind == "maptuple":
                 if shape[0] != "tuple":
                     return None
-                result = _trace(fn, _proxy(shape))
+                result, made = _trace(fn, _proxy(shape))
             elif kind in ("map", "filter"):
-                result = _trace(fn, (_proxy(shape),))
+                result, made = _trace(fn, (_proxy(shape),))
             else:
                 return None
             if kind == "filter":
-                ops.append(("filter", _shape(result)))
+                ops.append(("filter", _shape(result), None, made))
                 continue
-            if isinstance(result, _TV):
+            if type(result) is _TV:
                 if windowed:
                     return None  # windows stay as assigned from the earlier timestamps
                 shape = _shape(result.value)
-                ops.append(("map", shape, result.ts))
+                ops.append(("map", shape, result.ts, made))
             else:
                 shape = _shape(result)
-                ops.append(("map", shape, None))
+                ops.append(("map", shape, None, made))
             if "row" in _kinds(shape):
                 return None  # rows themselves are passed on: not a computation over columns
     except _GiveUp:
@@ -660,8 +700,11 @@ class VectorChain:
                     if len(ts) and (ts.min() < -_TIME_GUARD or ts.max() > _TIME_GUARD):
                         raise _GiveUp("timestamps near the ends of time")
                 continue
-            if op[0] == "filter":
-                mask = _truth(ev.shape(op[1])) if op[1][0] != "tuple" else bool(op[1][1])
+            kind, shape, ts_node, made = op
+            for node in made:  # every expression the function computed, used or not
+                ev(node)
+            if kind == "filter":
+                mask = _truth(ev.shape(shape)) if shape[0] != "tuple" else bool(shape[1])
                 if isinstance(mask, (bool, np.bool_)):
                     if not mask:
                         ev.keep(np.zeros(ev.batch.num_rows, bool))
@@ -673,7 +716,6 @@ class VectorChain:
                     if not np.isscalar(ts):
                         ts = ts[mask]
                 continue
-            _, shape, ts_node = op
             last = shape
             value = ev.shape(shape)
             if ts_node is not None:
@@ -723,6 +765,7 @@ class VectorCombiner:
         self.rows = 0
         self.limit = 1 << 18
         self.key_kind: Optional[str] = None
+        self.value_kind: Optional[str] = None
         self.keys: List[Any] = []             # every key seen, by code
         self.code_of: Dict[Any, int] = {}
 
@@ -738,6 +781,8 @@ class VectorCombiner:
             return False
         if self.what == "count":
             return True
+        if self.value_kind not in (None, val.kind):
+            return False  # int and float sums of a partition are never mixed in one array
         if self.what in ("min", "max"):
             return val.kind == _INT
         return val.kind in (_INT, _FLOAT)
@@ -748,6 +793,7 @@ class VectorCombiner:
             return
         key, val = bundle.value
         self.key_kind = key.kind
+        self.value_kind = val.kind
         codes = self._codes(bundle.column(key))
         ts = bundle.ts_array()
         acc = bundle.column(val) if self.what != "count" else np.zeros(bundle.n, np.int64)
@@ -817,12 +863,15 @@ class VectorCombiner:
         g = self.chunks[0]
         self.chunks = []
         self.rows = 0
+        acc = g.acc
+        if self.what in ("sum", "mean") and acc.dtype == np.float64:
+            acc = acc + 0.0  # Python's sum starts at 0, so a sum of -0.0s is 0.0
         if self.what == "count":
             accs: List[Any] = g.n.tolist()
         elif self.what == "mean":
-            accs = list(zip(g.acc.tolist(), g.n.tolist()))
+            accs = list(zip(acc.tolist(), g.n.tolist()))
         else:
-            accs = g.acc.tolist()
+            accs = acc.tolist()
         keys = self.keys
         kbs: List[Optional[bytes]] = [None] * len(keys)
         windows: Dict[Tuple[int, int], Any] = {}
