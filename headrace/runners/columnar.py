@@ -16,7 +16,7 @@ attempt itself is not one of the bundle's `--max_bundle_attempts`.
 
 from __future__ import annotations
 
-from typing import Any, List, NamedTuple, Optional, Sequence
+from typing import Any, List, NamedTuple, Optional, Sequence, Tuple
 
 from headrace.metrics.metric import CURRENT, MetricsContainer, metrics_scope
 from headrace.model import coders
@@ -52,34 +52,38 @@ class Columns(NamedTuple):
         return [WindowedValue(v, t, w) for v, t, w in zip(self.values, self.ts, self.windows)]
 
 
-def _columnar_step(spec: StepSpec) -> Optional[tuple]:
-    if spec.windowfn is not None:
-        return ("window", spec.windowfn._assign, spec.label)
-    if spec.args or spec.kwargs or spec.dead_letter is not None or spec.main_tag is not None:
-        return None
-    if len(spec.outputs) != 1 or spec.outputs[0][0] is not None:
-        return None
-    dofn = coders.loads(spec.dofn)
-    if not isinstance(dofn, _CallableWrapperDoFn) or dofn.kind not in _KINDS:
-        return None
-    if _special_params(dofn.fn):
-        return None
-    return (dofn.kind, dofn.fn, spec.label)
-
-
-def columnar_chain(steps: Sequence[StepSpec], root: int) -> Optional["ColumnarChain"]:
-    """A ColumnarChain for a linear chain of qualifying steps starting at `root`, else None."""
-    ops = []
+def plain_steps(steps: Sequence[StepSpec], root: int) -> Optional[List[Tuple[str, Any, str]]]:
+    """(kind, function or WindowFn, label) of each step when `steps` are a linear chain from
+    `root` of Map / MapTuple / FlatMap / Filter steps ("window" for WindowInto) fully described
+    by their function (no side inputs, extra arguments, DoFn parameters or dead letters)."""
+    out: List[Tuple[str, Any, str]] = []
     current = root
     for spec in steps:
         if spec.input != current:
             return None
-        op = _columnar_step(spec)
-        if op is None:
-            return None
-        ops.append(op)
+        if spec.windowfn is not None:
+            out.append(("window", spec.windowfn, spec.label))
+        else:
+            if spec.args or spec.kwargs or spec.dead_letter is not None or spec.main_tag is not None:
+                return None
+            if len(spec.outputs) != 1 or spec.outputs[0][0] is not None:
+                return None
+            dofn = coders.loads(spec.dofn or b"")
+            if not isinstance(dofn, _CallableWrapperDoFn) or dofn.kind not in _KINDS:
+                return None
+            if _special_params(dofn.fn):
+                return None
+            out.append((dofn.kind, dofn.fn, spec.label))
         current = spec.outputs[0][1]
-    return ColumnarChain(ops) if ops else None
+    return out
+
+
+def columnar_chain(steps: Sequence[StepSpec], root: int) -> Optional["ColumnarChain"]:
+    """A ColumnarChain for a linear chain of qualifying steps starting at `root`, else None."""
+    plain = plain_steps(steps, root)
+    if not plain:
+        return None
+    return ColumnarChain([(kind, fn._assign if kind == "window" else fn, label) for kind, fn, label in plain])
 
 
 class ColumnarChain:

@@ -36,15 +36,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from headrace.model import coders
 from headrace.model.combine import (CountCombineFn, MaxCombineFn, MeanCombineFn, MinCombineFn,
                                     SumCombineFn)
 from headrace.model.time import MIN_TIMESTAMP_MICROS
 from headrace.model.window import (GLOBAL_WINDOW, GLOBAL_WINDOWS_TUPLE, FixedWindows, GlobalWindows,
                                    IntervalWindow, Sessions)
 from headrace.model.windowed import TimestampedValue
-from headrace.pipeline.dofn import _CallableWrapperDoFn
-from headrace.runners.common import StepSpec, _special_params
+from headrace.runners.columnar import plain_steps
+from headrace.runners.common import StepSpec
 
 __all__ = ["VectorChain", "VectorCombiner", "VectorBundle", "compile_chain", "vector_chain",
            "vector_combiner"]
@@ -313,34 +312,10 @@ def _trace(fn: Any, args: Sequence[Any]) -> Tuple[Any, List[tuple]]:
 _WINDOWFNS = (GlobalWindows, FixedWindows, Sessions)
 
 
-def _step_fn(spec: StepSpec) -> Optional[Tuple[str, Any]]:
-    if spec.windowfn is not None:
-        return ("window", spec.windowfn)
-    if spec.args or spec.kwargs or spec.dead_letter is not None or spec.main_tag is not None:
-        return None
-    if len(spec.outputs) != 1 or spec.outputs[0][0] is not None:
-        return None
-    dofn = coders.loads(spec.dofn or b"")
-    if not isinstance(dofn, _CallableWrapperDoFn) or dofn.kind not in ("map", "maptuple", "filter"):
-        return None
-    if _special_params(dofn.fn):
-        return None
-    return dofn.kind, dofn.fn
-
-
 def vector_chain(steps: Sequence[StepSpec], root: int, row_attributes: bool) -> Optional["VectorChain"]:
     """A VectorChain for a linear chain of vectorisable steps reading rows at `root`, else None."""
-    fns: List[Tuple[str, Any]] = []
-    current = root
-    for spec in steps:
-        if spec.input != current:
-            return None
-        step = _step_fn(spec)
-        if step is None:
-            return None
-        fns.append(step)
-        current = spec.outputs[0][1]
-    return compile_chain(fns, row_attributes)
+    plain = plain_steps(steps, root)
+    return compile_chain([(kind, fn) for kind, fn, _ in plain], row_attributes) if plain else None
 
 
 def compile_chain(steps: Sequence[Tuple[str, Any]], row_attributes: bool) -> Optional["VectorChain"]:
