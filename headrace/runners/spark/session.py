@@ -69,6 +69,11 @@ def _check_java() -> None:
         "Debian/Ubuntu: apt-get install openjdk-17-jre-headless) or set JAVA_HOME to it")
 
 
+# Spark's log configuration for sessions headrace starts (see the file's comments).
+_LOG_OPTION = "-Dlog4j2.configurationFile=" + os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                                          "log4j2.properties")
+
+
 def get_session(options: Any) -> Any:
     """The SparkSession for a pipeline with these options (created if need be)."""
     global _OWNED
@@ -101,8 +106,13 @@ def get_session(options: Any) -> Any:
                    .config("spark.executorEnv.PYTHONPATH", worker_python_path())
                    .config("spark.executorEnv.PYSPARK_PYTHON", os.environ["PYSPARK_PYTHON"])
                    .config("spark.task.maxFailures", str(int(so.spark_task_max_failures))))
+        java_options = _LOG_OPTION
         for k, v in conf:
-            builder = builder.config(k, v)
+            if k == "spark.driver.extraJavaOptions":
+                java_options = v if "log4j2.configurationFile" in v else f"{_LOG_OPTION} {v}"
+            else:
+                builder = builder.config(k, v)
+        builder = builder.config("spark.driver.extraJavaOptions", java_options)
         try:
             session = builder.getOrCreate()
         except Exception as exc:
