@@ -241,11 +241,13 @@ class _Translation:
         parts, read_label, source = self.reads[root]
         return parts, read_label, source, fused
 
-    def _set_outputs(self, rdd: Any, outputs: List[Tuple[PCollection, int]]) -> None:
-        """Splits an RDD of (index, element) records into one RDD per output PCollection."""
+    def _set_outputs(self, rdd: Any, outputs: List[Tuple[PCollection, int]], packed: bool = False) -> None:
+        """Splits an RDD of (index, element) records, or of (index, tasks.pack(elements)) when
+        `packed`, into one RDD per output PCollection."""
         rdd = self._materialize(rdd)
         for pc, i in outputs:
-            self._set(pc, rdd.filter(lambda r, i=i: r[0] == i).map(lambda r: r[1]))
+            mine = rdd.filter(lambda r, i=i: r[0] == i)
+            self._set(pc, mine.flatMap(tasks.unpack) if packed else mine.map(lambda r: r[1]))
 
     def _build_stage(self, stage: _Stage) -> None:
         label = " + ".join(n.full_label for n in stage.nodes)
@@ -281,7 +283,7 @@ class _Translation:
         else:
             index = {pc._id: i for i, pc in enumerate(outs)}
             rdd = upstream.mapPartitions(tasks.stage_fn(self.env, fused, bcast, index))
-            self._set_outputs(rdd, [(pc, index[pc._id]) for pc in outs])
+            self._set_outputs(rdd, [(pc, index[pc._id]) for pc in outs], packed=True)
 
     def _collect_side(self, pc: PCollection) -> Dict[Any, list]:
         """Materialises a side input on the driver as {window: [values]} (to broadcast)."""

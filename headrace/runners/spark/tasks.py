@@ -67,6 +67,16 @@ class FastPickleSerializer(FramedSerializer):
         return pickle.loads(obj, encoding=encoding)
 
 
+def pack(values: List[Any]) -> bytes:
+    """Values pickled together (one output's elements of one bundle), for `unpack`."""
+    return FastPickleSerializer().dumps(values)
+
+
+def unpack(record: Tuple[int, bytes]) -> List[Any]:
+    """The values of a record (index, pack(values))."""
+    return pickle.loads(record[1])
+
+
 class TaskFailure(Exception):
     """A step failed for good inside a Spark task; the message carries the error for the driver."""
 
@@ -205,7 +215,7 @@ def stage_fn(env: TaskEnv, stage: FusedStage, sides: Optional[Any],
 
     `sides` is a broadcast of {side index: {window: [values]}}; `tagged` maps the stage's
     output PCollection ids to indexes when it has several outputs (records are then
-    (index, element)); with one output, records are its elements.
+    (index, pack(elements of one bundle))); with one output, records are its elements.
     """
     def run(it: Iterator[WindowedValue]) -> Iterator[Any]:
         env.check_earlier_attempt()
@@ -220,11 +230,10 @@ def stage_fn(env: TaskEnv, stage: FusedStage, sides: Optional[Any],
                 outs = stage.process_bundle(bundle, reader, env.max_attempts, committed, attempted)
                 if only is not None:
                     yield from outs[only]
-                else:
+                else:  # one record per output and bundle: consumers unpickle only their own
                     for pc, lst in outs.items():
-                        i = tagged[pc]  # type: ignore[index]
-                        for wv in lst:
-                            yield (i, wv)
+                        if lst:
+                            yield (tagged[pc], pack(lst))  # type: ignore[index]
         except PipelineExecutionError as exc:
             raise env.fail(exc) from exc
         finally:
