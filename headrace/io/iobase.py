@@ -2,12 +2,24 @@
 
 from __future__ import annotations
 
-from typing import Any, Iterable, List
+from typing import Any, Iterable, Iterator, List
 
 from headrace.errors import InvalidArgumentError, PipelineConstructionError
 from headrace.model.window import GlobalWindows, Windowing
 from headrace.pipeline.ptransform import PTransform
 from headrace.pipeline.pvalue import PBegin, PCollection
+
+
+def batched(items: Iterable[Any], size: int) -> Iterator[List[Any]]:
+    """Lists of `size` consecutive items (the last one may be shorter): bundles of a stream."""
+    buf: List[Any] = []
+    for x in items:
+        buf.append(x)
+        if len(buf) >= size:
+            yield buf
+            buf = []
+    if buf:
+        yield buf
 
 
 class BoundedSource:
@@ -23,14 +35,7 @@ class BoundedSource:
 
     def read_batches(self, part: Any, size: int) -> Iterable[List[Any]]:
         """Yields the records of one part in lists of about `size` (sources may batch natively)."""
-        buf: List[Any] = []
-        for r in self.read(part):
-            buf.append(r)
-            if len(buf) >= size:
-                yield buf
-                buf = []
-        if buf:
-            yield buf
+        return batched(self.read(part), size)
 
     def display_name(self) -> str:
         """A short description for labels and errors."""

@@ -54,7 +54,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from headrace.errors import (
     PipelineExecutionError,
 )
-from headrace.io.iobase import Read
+from headrace.io.iobase import Read, batched
 from headrace.metrics.metric import Metrics, MetricResults, MetricsContainer, metrics_scope
 from headrace.model import coders
 from headrace.model.reduce import KeyState, ReduceFnRunner
@@ -151,19 +151,13 @@ class _SourceUnit(_Unit):
                 assert isinstance(t, Read)
                 parts = t.source.split(max(1, self.ex.parallelism))
                 for part in parts:
-                    buf: Bundle = []
                     try:
-                        for v in t.source.read(part):
-                            buf.append(to_windowed_value(v))
-                            if len(buf) >= size:
-                                self.ex.emit(out, buf)
-                                buf = []
+                        for chunk in batched(t.source.read(part), size):
+                            self.ex.emit(out, [to_windowed_value(v) for v in chunk])
                     except Exception as exc:
                         raise PipelineExecutionError(
                             f"step {self.label!r} failed reading {part!r}: {type(exc).__name__}: {exc}",
                             step=self.label) from exc
-                    if buf:
-                        self.ex.emit(out, buf)
         self.done = True
         return True
 

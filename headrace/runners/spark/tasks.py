@@ -26,6 +26,7 @@ from pyspark.accumulators import AccumulatorParam
 from pyspark.serializers import FramedSerializer
 
 from headrace.errors import PipelineExecutionError, _short_repr
+from headrace.io.iobase import batched
 from headrace.metrics.metric import Metrics, MetricsContainer, metrics_scope, set_current_step
 from headrace.model import coders
 from headrace.model.reduce import KeyState, ReduceFnRunner
@@ -176,17 +177,6 @@ def _relax_gc() -> None:
         _GC_RELAXED = True
 
 
-def _bundles(it: Iterable[Any], size: int) -> Iterator[List[Any]]:
-    buf: List[Any] = []
-    for x in it:
-        buf.append(x)
-        if len(buf) >= size:
-            yield buf
-            buf = []
-    if buf:
-        yield buf
-
-
 # ---- sources -----------------------------------------------------------------------------------
 
 def create_fn(env: TaskEnv) -> Callable[[Iterator[list]], Iterator[WindowedValue]]:
@@ -226,7 +216,7 @@ def stage_fn(env: TaskEnv, stage: FusedStage, sides: Optional[Any],
         committed, attempted = MetricsContainer(), MetricsContainer()
         only = stage.materialized[0] if tagged is None else None
         try:
-            for bundle in _bundles(it, env.bundle_size):
+            for bundle in batched(it, env.bundle_size):
                 outs = stage.process_bundle(bundle, reader, env.max_attempts, committed, attempted)
                 if only is not None:
                     yield from outs[only]
