@@ -357,7 +357,7 @@ def compile_chain(steps: Sequence[Tuple[str, Any]], row_attributes: bool) -> Opt
         return None
     except Exception:  # noqa: BLE001 - whatever the function does on symbols, it is not vectorisable
         return None
-    return VectorChain(ops, shape) if ops else None
+    return VectorChain(ops, shape) if any(op[0] == "map" for op in ops) else None
 
 
 def _kinds(shape: tuple) -> set:
@@ -423,6 +423,11 @@ def _np(v: _V) -> Any:
     return v.data
 
 
+def _f64(v: _V) -> Any:
+    """The value as float64 data (Python converts int and bool to float the same way)."""
+    return np.float64(v.data) if v.scalar else _np(v).astype(np.float64)
+
+
 def _as_int(v: _V) -> _V:
     if v.kind == _BOOL:
         return _V(_INT, int(v.data) if v.scalar else v.data.astype(np.int64), v.scalar)
@@ -467,8 +472,7 @@ def _arith(op: str, a: _V, b: _V) -> _V:
         return _V(_INT, _scalar_of(f(_np(a), _np(b)), scalar), scalar)
     if op in ("//", "%"):
         raise _Unsupported("float floor division or modulo")
-    x, y = _np(a).astype(np.float64) if not a.scalar else np.float64(a.data), \
-        _np(b).astype(np.float64) if not b.scalar else np.float64(b.data)
+    x, y = _f64(a), _f64(b)
     if op == "/":
         _nonzero(b)
     with np.errstate(all="ignore"):
@@ -510,7 +514,7 @@ def _unary(tag: str, a: _V) -> _V:
     if a.kind == _STR:
         raise _Unsupported(f"{tag} of a string")
     if tag == "float":
-        return _V(_FLOAT, float(a.data) if a.scalar else _np(a).astype(np.float64), a.scalar)
+        return _V(_FLOAT, _scalar_of(_f64(a), a.scalar), a.scalar)
     if tag == "int":
         if a.kind != _FLOAT:
             return _as_int(a)
@@ -642,7 +646,7 @@ class VectorChain:
 
     def __init__(self, ops: List[tuple], shape: tuple) -> None:
         self.ops = ops
-        self.shape = shape
+        self.shape = shape  # the last Map's output
         self.disabled = False
 
     def run(self, batch: pa.RecordBatch) -> Optional[VectorBundle]:
@@ -662,8 +666,6 @@ class VectorChain:
 
     def _run(self, batch: pa.RecordBatch) -> VectorBundle:
         ev = _Eval(batch)
-        value: Any = None
-        last: tuple = ()
         ts: Any = MIN_TIMESTAMP_MICROS
         windowfn: Any = GlobalWindows()
         for op in self.ops:
@@ -679,30 +681,16 @@ class VectorChain:
             for node in made:  # every expression the function computed, used or not
                 ev(node)
             if kind == "filter":
-                mask = _truth(ev.shape(shape)) if shape[0] != "tuple" else bool(shape[1])
-                if isinstance(mask, (bool, np.bool_)):
-                    if not mask:
-                        ev.keep(np.zeros(ev.batch.num_rows, bool))
-                        if not np.isscalar(ts):
-                            ts = ts[:0]
-                    continue
+                truth: Any = _truth(ev.shape(shape)) if shape[0] != "tuple" else bool(shape[1])
+                mask = np.full(ev.batch.num_rows, bool(truth)) if np.isscalar(truth) else truth
                 if not mask.all():
                     ev.keep(mask)
                     if not np.isscalar(ts):
                         ts = ts[mask]
-                continue
-            last = shape
-            value = ev.shape(shape)
-            if ts_node is not None:
-                t = _micros(ev(ts_node))
-                ts = t.data
-        n = ev.batch.num_rows
-        if value is None:
-            raise _Unsupported("no map")
-        value = ev.shape(last)  # as filtered by any Filter after the last Map
-        if not np.isscalar(ts) and len(ts) != n:
-            raise _Unsupported("timestamps out of step")  # cannot happen: masks apply to both
-        return VectorBundle(n, value, ts, windowfn)
+            elif ts_node is not None:
+                ts = _micros(ev(ts_node)).data
+        # the last Map's shape, as filtered by any Filter after it
+        return VectorBundle(ev.batch.num_rows, ev.shape(self.shape), ts, windowfn)
 
 
 # ---- combining -------------------------------------------------------------------------------
@@ -749,7 +737,7 @@ class VectorCombiner:
         v = bundle.value
         if not (type(v) is tuple and len(v) == 2 and isinstance(v[0], _V) and isinstance(v[1], _V)):
             return False
-        if type(bundle.windowfn) is not type(self.windowfn) or bundle.windowfn != self.windowfn:
+        if bundle.windowfn != self.windowfn:  # WindowFns are equal only to their own type
             return False
         key, val = v
         if key.kind not in (_STR, _INT) or (self.key_kind not in (None, key.kind)):
