@@ -70,6 +70,18 @@ def with_window(kv, w=beam.DoFn.WindowParam):
     return (kv[0], w.start.micros, w.end.micros, kv[1], type(kv[1]).__name__)
 
 
+def assert_benchmark_shape_sums(make_pipeline, files, windowfn, sums):
+    """ReadFromParquet | Map(TimestampedValue((key, value), ts_ms / 1000.0)) | WindowInto(windowfn)
+    | sum per key gives `sums` ({(key, window start, window end): int sum})."""
+    with make_pipeline() as p:
+        out = (p | beam.io.ReadFromParquet(files)
+               | beam.Map(lambda r: beam.window.TimestampedValue((r["key"], r["value"]), r["ts_ms"] / 1000.0))
+               | beam.WindowInto(windowfn)
+               | beam.CombinePerKey(sum)
+               | beam.Map(with_window))
+        assert_that(out, equal_to([(k, s, e, v, "int") for (k, s, e), v in sums.items()]))
+
+
 def test_benchmark_shape_fixed_windows_sum(make_pipeline, files, data):
     """Map(TimestampedValue((key, value), ts_ms / 1000.0)) | FixedWindows(3600) | sum per key."""
     size = 3600 * 10**6
@@ -77,13 +89,7 @@ def test_benchmark_shape_fixed_windows_sum(make_pipeline, files, data):
     for r in rows_of(data):
         start = micros(r["ts_ms"]) // size * size
         sums[(r["key"], start, start + size)] += r["value"]
-    with make_pipeline() as p:
-        out = (p | beam.io.ReadFromParquet(files)
-               | beam.Map(lambda r: beam.window.TimestampedValue((r["key"], r["value"]), r["ts_ms"] / 1000.0))
-               | beam.WindowInto(window.FixedWindows(3600))
-               | beam.CombinePerKey(sum)
-               | beam.Map(with_window))
-        assert_that(out, equal_to([(k, s, e, v, "int") for (k, s, e), v in sums.items()]))
+    assert_benchmark_shape_sums(make_pipeline, files, window.FixedWindows(3600), sums)
 
 
 def sessions(data, gap_us):
@@ -111,13 +117,7 @@ def test_benchmark_shape_sessions_sum(make_pipeline, files, data):
         ts = sorted(t for kk, t in zip(data["key"], data["ts_ms"]) if kk == k)
         gaps.update(b - a for a, b in zip(ts, ts[1:]))
     assert gaps[600_000] and gaps[599_999]
-    with make_pipeline() as p:
-        out = (p | beam.io.ReadFromParquet(files)
-               | beam.Map(lambda r: beam.window.TimestampedValue((r["key"], r["value"]), r["ts_ms"] / 1000.0))
-               | beam.WindowInto(window.Sessions(600))
-               | beam.CombinePerKey(sum)
-               | beam.Map(with_window))
-        assert_that(out, equal_to([(k, s, e, v, "int") for (k, s, e), v in expected.items()]))
+    assert_benchmark_shape_sums(make_pipeline, files, window.Sessions(600), expected)
 
 
 def test_builtin_combiners_in_the_global_window(make_pipeline, files, data):
