@@ -13,34 +13,47 @@ Rules, in the order they apply:
 1. An element whose window expired (window max timestamp + allowed lateness < input
    watermark) is dropped and returned in `dropped_late`, never silently lost.
 2. With a merging WindowFn, the windows of all elements of one call are merged with the
-   key's active windows once per call (MergeWindows); contents, holds and pane counters of
-   merged windows merge, and trigger states merge as the trigger spec says
+   key's active windows once per call (MergeWindows); contents and holds of merged windows
+   merge, and trigger states merge as the trigger spec says
    (`further(rewind(s1), rewind(s2))`). Windows whose trigger finished are not active: a
    new element near one starts a new window (as in Beam Java).
 3. An element of a window whose trigger has finished is dropped (`dropped_closed`).
 4. Each element goes into its (merged) window: into a buffer, or into an accumulator when
    the grouping is a combine (a retraction is withdrawn: `retract_input`, or removal from
    the buffer of inputs when the CombineFn cannot retract); the window's output-time hold
-   follows the TimestampCombiner; the trigger sees the element.
+   follows the TimestampCombiner (no hold in a window the input watermark has passed, nor
+   before the key's output watermark); the trigger sees the element.
 5. After the elements of a call, and at every watermark or processing-time advance, each
    window whose trigger is ready (and not done) fires: the trigger moves to `next`, and a
    pane is emitted if it has new input, or is ON_TIME under OnTimeBehavior.FIRE_ALWAYS, or
-   is final under ClosingBehavior.FIRE_ALWAYS. Timing: EARLY before the watermark passes
-   the end of the window, ON_TIME for the first pane after, LATE after that. DISCARDING
+   is final under ClosingBehavior.FIRE_ALWAYS. The pane's info is Beam Java's
+   (PaneInfoTracker): LATE after a non-EARLY pane or when the key's output watermark passed
+   the window's end, else EARLY while the input watermark has not, else ON_TIME; index and
+   non-speculative index count on from the window's previous pane. DISCARDING
    clears the contents; ACCUMULATING_AND_RETRACTING first emits retractions of the window's
    last pane and of the last panes of windows merged into it. A finished trigger closes
    the window (its state is dropped; a tombstone remains until garbage collection).
 6. When the input watermark passes max timestamp + allowed lateness, the window emits a
-   final pane (`is_last`) if it holds unemitted input (or always, under
-   ClosingBehavior.FIRE_ALWAYS) and its state is deleted (garbage collection).
+   final pane (`is_last`) if it holds unemitted input (or if the pane is ON_TIME under
+   OnTimeBehavior.FIRE_ALWAYS, or always under ClosingBehavior.FIRE_ALWAYS) and its state is
+   deleted (garbage collection).
+
+The key's output watermark is the input watermark held back by the key's pending holds and
+pending end-of-window timers, taken before a call's panes fire (Java's runners hold a
+transform's output watermark by both). Garbage collection comes after the end-of-window
+timers, when the garbage-collection timer (max timestamp + allowed lateness) holds it instead.
 
 State (all plain, picklable data; runners keep `KeyState` between calls, the Spark
 streaming runner in its state store):
 
 * `WindowState` per active window. Style: addressed by the merged window. Merging: merged
   as in rule 2. Lifetime: until the trigger finishes or garbage collection.
-  Holds contents (buffer or accumulator), pending-input count, output hold, trigger state,
-  pane counters, and the panes to retract next (retracting mode only).
+  Holds contents (buffer or accumulator), pending-input count, output hold, whether the
+  end-of-window timer is pending, trigger state, and the panes to retract next (retracting
+  mode only).
+* The pane tracker in `WindowState` (index, non-speculative index, last timing). Style: by the
+  actual window (Java's DIRECT style). Merging: a new merged window starts afresh; a merge
+  result equal to one of the merged windows keeps that window's. Lifetime: the window's.
 * `KeyState.closed`: windows whose trigger finished. Lifetime: until garbage collection.
 
 The core never reads a clock and does no I/O: time comes in as arguments.
@@ -88,18 +101,23 @@ _NOTHING = ReduceResult([], [], [])
 class WindowState:
     """Everything the core keeps for one active window of one key (plain, picklable data)."""
 
-    __slots__ = ("contents", "pending", "hold_us", "trigger_state", "pane_index",
-                 "nonspec_index", "emitted_non_early", "late_born", "to_retract", "unmatched")
+    __slots__ = ("contents", "pending", "hold_us", "eow_timer", "trigger_state", "pane_index",
+                 "nonspec_index", "last_timing", "to_retract", "unmatched")
 
     def __init__(self, contents: Any, trigger_state: Any) -> None:
         self.contents = contents
         self.pending = 0
         self.hold_us: Optional[int] = None
+        # Its end-of-window timer is set and not yet delivered (Beam Java sets it for a window
+        # that gets input before the watermark passes its end; a pending timer holds the
+        # output watermark, as a hold does).
+        self.eow_timer = False
         self.trigger_state = trigger_state
+        # The pane tracker (Beam Java's PaneInfoTracker): the next pane's index and
+        # non-speculative index, and the timing of the last pane (None before the first).
         self.pane_index = 0
         self.nonspec_index = 0
-        self.emitted_non_early = False
-        self.late_born = False  # created after the watermark passed its end: no pane is ON_TIME
+        self.last_timing: Optional[PaneInfoTiming] = None
         self.to_retract: Optional[List[Pane]] = None   # retracting mode: the panes to withdraw
         self.unmatched: Optional[List[Any]] = None     # retractions of inputs no longer held
 
@@ -206,17 +224,25 @@ class ReduceFnRunner:
         lateness = self.lateness_us
         live: List[tuple] = []
         dropped_late: List[tuple] = []
+        behind = False
         for item in elements:
             if item[2].end_us - 1 + lateness < input_watermark_us:
                 dropped_late.append(item)
             else:
                 live.append(item)
+                if item[1] < input_watermark_us:
+                    behind = True
         if not live:
             return ReduceResult([], dropped_late, []) if dropped_late else _NOTHING
         windows = state.windows
         closed = state.closed
         mapping: Dict[BoundedWindow, BoundedWindow] = {}
         panes: List[Pane] = []
+        # The output watermark only matters for input behind the input watermark (its hold)
+        # and for windows that end before it (their panes' timing); without such input, no
+        # window of this call does.
+        out_wm = (self._output_watermark(state, input_watermark_us) if behind
+                  else input_watermark_us)
         if self.merging:
             new = {item[2] for item in live if item[2] not in windows}
             if new:
@@ -240,7 +266,7 @@ class ReduceFnRunner:
                     dropped_closed.append((value, ts, item[2]))
                     continue
                 ws = windows[window] = self._new_window_state()
-                ws.late_born = input_watermark_us >= window.end_us
+                ws.eow_timer = window.end_us > input_watermark_us
             if len(item) > 3 and item[3]:
                 self._retract(ws, value)
             elif buffering:
@@ -253,9 +279,11 @@ class ReduceFnRunner:
             if eow:
                 if window.end_us > input_watermark_us:
                     ws.hold_us = window.end_us - 1
-            else:
+            elif window.end_us > input_watermark_us:
+                # As Beam Java's WatermarkHold.addElementHold: no hold in a window the input
+                # watermark has passed, nor one the output watermark has passed.
                 hold = self._hold_for(window, ts)
-                if hold >= input_watermark_us:  # no hold for late input: it could not hold back
+                if hold >= out_wm:
                     ws.hold_us = self._combine_holds(ws.hold_us, hold)
             if not watermark_only:
                 ctx.window = window
@@ -265,19 +293,41 @@ class ReduceFnRunner:
             if watermark_only and input_watermark_us < window.end_us:
                 continue  # a watermark-only trigger cannot become ready on elements alone
             if windows.get(window) is ws:
-                self._maybe_fire(state, window, ws, input_watermark_us, processing_time_us, panes)
+                self._fire_if_ready(state, window, ws, input_watermark_us, out_wm,
+                                    processing_time_us, False, panes)
         return ReduceResult(panes, dropped_late, dropped_closed)
 
     def on_watermark(self, state: KeyState, input_watermark_us: int,
                      processing_time_us: int = MIN_TIMESTAMP_MICROS) -> ReduceResult:
         """Fires windows made ready by the watermark and garbage-collects expired windows."""
+        wm = input_watermark_us
         panes: List[Pane] = []
-        for window in sorted(state.windows, key=_WINDOW_ORDER):
-            ws = state.windows[window]
-            self._maybe_fire(state, window, ws, input_watermark_us, processing_time_us, panes)
+        windows = state.windows
+        lateness = self.lateness_us
+        # First the triggers, as Beam Java delivers end-of-window timers: the output watermark
+        # is held by the key's holds and pending end-of-window timers before any pane fires.
+        out_wm = self._output_watermark(state, wm, eow_timers=True)
+        expiring: List[Tuple[BoundedWindow, WindowState]] = []
+        for window in sorted(windows, key=_WINDOW_ORDER):
+            ws = windows[window]
+            expired = window.end_us - 1 + lateness < wm
+            if self._fire_if_ready(state, window, ws, wm, out_wm, processing_time_us, expired,
+                                   panes):
+                continue
+            if expired:
+                expiring.append((window, ws))
+            elif window.end_us <= wm:
+                ws.eow_timer = False  # delivered
+        if expiring:
+            # Then garbage collection, as Java's later garbage-collection timers (at max
+            # timestamp + allowed lateness, which hold the output watermark in their turn).
+            gc_wm = min(self._output_watermark(state, wm, eow_timers=False),
+                        min(w.end_us - 1 for w, _ in expiring) + lateness)
+            for window, ws in expiring:
+                self._fire(window, ws, wm, gc_wm, True, panes)
+                del windows[window]
         if state.closed:
-            lateness = self.lateness_us
-            for window in [w for w in state.closed if w.end_us - 1 + lateness < input_watermark_us]:
+            for window in [w for w in state.closed if w.end_us - 1 + lateness < wm]:
                 del state.closed[window]
         return ReduceResult(panes, [], []) if panes else _NOTHING
 
@@ -330,41 +380,65 @@ class ReduceFnRunner:
 
     # ---- firing ---------------------------------------------------------------------
 
-    def _maybe_fire(self, state: KeyState, window: BoundedWindow, ws: WindowState, wm: int,
-                    ptime: int, panes: List[Pane]) -> None:
-        expired = window.end_us - 1 + self.lateness_us < wm
+    def _output_watermark(self, state: KeyState, wm: int, eow_timers: bool = True) -> int:
+        """The key's output watermark: the input watermark held back by its holds (and timers).
+
+        It is taken before a call's panes fire. Pending holds of windows with unemitted input
+        hold it, and, with `eow_timers`, so do end-of-window timers not yet delivered.
+        """
+        best = wm
+        for window, ws in state.windows.items():
+            h = ws.hold_us
+            if h is not None and ws.pending and h < best:
+                best = h
+            if eow_timers and ws.eow_timer and window.end_us - 1 < best:
+                best = window.end_us - 1
+        return best
+
+    def _fire_if_ready(self, state: KeyState, window: BoundedWindow, ws: WindowState, wm: int,
+                       out_wm: int, ptime: int, expired: bool, panes: List[Pane]) -> bool:
+        """Fires the window if its trigger is ready; True if that ended the window."""
         trigger = self.trigger
         ctx = TriggerContext(window, wm, ptime)
-        if not trigger.is_done(ws.trigger_state) and trigger.ready(ws.trigger_state, ctx):
-            ws.trigger_state = trigger.next(ws.trigger_state, ctx)
-            done = trigger.is_done(ws.trigger_state)
-            final = done or expired
-            if (ws.pending or ws.unmatched
-                    or (self.on_time_always and wm >= window.end_us and not ws.emitted_non_early)
-                    or (final and self.closing_always)):
-                self._emit(window, ws, wm, final, panes)
-            if done:
-                del state.windows[window]
-                if not expired:
-                    state.closed[window] = None
-                return
-        if expired:
-            if ws.pending or ws.unmatched or self.closing_always:
-                self._emit(window, ws, wm, True, panes)
-            del state.windows[window]
+        if trigger.is_done(ws.trigger_state) or not trigger.ready(ws.trigger_state, ctx):
+            return False
+        ws.trigger_state = trigger.next(ws.trigger_state, ctx)
+        done = trigger.is_done(ws.trigger_state)
+        self._fire(window, ws, wm, out_wm, done or expired, panes)
+        if not (done or expired):
+            return False
+        del state.windows[window]
+        if not expired:
+            state.closed[window] = None
+        return True
 
-    def _emit(self, window: BoundedWindow, ws: WindowState, wm: int, is_last: bool,
-              panes: List[Pane]) -> None:
-        if wm < window.end_us and not ws.emitted_non_early:
-            timing = _EARLY
-            nonspec = -1
+    def _describe(self, window: BoundedWindow, ws: WindowState, wm: int, out_wm: int,
+                  is_last: bool) -> PaneInfo:
+        """The next pane's PaneInfo, by Beam Java's rule (PaneInfoTracker.describePane)."""
+        prev = ws.last_timing
+        max_ts = window.end_us - 1
+        if out_wm > max_ts or (prev is not None and prev is not _EARLY):
+            timing, nonspec = _LATE, ws.nonspec_index   # late for the output, or after ON_TIME
+        elif wm <= max_ts:
+            timing, nonspec = _EARLY, -1                # the input watermark is before the end
         else:
-            timing = _LATE if ws.emitted_non_early or ws.late_born else _ON_TIME
-            nonspec = ws.nonspec_index
-            ws.nonspec_index += 1
-            ws.emitted_non_early = True
-        info = PaneInfo(ws.pane_index == 0, is_last, timing, ws.pane_index, nonspec)
-        ws.pane_index += 1
+            timing, nonspec = _ON_TIME, ws.nonspec_index
+        return PaneInfo(prev is None, is_last, timing, ws.pane_index, nonspec)
+
+    def _fire(self, window: BoundedWindow, ws: WindowState, wm: int, out_wm: int, is_last: bool,
+              panes: List[Pane]) -> None:
+        """Emits the window's pane if it has input, or an empty one the behaviours ask for."""
+        info = self._describe(window, ws, wm, out_wm, is_last)
+        if (ws.pending or ws.unmatched
+                or (self.on_time_always and info.timing is _ON_TIME)
+                or (is_last and self.closing_always)):
+            ws.pane_index += 1
+            ws.nonspec_index = info.nonspeculative_index + 1
+            ws.last_timing = info.timing
+            self._emit(window, ws, info, panes)
+
+    def _emit(self, window: BoundedWindow, ws: WindowState, info: PaneInfo,
+              panes: List[Pane]) -> None:
         # Input that came only behind the watermark set no hold: such a pane is stamped at the
         # end of the window (as in Beam).
         ts = ws.hold_us if ws.hold_us is not None else window.end_us - 1
@@ -388,7 +462,7 @@ class ReduceFnRunner:
             ws.to_retract = [pane]
         ws.pending = 0
         ws.hold_us = None
-        if self.mode is AccumulationMode.DISCARDING and not is_last:
+        if self.mode is AccumulationMode.DISCARDING and not info.is_last:
             ws.contents = self._empty_contents()
 
     # ---- merging --------------------------------------------------------------------
@@ -407,11 +481,11 @@ class ReduceFnRunner:
             if len(states) == 1 and olds[0] == result:
                 windows[result] = states[0]
             else:  # also one window grown by new elements: its end moved, so rewind its trigger
-                windows[result] = self._merge_states(result, states, wm, ptime)
+                windows[result] = self._merge_states(result, olds, states, wm, ptime)
         return mapping
 
-    def _merge_states(self, result: BoundedWindow, states: List[WindowState], wm: int,
-                      ptime: int) -> WindowState:
+    def _merge_states(self, result: BoundedWindow, olds: List[BoundedWindow],
+                      states: List[WindowState], wm: int, ptime: int) -> WindowState:
         ws = WindowState(None, self.trigger.merge_states(
             [s.trigger_state for s in states], TriggerContext(result, wm, ptime)))
         if self.buffering:
@@ -436,8 +510,12 @@ class ReduceFnRunner:
         ws.hold_us = hold
         ws.to_retract = to_retract or None
         ws.unmatched = unmatched or None
-        ws.pane_index = max(s.pane_index for s in states)
-        ws.nonspec_index = max(s.nonspec_index for s in states)
-        ws.emitted_non_early = any(s.emitted_non_early for s in states) and wm >= result.end_us
-        ws.late_born = all(s.late_born for s in states) and wm >= result.end_us
+        ws.eow_timer = result.end_us > wm
+        # Pane info is kept per actual window (Beam Java: DIRECT style, cleared for every window
+        # merged away): a merge result that is one of the merged windows keeps its panes'
+        # count; a new window starts afresh.
+        for old, s in zip(olds, states):
+            if old == result:
+                ws.pane_index, ws.nonspec_index, ws.last_timing = (
+                    s.pane_index, s.nonspec_index, s.last_timing)
         return ws
