@@ -141,12 +141,17 @@ class LocalRunnerOptions(PipelineOptions):
 
 
 class TypeOptions(PipelineOptions):
-    """Kept for Beam compatibility: type checking flags."""
+    """Beam's TypeOptions: type checking flags (kept for compatibility) and --allow_unsafe_triggers."""
 
     @classmethod
     def _add_argparse_args(cls, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--pipeline_type_check", default=True, action="store_true")
         parser.add_argument("--runtime_type_check", default=False, action="store_true")
+        parser.add_argument(
+            "--allow_unsafe_triggers", default=False, action="store_true",
+            help="allow a grouping that may never emit (an unbounded PCollection in the global "
+                 "window with the default trigger): a warning instead of an error; it emits when "
+                 "the watermark reaches the end of time")
 
 
 class SparkRunnerOptions(PipelineOptions):

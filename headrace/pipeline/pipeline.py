@@ -101,6 +101,12 @@ class Pipeline:
         """This pipeline's PipelineOptions."""
         return self._options
 
+    @property
+    def allow_unsafe_triggers(self) -> bool:
+        """True when --allow_unsafe_triggers was given (Beam's TypeOptions flag)."""
+        from headrace.options.pipeline_options import TypeOptions
+        return bool(self._options.view_as(TypeOptions).allow_unsafe_triggers)
+
     def _next_id(self) -> int:
         self._ids += 1
         return self._ids

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import logging
 import typing
 from typing import Any, Callable, Dict, Iterable, Optional, Tuple
 
@@ -20,6 +21,7 @@ from headrace.pipeline.pvalue import (
 # ---------------------------------------------------------------------------------------
 # element types: just enough to reject grouping of non key-value data at construction time
 
+_log = logging.getLogger(__name__)
 KV_TYPE = typing.Tuple[typing.Any, typing.Any]
 _NOT_KV = (str, bytes, int, float, bool, dict, set, frozenset, type(None))
 
@@ -339,12 +341,23 @@ class WindowInto(PTransform):
 
 
 def _check_groupable(transform: PTransform, pcoll: PCollection) -> None:
-    """Rejects grouping an unbounded PCollection in the global window with the default trigger."""
+    """Rejects grouping an unbounded PCollection in the global window with the default trigger.
+
+    As in Beam, --allow_unsafe_triggers turns the error into a warning: the grouping then
+    emits only when the watermark reaches the end of time.
+    """
     w = pcoll.windowing
     if pcoll.is_bounded or not isinstance(w.windowfn, GlobalWindows) \
             or not isinstance(w.trigger, DefaultTrigger):
         return
     label = transform.pipeline.current_transform().full_label
+    if transform.pipeline.allow_unsafe_triggers:
+        _log.warning(
+            "step %r (%s) groups the unbounded PCollection %r in the global window with the "
+            "default trigger: allowed because --allow_unsafe_triggers is set, but it emits "
+            "nothing until the watermark reaches the end of time", label,
+            type(transform).__name__, pcoll.label)
+        return
     raise PipelineConstructionError(
         f"step {label!r} ({type(transform).__name__}) groups the unbounded PCollection "
         f"{pcoll.label!r} in the global window with the default trigger, so it would never emit "
@@ -352,7 +365,9 @@ def _check_groupable(transform: PTransform, pcoll: PCollection) -> None:
         "and the global window ends only when the input does. Window the input first, e.g. "
         "beam.WindowInto(window.FixedWindows(60)), or set a trigger, e.g. "
         "beam.WindowInto(window.GlobalWindows(), trigger=trigger.Repeatedly("
-        "trigger.AfterProcessingTime(60)), accumulation_mode=trigger.AccumulationMode.DISCARDING)")
+        "trigger.AfterProcessingTime(60)), accumulation_mode=trigger.AccumulationMode.DISCARDING). "
+        "To run it anyway (it emits when the watermark reaches the end of time), pass the "
+        "pipeline option --allow_unsafe_triggers")
 
 
 def _grouping_outputs(transform: Any, pcoll: PCollection) -> Any:

@@ -8,7 +8,8 @@
   still output, so a downstream grouping does not treat that output as late.
 * Per-source watermarks: a Flatten's watermark is the minimum of its inputs'.
 * Construction: grouping an unbounded PCollection in the global window with the default
-  trigger is an error, as in Beam; boundedness and the retraction flag propagate.
+  trigger is an error, as in Beam, unless --allow_unsafe_triggers is given (then it emits at
+  the end of time); boundedness and the retraction flag propagate.
 * Processing time: with a TestStream the clock is virtual, starting at 0 and moving only by
   `advance_processing_time`, so processing-time triggers fire at scripted moments.
 
@@ -217,6 +218,27 @@ def test_grouping_unbounded_data_in_the_global_window_with_the_default_trigger_r
     assert "GroupForever" in msg                      # where
     assert "unbounded" in msg and "global window" in msg  # what
     assert "WindowInto" in msg and "trigger" in msg   # how to fix
+    assert "--allow_unsafe_triggers" in msg            # or how to run it anyway
+
+
+@pytest.mark.parametrize("flags", [["--allow_unsafe_triggers"], []], ids=["flag", "kwarg"])
+def test_allow_unsafe_triggers_runs_it_and_emits_at_the_end_of_time(make_pipeline, flags, caplog):
+    # Beam's --allow_unsafe_triggers: the same grouping is accepted with a warning, and the
+    # global window's ON_TIME pane comes when the watermark reaches +infinity, with everything.
+    stream = (TestStream()
+              .add_elements([TV(("a", 1), 1), TV(("b", 2), 2)])
+              .advance_watermark_to(100)
+              .add_elements([TV(("a", 3), 50)]))
+    opts = {"flags": flags} if flags else {"allow_unsafe_triggers": True}
+    with caplog.at_level("WARNING"):
+        with make_pipeline(**opts) as p:
+            out = (p | stream | "GroupForever" >> beam.GroupByKey()
+                   | beam.MapTuple(lambda k, vs, pane=beam.DoFn.PaneInfoParam:
+                                   (k, sorted(vs), pane.timing.name, pane.is_last)))
+            assert_that(out, equal_to([("a", [1, 3], "ON_TIME", True),
+                                       ("b", [2], "ON_TIME", True)]))
+    assert any("GroupForever" in r.getMessage() and "--allow_unsafe_triggers" in r.getMessage()
+               for r in caplog.records)
 
 
 def test_combine_globally_of_unbounded_data_in_the_global_window_raises(make_pipeline):
