@@ -10,7 +10,8 @@ What it does:
   * groups by deterministic key bytes (`headrace.model.coders.encode_key`) and runs every
     GroupByKey / CombinePerKey through the shared per-key core (`headrace.model.reduce`);
   * gives side inputs Beam's windowed semantics: a main-input element waits until the side
-    input's watermark has passed the end of the side window it maps to.
+    input's watermark has passed the end of the side window it maps to, without that wait
+    changing which elements a downstream grouping finds late (`_StageUnit.run_pending`).
 
 Time:
   * Event time. Every PCollection has a watermark. A bounded source (Create, Read) holds it
@@ -109,6 +110,10 @@ class _Unit:
             self.process_bundle(bundle)
             progressed = True
         return progressed
+
+    def enqueue(self, bundle: Bundle, watermark: int) -> None:
+        """Takes a bundle its producer emitted while its output watermark was `watermark`."""
+        self.queue.append(bundle)
 
     def process_bundle(self, bundle: Bundle) -> None:
         raise NotImplementedError
@@ -244,7 +249,10 @@ class _StageUnit(_Unit):
         self.inputs = (root,)
         self.nodes: List[AppliedPTransform] = []
         self.materialized: List[PCollection] = []
-        self.pushback: Bundle = []
+        # with side inputs: the producer's output watermark when each queued bundle came, and
+        # the elements waiting for a side input, each with that watermark
+        self.queue_wms: List[int] = []
+        self.pushback: List[Tuple[int, WindowedValue]] = []
         self.stage: Optional[FusedStage] = None
 
     def add(self, node: AppliedPTransform) -> None:
@@ -280,21 +288,63 @@ class _StageUnit(_Unit):
     def has_work(self) -> bool:
         return bool(self.queue) or bool(self.pushback)
 
+    def input_watermark(self) -> int:
+        # The main input's only: side inputs do not hold the output back, waiting elements do.
+        return self.ex.watermark(self.root)
+
+    def enqueue(self, bundle: Bundle, watermark: int) -> None:
+        self.queue.append(bundle)
+        if self.side_pcolls:
+            self.queue_wms.append(watermark)
+
+    def hold(self) -> int:
+        """Waiting elements hold the output watermark (see `run_pending`)."""
+        best = MAX_TIMESTAMP_MICROS
+        for arrived, wv in self.pushback:
+            h = wv.timestamp_us if wv.timestamp_us > arrived else arrived
+            if h < best:
+                best = h
+        return best
+
     def run_pending(self) -> bool:
+        """Processes what is ready; with side inputs, the rest waits without changing lateness.
+
+        An element waits until the side-input windows it reads are complete. So that waiting
+        cannot change which elements a downstream grouping finds late, an element emitted to
+        this step while its producer's output watermark was W holds this step's output
+        watermark at max(its timestamp, W), and it is processed only once that output
+        watermark has reached W (as it would have been, without waiting): an element that was
+        on time stays on time, and one that was behind the watermark is judged against the
+        watermark it came at.
+        """
+        if not self.side_pcolls:
+            return super().run_pending()
         progressed = False
+        out_wm = self.output_wm
+        waiting: List[Tuple[int, WindowedValue]] = []
+        bundles: List[Bundle] = []
         if self.pushback:
-            self.queue.insert(0, self.pushback)
-            self.pushback = []
+            released = []
+            for arrived, wv in self.pushback:
+                if arrived <= out_wm and self._side_ready(wv):
+                    released.append(wv)
+                else:
+                    waiting.append((arrived, wv))
+            bundles.append(released)
         while self.queue:
-            bundle = self.queue.pop(0)
-            if self.side_pcolls:
-                ready = [wv for wv in bundle if self._side_ready(wv)]
-                self.pushback.extend(wv for wv in bundle if not self._side_ready(wv))
-                if not ready:
-                    continue
-                bundle = ready
-            self.process_bundle(bundle)
-            progressed = True
+            ready = []
+            arrived = self.queue_wms.pop(0)
+            for wv in self.queue.pop(0):
+                if arrived <= out_wm and self._side_ready(wv):
+                    ready.append(wv)
+                else:
+                    waiting.append((arrived, wv))
+            bundles.append(ready)
+        self.pushback = waiting
+        for bundle in bundles:
+            if bundle:
+                self.process_bundle(bundle)
+                progressed = True
         return progressed
 
     def process_bundle(self, bundle: Bundle) -> None:
@@ -625,8 +675,9 @@ class _Executor:
             for wv in bundle:
                 for w in wv.windows:
                     contents.setdefault(w, []).append(wv.value)
+        wm = self.watermark(pc)
         for unit in self.unit_of_input.get(pc, ()):
-            unit.queue.append(bundle)
+            unit.enqueue(bundle, wm)
 
     def watermark(self, pc: PCollection) -> int:
         return self.producer_unit[pc].output_wm
@@ -640,7 +691,7 @@ class _Executor:
         for unit in self.units:
             in_wm = unit.input_watermark()
             unit.on_input_watermark(in_wm)
-            new = in_wm if not unit.has_work() else unit.output_wm
+            new = in_wm if not unit.queue else unit.output_wm
             new = min(new, unit.hold())
             if new > unit.output_wm:
                 unit.output_wm = new
