@@ -273,8 +273,8 @@ class GlobalWindows(NonMergingWindowFn):
         return [GLOBAL_WINDOW]
 
     def _assign(self, value, timestamp_us, windows):
-        if windows is GLOBAL_WINDOWS_TUPLE:
-            return windows
+        if windows is GLOBAL_WINDOWS_TUPLE or len(windows) == 1:
+            return GLOBAL_WINDOWS_TUPLE
         return GLOBAL_WINDOWS_TUPLE * len(windows)
 
     def __repr__(self) -> str:
@@ -383,7 +383,7 @@ class SlidingWindows(NonMergingWindowFn):
         while start > timestamp_us - self.size_us:
             out.append(IntervalWindow._of(start, start + self.size_us))
             start -= self.period_us
-        return tuple(out) * len(windows)
+        return tuple(out) if len(windows) == 1 else tuple(out) * len(windows)
 
     def __eq__(self, other: object) -> bool:
         return (type(other) is SlidingWindows and self.size_us == other.size_us
@@ -414,6 +414,8 @@ class Sessions(WindowFn):
         return [IntervalWindow._of(ts, ts + self.gap_size_us)]
 
     def _assign(self, value, timestamp_us, windows):
+        if len(windows) == 1:
+            return (IntervalWindow._of(timestamp_us, timestamp_us + self.gap_size_us),)
         return (IntervalWindow._of(timestamp_us, timestamp_us + self.gap_size_us),) * len(windows)
 
     def merge(self, merge_context: WindowFn.MergeContext) -> None:
