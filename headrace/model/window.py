@@ -4,6 +4,11 @@ Window bounds are integer microseconds inside (`start_us`, `end_us`); the Beam-s
 properties `start`, `end` and `max_timestamp()` return `Timestamp`s. A built-in WindowFn
 assigns through a fast path on microseconds; a user's WindowFn implements Beam's
 `assign(context)` and, if merging, `merge(context)`.
+
+An element in n windows is n elements (the paper's AssignWindows duplicates it), so its window
+tuple is a multiset: re-windowing maps each copy on its own, and an element in the three
+windows of a `SlidingWindows` put into `FixedWindows` is in the same fixed window three times
+(an element in zero windows stays in none).
 """
 
 from __future__ import annotations
@@ -207,6 +212,8 @@ class WindowFn:
 
     def _assign(self, value: Any, timestamp_us: int, windows: Tuple[BoundedWindow, ...]
                 ) -> Tuple[BoundedWindow, ...]:
+        # One copy of the element per input window, each assigned on its own; the results are
+        # concatenated, duplicates kept (see the module docstring).
         out: List[BoundedWindow] = []
         ts = Timestamp(micros=timestamp_us)
         for w in windows:
@@ -266,7 +273,9 @@ class GlobalWindows(NonMergingWindowFn):
         return [GLOBAL_WINDOW]
 
     def _assign(self, value, timestamp_us, windows):
-        return GLOBAL_WINDOWS_TUPLE
+        if windows is GLOBAL_WINDOWS_TUPLE or len(windows) == 1:
+            return GLOBAL_WINDOWS_TUPLE
+        return GLOBAL_WINDOWS_TUPLE * len(windows)
 
     def __repr__(self) -> str:
         return "GlobalWindows()"
@@ -301,7 +310,7 @@ class FixedWindows(NonMergingWindowFn):
     def __init__(self, size: Any, offset: Any = 0) -> None:
         self.size_us = _positive_duration("size", "FixedWindows", size)
         self.offset_us = _offset("FixedWindows", offset) % self.size_us
-        self._cache: Dict[int, IntervalWindow] = {}
+        self._cache: Dict[int, Tuple[IntervalWindow]] = {}
 
     @property
     def size(self) -> Duration:
@@ -320,12 +329,12 @@ class FixedWindows(NonMergingWindowFn):
     def _assign(self, value, timestamp_us, windows):
         start = timestamp_us - (timestamp_us - self.offset_us) % self.size_us
         cache = self._cache
-        w = cache.get(start)
-        if w is None:
+        one = cache.get(start)
+        if one is None:
             if len(cache) > 4096:
                 cache.clear()
-            w = cache[start] = IntervalWindow._of(start, start + self.size_us)
-        return (w,)
+            one = cache[start] = (IntervalWindow._of(start, start + self.size_us),)
+        return one if len(windows) == 1 else one * len(windows)
 
     def __eq__(self, other: object) -> bool:
         return (type(other) is FixedWindows and self.size_us == other.size_us
@@ -374,7 +383,7 @@ class SlidingWindows(NonMergingWindowFn):
         while start > timestamp_us - self.size_us:
             out.append(IntervalWindow._of(start, start + self.size_us))
             start -= self.period_us
-        return tuple(out)
+        return tuple(out) if len(windows) == 1 else tuple(out) * len(windows)
 
     def __eq__(self, other: object) -> bool:
         return (type(other) is SlidingWindows and self.size_us == other.size_us
@@ -405,7 +414,9 @@ class Sessions(WindowFn):
         return [IntervalWindow._of(ts, ts + self.gap_size_us)]
 
     def _assign(self, value, timestamp_us, windows):
-        return (IntervalWindow._of(timestamp_us, timestamp_us + self.gap_size_us),)
+        if len(windows) == 1:
+            return (IntervalWindow._of(timestamp_us, timestamp_us + self.gap_size_us),)
+        return (IntervalWindow._of(timestamp_us, timestamp_us + self.gap_size_us),) * len(windows)
 
     def merge(self, merge_context: WindowFn.MergeContext) -> None:
         """Merges windows that overlap (windows that merely touch stay apart)."""

@@ -54,6 +54,9 @@ PANE_INFO_UNKNOWN = PaneInfo(True, True, PaneInfoTiming.UNKNOWN, 0, -1)
 class WindowedValue:
     """A value with its event timestamp (integer microseconds), windows and pane.
 
+    An element in n windows stands for n elements, one per window; `windows` may hold the
+    same window several times (copies that re-windowing put into one window).
+
     `is_retraction` marks an element that withdraws an earlier pane (accumulating-and-retracting
     mode). The constructor takes microseconds; `headrace.utils.windowed_value.WindowedValue`
     is Beam's seconds-based constructor for user code.

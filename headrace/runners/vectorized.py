@@ -327,6 +327,8 @@ def compile_chain(steps: Sequence[Tuple[str, Any]], row_attributes: bool) -> Opt
     try:
         for kind, fn in steps:
             if kind == "window":
+                # Each of these puts an element of one window into one window, so the last one
+                # alone gives the windows (SlidingWindows, which multiplies elements, is refused).
                 if type(fn) not in _WINDOWFNS:
                     return None
                 ops.append(("window", fn))

@@ -29,8 +29,8 @@ from headrace.model.time import (
     END_OF_GLOBAL_WINDOW_MICROS, MAX_TIMESTAMP_MICROS, MIN_TIMESTAMP_MICROS, Duration, Timestamp,
 )
 from headrace.model.window import (
-    FixedWindows, GlobalWindow, GlobalWindows, Sessions, SlidingWindows, TimestampCombiner,
-    Windowing,
+    GLOBAL_WINDOWS_TUPLE, FixedWindows, GlobalWindow, GlobalWindows, Sessions, SlidingWindows,
+    TimestampCombiner, Windowing,
 )
 from headrace.model.windowed import TimestampedValue
 from headrace.testing.test_stream import TestStream
@@ -121,7 +121,7 @@ def run_transcript_on_core(spec: Dict[str, Any]) -> List[_format.ObservedStep]:
             items = []
             for value, t in _format.input_elements(arg):
                 ts = micros(t)
-                for w in windowing.windowfn._assign(value, ts, ()):
+                for w in windowing.windowfn._assign(value, ts, GLOBAL_WINDOWS_TUPLE):
                     items.append((value, ts, w))
             result = runner.process_elements(state, items, wm, pt)
         elif kind == "watermark":
