@@ -22,14 +22,8 @@ def headrace_revision() -> str:
 
 
 def default_beam_python() -> str:
-    """$BEAM_PYTHON, else the first Beam virtualenv found in the usual places."""
-    env = os.environ.get("BEAM_PYTHON")
-    if env:
-        return env
-    for cand in ("/work/venv-beam/bin/python", os.path.join(REPO, ".venv-beam", "bin", "python")):
-        if os.path.exists(cand):
-            return cand
-    return "/work/venv-beam/bin/python"
+    """$BEAM_PYTHON, else the repository's .venv-beam (see BEAM_VENV_HINT)."""
+    return os.environ.get("BEAM_PYTHON") or os.path.join(REPO, ".venv-beam", "bin", "python")
 
 
 def beam_usable(py: str) -> Optional[str]:

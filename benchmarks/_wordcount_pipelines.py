@@ -8,7 +8,7 @@ writing text instead of using Pub/Sub and BigQuery.
 
     WORDCOUNT_SDK=headrace python benchmarks/_wordcount_pipelines.py minimal \
         --input in.txt --output out/counts
-    WORDCOUNT_SDK=beam /work/venv-beam/bin/python benchmarks/_wordcount_pipelines.py windowed \
+    WORDCOUNT_SDK=beam .venv-beam/bin/python benchmarks/_wordcount_pipelines.py windowed \
         --input in.tsv --output out/counts
 """
 

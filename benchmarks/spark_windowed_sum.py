@@ -287,7 +287,7 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     ap.add_argument("--skip-beam", action="store_true", help="do not run Apache Beam")
     ap.add_argument("--beam-python", default=default_beam_python(),
                     help="python of a virtualenv with apache-beam (default: $BEAM_PYTHON or "
-                         "/work/venv-beam/bin/python)")
+                         "the repository's .venv-beam/bin/python)")
     ap.add_argument("--data-dir", default=os.path.join(tempfile.gettempdir(), "headrace-spark-windowed-sum"),
                     help="where the input is generated and reused (default: %(default)s)")
     ap.add_argument("--repeat", type=int, default=1, help="runs per contender; the median time is shown")

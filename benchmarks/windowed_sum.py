@@ -76,7 +76,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                     help="comma-separated subset of: " + ", ".join(PIPELINES))
     ap.add_argument("--beam-python", default=default_beam_python(),
                     help="python of a virtualenv with apache-beam (default: $BEAM_PYTHON or "
-                         "/work/venv-beam/bin/python)")
+                         "the repository's .venv-beam/bin/python)")
     ap.add_argument("--skip-beam", action="store_true", help="run headrace only")
     ap.add_argument("--keep-data", action="store_true", help="keep the generated input files")
     args = ap.parse_args(argv)
