@@ -1,6 +1,6 @@
 """Benchmark worker for Apache Beam's Python DirectRunner; run it with the Beam virtualenv's python.
 
-    /work/venv-beam/bin/python benchmarks/_beam_worker.py --input events.pkl --pipeline fixed
+    .venv-beam/bin/python benchmarks/_beam_worker.py --input events.pkl --pipeline fixed
 
 Prints one JSON line (events, seconds, events_per_s, peak_rss_mb, checksum). The pipeline
 itself lives in _windowed_sum_common.py and is shared with _headrace_worker.py.

@@ -2,7 +2,7 @@
 
     python benchmarks/_spark_bench_worker.py --contender dataframe|rdd|headrace --pipeline fixed \\
         --input DATASET_DIR [--master local[2]] [--shuffle-partitions 4] [--driver-memory 2g]
-    /work/venv-beam/bin/python benchmarks/_spark_bench_worker.py --contender beam --pipeline fixed \\
+    .venv-beam/bin/python benchmarks/_spark_bench_worker.py --contender beam --pipeline fixed \\
         --input DATASET_DIR
 
 Prints one line `RESULT {json}` on stdout: startup_s (SparkSession start-up, or 0), seconds (the
