@@ -22,7 +22,7 @@ from headrace.model.time import MIN_TIMESTAMP_MICROS
 from headrace.model.window import GLOBAL_WINDOWS_TUPLE, WindowFn, side_input_window
 from headrace.model.windowed import TimestampedValue, WindowedValue
 from headrace.pipeline.dofn import DoFn, _CallableWrapperDoFn, _DoFnParam
-from headrace.pipeline.pvalue import AsSideInput, TaggedOutput
+from headrace.pipeline.pvalue import AsSideInput, EmptySideInput, TaggedOutput
 
 Receiver = Callable[[WindowedValue], None]
 _log = logging.getLogger(__name__)
@@ -108,6 +108,19 @@ class SideInputReader:
         values = self._contents.get(side, {}).get(sw, [])
         v = self._cache[key] = side._view(values)
         return v
+
+
+def empty_side_input_hint(views: Sequence[Any], view_kwargs: Dict[str, Any], args: Sequence[Any],
+                          kwargs: Dict[str, Any], window: Any) -> str:
+    """A hint for an error in user code that was given an EmptySideInput (else "")."""
+    empty = [v for v, a in zip(views, args) if isinstance(a, EmptySideInput)]
+    empty += [v for k, v in view_kwargs.items() if isinstance(kwargs.get(k), EmptySideInput)]
+    if not empty:
+        return ""
+    names = ", ".join(repr(v) for v in empty)
+    return (f"The side input {names} is empty in window {window!r}, so the step got "
+            "pvalue.EmptySideInput() in its place (as in Beam); give the view a default, e.g. "
+            "AsSingleton(pcoll, default_value=...), or test for pvalue.EmptySideInput")
 
 
 def _special_params(fn: Callable[..., Any]) -> Dict[str, _DoFnParam]:
@@ -312,8 +325,11 @@ class ParDoRunner:
 
     def _process_in(self, wv: WindowedValue, window: Any) -> None:
         kind = self.kind
+        args: tuple = ()
+        kwargs: Dict[str, Any] = {}
         try:
-            args, kwargs = ((), {}) if self.simple else self._resolve(wv, window)
+            if not self.simple:
+                args, kwargs = self._resolve(wv, window)
             v = wv.value
             if kind == "map":
                 result: Any = (self.fn(v, *args, **kwargs),)
@@ -338,8 +354,18 @@ class ParDoRunner:
                                     wv.windows, wv.pane_info, wv.is_retraction)
                 self._send(dl["tag"], bad)
                 return
-            raise ElementError(self.label, wv.value, exc) from exc
-        self._emit_all(result, wv)
+            raise ElementError(self.label, wv.value, exc,
+                               hint=empty_side_input_hint(self.args, self.kwargs, args, kwargs, window)
+                               ) from exc
+        if not self.has_side:
+            self._emit_all(result, wv)
+            return
+        try:
+            self._emit_all(result, wv)  # a generator runs the user's code here
+        except ElementError as err:
+            if not err.hint:
+                err.hint = empty_side_input_hint(self.args, self.kwargs, args, kwargs, window)
+            raise
 
     def _emit_all(self, result: Any, wv: WindowedValue) -> None:
         main = self.receivers.get(None, ())
@@ -546,10 +572,11 @@ class FusedStage:
                 attempted.merge(container)
                 self.teardown()
                 if attempts >= max_attempts:
+                    hint = f" {err.hint}." if err.hint else ""
                     raise PipelineExecutionError(
                         f"step {err.step!r} failed in {err.phase} on element "
                         f"{_short_repr(err.element)} after {attempts} attempt(s) of its bundle: "
-                        f"{type(err.cause).__name__}: {err.cause}. Fix the step, or route failing "
+                        f"{type(err.cause).__name__}: {err.cause}.{hint} Fix the step, or route failing "
                         "elements to a dead-letter output with .with_exception_handling()",
                         step=err.step, element=err.element, attempts=attempts) from err.cause
                 _log.warning("bundle of %d elements failed in step %r (attempt %d of %d); retrying: %s",
