@@ -618,7 +618,7 @@ def _reduce_partition(label: str, core: ReduceFnRunner, combine_fn: Any, it: Ite
 
 
 def _reduce_all(core: ReduceFnRunner, it: Iterator[Any], size: int, follow: bool,
-                late_output: bool, finish: Optional[Callable[[Any, list], Any]]) -> Iterator[Any]:
+                late_output: bool, finish: Optional[Callable[[Any, list], Any]] = None) -> Iterator[Any]:
     current: Optional[bytes] = None
     key: Any = None
     state = KeyState()
