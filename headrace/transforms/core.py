@@ -534,7 +534,7 @@ class CombineGlobally(PTransform):
                 return AsSingleton(combined)
             if side_inputs:
                 raise PipelineConstructionError(
-                    f"CombineGlobally {self.pipeline.current_transform().full_label!r}: "
+                    f"CombineGlobally {pcoll.pipeline.current_transform().full_label!r}: "
                     ".as_singleton_view() needs the default value for empty windows when the "
                     "pipeline is built, but it depends on the side inputs "
                     f"{', '.join(map(repr, side_inputs))}, which are known only when it runs; "
@@ -575,7 +575,7 @@ class _InjectDefaultDoFn(DoFn):
     def setup(self) -> None:
         self.fn.setup()
 
-    def process(self, _: Any, results: list, *args: Any, **kwargs: Any):
+    def process(self, element: Any, results: list, *args: Any, **kwargs: Any):
         if results:
             return results
         fn = BoundCombineFn(self.fn, args, kwargs) if args or kwargs else self.fn

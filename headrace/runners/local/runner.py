@@ -349,6 +349,7 @@ class _GroupUnit(_Unit):
         self.side_combiner: Optional[SideInputCombiner] = None
         self.waiting: List[Tuple[Any, Any]] = []  # (key, core Pane) whose side inputs are not ready
         if combine_fn is not None and node.side_inputs:
+            assert isinstance(t, CombinePerKey)
             self.side_combiner = SideInputCombiner(self.label, combine_fn, t.args, t.kwargs)
             for side in node.side_inputs:
                 ex.side_contents.setdefault(side.pvalue, {})

@@ -211,6 +211,7 @@ class _Translation:
         the side inputs of each element's window, when that window is final (a watermark-only
         trigger, no retractions, a non-merging WindowFn)."""
         t = node.transform
+        assert isinstance(t, CombinePerKey)
         windowing = node.inputs[0].windowing
         lifted = (windowing.trigger.watermark_only and not node.inputs[0].may_contain_retractions
                   and not windowing.windowfn.is_merging())
