@@ -32,14 +32,17 @@ class DataFormatError(HeadraceError, ValueError):
 class ElementError(HeadraceError):
     """An element could not be processed by a step (wraps the user's exception)."""
 
-    def __init__(self, step: str, element: Any, cause: BaseException, phase: str = "process"):
+    def __init__(self, step: str, element: Any, cause: BaseException, phase: str = "process",
+                 hint: str = ""):
         self.step = step
         self.element = element
         self.cause = cause
         self.phase = phase
+        #: A sentence on the likely cause, when the runner knows one (else "").
+        self.hint = hint
         super().__init__(
             f"step '{step}' failed in {phase} on element {_short_repr(element)}: "
-            f"{type(cause).__name__}: {cause}")
+            f"{type(cause).__name__}: {cause}" + (f". {hint}" if hint else ""))
 
 
 class PipelineExecutionError(HeadraceError, RuntimeError):

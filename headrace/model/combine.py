@@ -145,6 +145,65 @@ class CallableWrapperCombineFn(CombineFn):
         return f"CallableWrapperCombineFn({self._fn!r})"
 
 
+class BoundCombineFn(CombineFn):
+    """A CombineFn with extra arguments bound: each method passes them on (Beam's curried CombineFn)."""
+
+    def __init__(self, fn: CombineFn, args: tuple = (), kwargs: Optional[dict] = None) -> None:
+        self.fn = fn
+        self.args = tuple(args)
+        self.kwargs = dict(kwargs or {})
+
+    def setup(self, *args: Any, **kwargs: Any) -> None:
+        """Sets up the wrapped CombineFn."""
+        self.fn.setup()
+
+    def teardown(self, *args: Any, **kwargs: Any) -> None:
+        """Tears down the wrapped CombineFn."""
+        self.fn.teardown()
+
+    def create_accumulator(self, *args, **kwargs):
+        return self.fn.create_accumulator(*self.args, **self.kwargs)
+
+    def add_input(self, mutable_accumulator, element, *args, **kwargs):
+        return self.fn.add_input(mutable_accumulator, element, *self.args, **self.kwargs)
+
+    def add_inputs(self, mutable_accumulator, elements, *args, **kwargs):
+        return self.fn.add_inputs(mutable_accumulator, elements, *self.args, **self.kwargs)
+
+    def merge_accumulators(self, accumulators, *args, **kwargs):
+        return self.fn.merge_accumulators(accumulators, *self.args, **self.kwargs)
+
+    def compact(self, accumulator, *args, **kwargs):
+        return self.fn.compact(accumulator, *self.args, **self.kwargs)
+
+    def extract_output(self, accumulator, *args, **kwargs):
+        return self.fn.extract_output(accumulator, *self.args, **self.kwargs)
+
+    def retract_input(self, mutable_accumulator, element):
+        return self.fn.retract_input(mutable_accumulator, element)
+
+    def can_retract(self) -> bool:
+        return self.fn.can_retract()
+
+    def apply(self, elements, *args, **kwargs):
+        return self.fn.apply(elements, *self.args, **self.kwargs)
+
+    def default_label(self) -> str:
+        return self.fn.default_label()
+
+    def __repr__(self) -> str:
+        return f"BoundCombineFn({self.fn!r}, {self.args!r}, {self.kwargs!r})"
+
+
+def combine_values(fn: CombineFn, values: Iterable[Any]) -> Any:
+    """The output of `fn` for one group of values: accumulated, merged and extracted.
+
+    The single accumulator goes through `merge_accumulators`, as the partial accumulators of a
+    lifted combine do, so a CombineFn sees the same kinds of calls whether or not it is lifted.
+    """
+    return fn.extract_output(fn.merge_accumulators([fn.add_inputs(fn.create_accumulator(), values)]))
+
+
 class SumCombineFn(CombineFn):
     """Sums numbers (what `CombinePerKey(sum)` runs); can retract by subtraction."""
 
@@ -205,9 +264,14 @@ class MaxCombineFn(_ExtremumCombineFn):
 _BUILTIN_FNS = {sum: SumCombineFn, min: MinCombineFn, max: MaxCombineFn}
 
 
-def as_combine_fn(fn: Any) -> CombineFn:
-    """Turns `fn` (a CombineFn, or a callable of an iterable such as `sum`) into a CombineFn."""
-    special = _BUILTIN_FNS.get(fn) if callable(fn) and not isinstance(fn, CombineFn) else None
+def as_combine_fn(fn: Any, has_args: bool = False) -> CombineFn:
+    """Turns `fn` (a CombineFn, or a callable of an iterable such as `sum`) into a CombineFn.
+
+    With `has_args` a callable is always wrapped as it is, so that it receives the extra
+    arguments (`sum(values, start)`), as in Beam.
+    """
+    special = (_BUILTIN_FNS.get(fn) if callable(fn) and not isinstance(fn, CombineFn)
+               and not has_args else None)
     if special is not None:
         return special()
     return CombineFn.maybe_from_callable(fn)

@@ -52,6 +52,9 @@ class BoundedWindow:
     def __lt__(self, other: "BoundedWindow") -> bool:
         return self.end_us < other.end_us
 
+    def __repr__(self) -> str:
+        return f"[?, {_seconds(self.end_us)})"
+
 
 class IntervalWindow(BoundedWindow):
     """The half-open event-time interval [start, end)."""
@@ -101,10 +104,15 @@ class IntervalWindow(BoundedWindow):
         return self.end_us < other.end_us
 
     def __repr__(self) -> str:
-        return f"[{_fmt(self.start_us)}, {_fmt(self.end_us)})"
+        return f"[{_seconds(self.start_us)}, {_seconds(self.end_us)})"
 
     def __reduce__(self):
         return (IntervalWindow._of, (self.start_us, self.end_us))
+
+
+def _seconds(us: int) -> str:
+    """Microseconds as Beam prints a window bound: the float number of seconds ('10.0', '2.5')."""
+    return repr(us / 1_000_000)
 
 
 def _fmt(us: int) -> str:

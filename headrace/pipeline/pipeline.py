@@ -97,6 +97,11 @@ class Pipeline:
         self._ran = False
 
     @property
+    def applied_labels(self) -> frozenset:
+        """The full labels of every transform applied so far (Beam's `Pipeline.applied_labels`)."""
+        return frozenset(self._labels)
+
+    @property
     def options(self) -> Any:
         """This pipeline's PipelineOptions."""
         return self._options

@@ -186,8 +186,26 @@ class _NoDefault:
 _NO_DEFAULT = _NoDefault()
 
 
+class EmptySideInput:
+    """What an `AsSingleton` view without a default reads in a window where its PCollection is empty.
+
+    As in Beam, the DoFn (or CombineFn) gets an instance of this class in place of the value;
+    test for it with `isinstance(value, pvalue.EmptySideInput)`, or give the view a
+    `default_value`.
+    """
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is EmptySideInput
+
+    def __hash__(self) -> int:
+        return hash(EmptySideInput)
+
+    def __repr__(self) -> str:
+        return "EmptySideInput()"
+
+
 class AsSingleton(AsSideInput):
-    """The side input's single element (or `default_value` when it is empty)."""
+    """The side input's single element; `default_value`, else an `EmptySideInput`, when it is empty."""
 
     def __init__(self, pcoll: PCollection, default_value: Any = _NO_DEFAULT) -> None:
         super().__init__(pcoll)
@@ -197,11 +215,7 @@ class AsSingleton(AsSideInput):
         if len(values) == 1:
             return values[0]
         if not values:
-            if self.default_value is _NO_DEFAULT:
-                raise ValueError(
-                    f"side input AsSingleton({self.pvalue.label}) is empty in this window; "
-                    "pass default_value=... or make sure it has one element")
-            return self.default_value
+            return EmptySideInput() if self.default_value is _NO_DEFAULT else self.default_value
         raise ValueError(
             f"side input AsSingleton({self.pvalue.label}) has {len(values)} elements in this window; "
             "a singleton needs exactly one (combine it first, or use AsList / AsIter)")

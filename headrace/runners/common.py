@@ -17,12 +17,13 @@ from headrace.errors import (
 )
 from headrace.metrics.metric import CURRENT, MetricsContainer, metrics_scope, set_current_step
 from headrace.model import coders
+from headrace.model.combine import BoundCombineFn, combine_values
 from headrace.model.time import Timestamp
 from headrace.model.time import MIN_TIMESTAMP_MICROS
 from headrace.model.window import GLOBAL_WINDOWS_TUPLE, WindowFn, side_input_window
 from headrace.model.windowed import TimestampedValue, WindowedValue
 from headrace.pipeline.dofn import DoFn, _CallableWrapperDoFn, _DoFnParam
-from headrace.pipeline.pvalue import AsSideInput, TaggedOutput
+from headrace.pipeline.pvalue import AsSideInput, EmptySideInput, TaggedOutput
 
 Receiver = Callable[[WindowedValue], None]
 _log = logging.getLogger(__name__)
@@ -108,6 +109,90 @@ class SideInputReader:
         values = self._contents.get(side, {}).get(sw, [])
         v = self._cache[key] = side._view(values)
         return v
+
+
+class SideInputCombiner:
+    """A CombinePerKey's CombineFn whose extra arguments include side inputs, bound per window.
+
+    Every runner computes such a combine's panes through this class: the per-key core groups
+    the values of each key (or, for a lifted combine, the partial accumulators made by
+    `bound(window)` before the shuffle) by window, and the value of a pane of window W is
+    computed with the side inputs read for W (`side_input_window`), as a ParDo reads them.
+    Every CombineFn method gets the side inputs' values in place of the views.
+    """
+
+    def __init__(self, label: str, combine_fn: Any, args: Sequence[Any],
+                 kwargs: Dict[str, Any]) -> None:
+        self.label = label
+        self.combine_fn = combine_fn
+        self.args = tuple(args)
+        self.kwargs = dict(kwargs)
+        #: Where the side inputs are read; set by the runner before the first pane.
+        self.reader: Optional[SideInputReader] = None
+
+    def setup(self) -> None:
+        """Sets up the CombineFn."""
+        self.combine_fn.setup()
+
+    def teardown(self) -> None:
+        """Tears down the CombineFn."""
+        self.combine_fn.teardown()
+
+    def bound(self, window: Any) -> BoundCombineFn:
+        """The CombineFn with the side inputs' values for main-input window `window` bound."""
+        reader = self.reader
+        assert reader is not None, "SideInputCombiner.reader is not set"
+        try:
+            args = tuple(reader.view(a, window) if isinstance(a, AsSideInput) else a
+                         for a in self.args)
+            kwargs = {k: (reader.view(v, window) if isinstance(v, AsSideInput) else v)
+                      for k, v in self.kwargs.items()}
+        except Exception as exc:
+            raise PipelineExecutionError(
+                f"step {self.label!r} could not read its side inputs for window {window!r}: "
+                f"{type(exc).__name__}: {exc}", step=self.label) from exc
+        return BoundCombineFn(self.combine_fn, args, kwargs)
+
+    def combine(self, window: Any, values: Sequence[Any]) -> Any:
+        """The output of a pane of `window` holding `values` (the combine's inputs)."""
+        fn = self.bound(window)
+        try:
+            return combine_values(fn, values)
+        except Exception as exc:
+            raise self._explained(exc, fn, window)
+
+    def finish(self, window: Any, accumulators: Sequence[Any]) -> Any:
+        """The output of a pane of `window` holding partial accumulators made by `bound(window)`."""
+        fn = self.bound(window)
+        try:
+            accs = list(accumulators) or [fn.create_accumulator()]
+            return fn.extract_output(fn.merge_accumulators(accs))
+        except Exception as exc:
+            raise self._explained(exc, fn, window)
+
+    def _explained(self, exc: Exception, fn: BoundCombineFn, window: Any) -> Exception:
+        """`exc`, or an error naming the step and the empty side input the CombineFn was given."""
+        hint = empty_side_input_hint(self.args, self.kwargs, fn.args, fn.kwargs, window)
+        if not hint:
+            return exc
+        err = PipelineExecutionError(
+            f"step {self.label!r} failed while combining a pane of window {window!r}: "
+            f"{type(exc).__name__}: {exc}. {hint}", step=self.label)
+        err.__cause__ = exc
+        return err
+
+
+def empty_side_input_hint(views: Sequence[Any], view_kwargs: Dict[str, Any], args: Sequence[Any],
+                          kwargs: Dict[str, Any], window: Any) -> str:
+    """A hint for an error in user code that was given an EmptySideInput (else "")."""
+    empty = [v for v, a in zip(views, args) if isinstance(a, EmptySideInput)]
+    empty += [v for k, v in view_kwargs.items() if isinstance(kwargs.get(k), EmptySideInput)]
+    if not empty:
+        return ""
+    names = ", ".join(repr(v) for v in empty)
+    return (f"The side input {names} is empty in window {window!r}, so the step got "
+            "pvalue.EmptySideInput() in its place (as in Beam); give the view a default, e.g. "
+            "AsSingleton(pcoll, default_value=...), or test for pvalue.EmptySideInput")
 
 
 def _special_params(fn: Callable[..., Any]) -> Dict[str, _DoFnParam]:
@@ -312,8 +397,11 @@ class ParDoRunner:
 
     def _process_in(self, wv: WindowedValue, window: Any) -> None:
         kind = self.kind
+        args: tuple = ()
+        kwargs: Dict[str, Any] = {}
         try:
-            args, kwargs = ((), {}) if self.simple else self._resolve(wv, window)
+            if not self.simple:
+                args, kwargs = self._resolve(wv, window)
             v = wv.value
             if kind == "map":
                 result: Any = (self.fn(v, *args, **kwargs),)
@@ -338,8 +426,18 @@ class ParDoRunner:
                                     wv.windows, wv.pane_info, wv.is_retraction)
                 self._send(dl["tag"], bad)
                 return
-            raise ElementError(self.label, wv.value, exc) from exc
-        self._emit_all(result, wv)
+            raise ElementError(self.label, wv.value, exc,
+                               hint=empty_side_input_hint(self.args, self.kwargs, args, kwargs, window)
+                               ) from exc
+        if not self.has_side:
+            self._emit_all(result, wv)
+            return
+        try:
+            self._emit_all(result, wv)  # a generator runs the user's code here
+        except ElementError as err:
+            if not err.hint:
+                err.hint = empty_side_input_hint(self.args, self.kwargs, args, kwargs, window)
+            raise
 
     def _emit_all(self, result: Any, wv: WindowedValue) -> None:
         main = self.receivers.get(None, ())
@@ -546,10 +644,11 @@ class FusedStage:
                 attempted.merge(container)
                 self.teardown()
                 if attempts >= max_attempts:
+                    hint = f" {err.hint}." if err.hint else ""
                     raise PipelineExecutionError(
                         f"step {err.step!r} failed in {err.phase} on element "
                         f"{_short_repr(err.element)} after {attempts} attempt(s) of its bundle: "
-                        f"{type(err.cause).__name__}: {err.cause}. Fix the step, or route failing "
+                        f"{type(err.cause).__name__}: {err.cause}.{hint} Fix the step, or route failing "
                         "elements to a dead-letter output with .with_exception_handling()",
                         step=err.step, element=err.element, attempts=attempts) from err.cause
                 _log.warning("bundle of %d elements failed in step %r (attempt %d of %d); retrying: %s",

@@ -135,5 +135,21 @@ def assert_that(actual: Any, matcher: Callable[[Any], None], label: str = "asser
 
     The matcher gets every element of `actual` up to the end of input (also of an unbounded
     PCollection such as a TestStream's output), retractions included as ordinary elements.
+    As in Beam, a label already used in the pipeline gets a number appended (`assert_that_2`,
+    `assert_that_3`, ...), so several unlabelled assertions can share a pipeline.
     """
-    actual | label >> _AssertThat(matcher, reify_windows, use_global_window)
+    actual | _unique_label(actual.pipeline, label) >> _AssertThat(matcher, reify_windows,
+                                                                  use_global_window)
+
+
+def _unique_label(pipeline: Any, label: str) -> str:
+    """`label`, or `label_2`, `label_3`, ... (the first not yet applied at this level), as Beam does."""
+    used = pipeline.applied_labels
+    parent = pipeline.current_transform().full_label
+    prefix = f"{parent}/" if parent else ""
+    if prefix + label not in used:
+        return label
+    n = 2
+    while f"{prefix}{label}_{n}" in used:
+        n += 1
+    return f"{label}_{n}"

@@ -8,7 +8,7 @@ import typing
 from typing import Any, Callable, Dict, Iterable, Optional, Tuple
 
 from headrace.errors import InvalidArgumentError, PipelineConstructionError
-from headrace.model.combine import CombineFn, as_combine_fn
+from headrace.model.combine import BoundCombineFn, CombineFn, as_combine_fn, combine_values
 from headrace.model.trigger import AccumulationMode, DefaultTrigger
 from headrace.model.window import GlobalWindows, Windowing, WindowFn
 from headrace.model.windowed import TimestampedValue
@@ -432,41 +432,73 @@ class GroupByKey(_Grouping):
 class CombinePerKey(_Grouping):
     """Combines the values of each key and window with a CombineFn or a callable such as `sum`.
 
-    The same rules as GroupByKey apply to unbounded input and to late data (see
-    `with_late_data_output`).
+    Extra arguments go to every CombineFn method (`create_accumulator(*args, **kwargs)`,
+    `add_input(acc, value, *args, **kwargs)`, ...) or to the callable (`fn(values, *args)`);
+    side-input views among them (e.g. `AsSingleton(view)`) are replaced by their value in the
+    window of the pane being computed, as for a ParDo. The same rules as GroupByKey apply to
+    unbounded input and to late data (see `with_late_data_output`).
     """
 
     def __init__(self, fn: Any, *args: Any, **kwargs: Any) -> None:
         super().__init__()
-        if args or kwargs:
-            if isinstance(fn, CombineFn):
-                raise InvalidArgumentError(
-                    "extra arguments are only supported for callables; put them in the CombineFn")
+        has_args = bool(args or kwargs)
+        if has_args and not isinstance(fn, CombineFn):
             _check_callable("CombinePerKey", fn)
-            inner = fn
-            fn = lambda values: inner(values, *args, **kwargs)  # noqa: E731
-            fn.__name__ = getattr(inner, "__name__", "fn")
-        self.combine_fn = as_combine_fn(fn)
+        base = as_combine_fn(fn, has_args)
+        #: The side-input views among the extra arguments (resolved per window by the runner).
+        self.side_inputs = _side_inputs_of(args, kwargs)
+        if self.side_inputs:
+            self.combine_fn = base
+            self.args, self.kwargs = tuple(args), dict(kwargs)
+        else:  # constant arguments only: bind them once
+            self.combine_fn = BoundCombineFn(base, args, kwargs) if has_args else base
+            self.args, self.kwargs = (), {}
         self._fn_label = label_from_callable(fn) if not isinstance(fn, CombineFn) else fn.default_label()
 
     def default_label(self) -> str:
         return f"CombinePerKey({self._fn_label})"
 
 
+def _side_inputs_of(args: tuple, kwargs: Dict[str, Any]) -> Tuple[AsSideInput, ...]:
+    return tuple(a for a in list(args) + list(kwargs.values()) if isinstance(a, AsSideInput))
+
+
+class _CombineValuesDoFn(DoFn):
+    """Combines the iterable value of each (key, values) element; extra arguments go to the CombineFn."""
+
+    def __init__(self, fn: CombineFn) -> None:
+        self.fn = fn
+
+    def setup(self) -> None:
+        self.fn.setup()
+
+    def process(self, element: Any, *args: Any, **kwargs: Any):
+        key, values = element
+        fn = BoundCombineFn(self.fn, args, kwargs) if args or kwargs else self.fn
+        return [(key, combine_values(fn, values))]
+
+    def teardown(self) -> None:
+        self.fn.teardown()
+
+
 class CombineValues(PTransform):
-    """Combines the iterable value of each (key, values) pair."""
+    """Combines the iterable value of each (key, values) pair (extra arguments and side inputs go to fn)."""
 
     def __init__(self, fn: Any, *args: Any, **kwargs: Any) -> None:
         super().__init__()
-        self.combine_fn = as_combine_fn(fn)
+        self.combine_fn = as_combine_fn(fn, bool(args or kwargs))
+        self.args, self.kwargs = args, kwargs
 
     def expand(self, pcoll: Any) -> PCollection:
-        fn = self.combine_fn
-        return pcoll | Map(lambda kv: (kv[0], fn.apply(kv[1])))
+        return pcoll | ParDo(_CombineValuesDoFn(self.combine_fn), *self.args, **self.kwargs)
 
 
 class CombineGlobally(PTransform):
-    """Combines all elements of each window into one value (the default value when empty)."""
+    """Combines all elements of each window into one value (the default value when empty).
+
+    Extra arguments and side inputs go to the CombineFn as for CombinePerKey; the default value
+    of empty input is computed with the side inputs' values too.
+    """
 
     def __init__(self, fn: Any, *args: Any, **kwargs: Any) -> None:
         super().__init__()
@@ -498,16 +530,38 @@ class CombineGlobally(PTransform):
         out._as_view = True
         return out
 
+    def _bound_fn(self) -> CombineFn:
+        """The CombineFn with the constant extra arguments bound (no side inputs among them)."""
+        args, kwargs = self._args, self._kwargs
+        fn = as_combine_fn(self._fn, bool(args or kwargs))
+        return BoundCombineFn(fn, args, kwargs) if args or kwargs else fn
+
     def expand(self, pcoll: Any) -> Any:
         pcoll = _require_pcollection(self, pcoll)
+        side_inputs = _side_inputs_of(self._args, self._kwargs)
         combined = (pcoll
                     | "KeyWithVoid" >> Map(_with_void_key).with_output_types(KV_TYPE)
                     | "CombinePerKey" >> CombinePerKey(self._fn, *self._args, **self._kwargs)
                     | "UnKey" >> Map(_value))
         if self._as_view:
             from headrace.pipeline.pvalue import AsSingleton
-            fn = as_combine_fn(self._fn)
-            return AsSingleton(combined, default_value=fn.apply([]))
+            if not self.has_defaults:
+                return AsSingleton(combined)
+            if side_inputs:
+                raise PipelineConstructionError(
+                    f"CombineGlobally {pcoll.pipeline.current_transform().full_label!r}: "
+                    ".as_singleton_view() needs the default value for empty windows when the "
+                    "pipeline is built, but it depends on the side inputs "
+                    f"{', '.join(map(repr, side_inputs))}, which are known only when it runs; "
+                    "use .without_defaults().as_singleton_view() (an empty window then reads "
+                    "pvalue.EmptySideInput) or pass the default as a constant argument")
+            fn = self._bound_fn()
+            fn.setup()
+            try:
+                default = fn.apply([])
+            finally:
+                fn.teardown()
+            return AsSingleton(combined, default_value=default)
         if not self.has_defaults:
             return combined
         if not isinstance(pcoll.windowing.windowfn, GlobalWindows):
@@ -516,18 +570,34 @@ class CombineGlobally(PTransform):
                 "are only defined in the global window, but the input is windowed by "
                 f"{pcoll.windowing.windowfn!r}; use CombineGlobally(...).without_defaults() to output "
                 "nothing for empty windows, or .as_singleton_view() to read the default as a side input")
-        fn = as_combine_fn(self._fn) if self.combine_fn is None else self.combine_fn
+        fn = as_combine_fn(self._fn, bool(self._args or self._kwargs))
         return (self.pipeline
                 | "DoOnce" >> Create([None])
-                | "InjectDefault" >> FlatMap(_inject_default, AsList(combined), fn))
+                | "InjectDefault" >> ParDo(_InjectDefaultDoFn(fn), AsList(combined),
+                                           *self._args, **self._kwargs))
 
 
 def _with_void_key(v: Any) -> Any:
     return (None, v)
 
 
-def _inject_default(_: Any, results: list, fn: CombineFn) -> list:
-    return results if results else [fn.extract_output(fn.create_accumulator())]
+class _InjectDefaultDoFn(DoFn):
+    """Outputs the global combine's result, or the CombineFn's default value when there is none."""
+
+    def __init__(self, fn: CombineFn) -> None:
+        self.fn = fn
+
+    def setup(self) -> None:
+        self.fn.setup()
+
+    def process(self, element: Any, results: list, *args: Any, **kwargs: Any):
+        if results:
+            return results
+        fn = BoundCombineFn(self.fn, args, kwargs) if args or kwargs else self.fn
+        return [fn.apply([])]
+
+    def teardown(self) -> None:
+        self.fn.teardown()
 
 
 # ---------------------------------------------------------------------------------------

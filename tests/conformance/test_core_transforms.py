@@ -462,6 +462,25 @@ def test_composite_ptransform_and_labels(make_pipeline):
     assert not result.metrics().query(MetricsFilter().with_step("Other"))["counters"]
 
 
+def test_unlabelled_assert_thats_get_unique_labels_as_in_beam(make_pipeline):
+    # Beam's assert_that appends _2, _3, ... to a label already applied, so several unlabelled
+    # assertions share a pipeline; each of them still checks its PCollection
+    from headrace.testing.util import BeamAssertException
+    p = make_pipeline(max_bundle_attempts=1)
+    evens = p | "Evens" >> beam.Create([2, 4])
+    odds = p | "Odds" >> beam.Create([1, 3])
+    assert_that(evens, equal_to([2, 4]))
+    assert_that(odds, equal_to([1, 3]))
+    assert_that(odds, equal_to([1, 3, 5]))  # fails: the third assertion is applied too
+    tops = {n.full_label.split("/")[0] for n in p.transforms()}
+    assert {"assert_that", "assert_that_2", "assert_that_3"} <= tops
+    with pytest.raises(Exception) as info:
+        p.run()
+    assert "assert_that_3" in str(info.value) and "missing elements [5]" in str(info.value)
+    assert isinstance(info.value, BeamAssertException) or isinstance(
+        info.value.__cause__, BeamAssertException) or "BeamAssertException" in str(info.value)
+
+
 def test_ptransform_fn_composite(make_pipeline):
     @beam.ptransform_fn
     def TimesAndKeep(pcoll, factor, keep):

@@ -43,13 +43,36 @@ def test_as_singleton_default_value_for_empty_side_input(make_pipeline):
         assert_that(out, equal_to([(1, "dflt"), (2, "dflt")]))
 
 
-def test_as_singleton_of_empty_without_default_fails(make_pipeline):
+def test_as_singleton_of_empty_without_default_reads_empty_side_input(make_pipeline):
+    # As in Beam (pvalue.AsSingleton._from_runtime_iterable): no error, the function gets an
+    # EmptySideInput instance in place of the value, per window of the main input.
+    # (Until this was changed headrace raised a ValueError here.)
+    with make_pipeline() as p:
+        empty = p | "Empty" >> beam.Create([])
+        out = p | beam.Create([1]) | "ReadSide" >> beam.Map(
+            lambda x, s: (x, type(s).__name__, isinstance(s, pvalue.EmptySideInput)),
+            pvalue.AsSingleton(empty))
+        assert_that(out, equal_to([(1, "EmptySideInput", True)]), label="global")
+        side = (p | "Side" >> beam.Create([TV("side", 5)])
+                | "WSide" >> beam.WindowInto(window.FixedWindows(10)))
+        windowed = (p | "Main" >> beam.Create([TV(3, 3), TV(15, 15)])
+                    | "WMain" >> beam.WindowInto(window.FixedWindows(10))
+                    | "ReadWindowed" >> beam.Map(
+                        lambda x, s: (x, s if isinstance(s, str) else type(s).__name__),
+                        pvalue.AsSingleton(side)))
+        # [10, 20) has no side element: only that window reads EmptySideInput
+        assert_that(windowed, equal_to([(3, "side"), (15, "EmptySideInput")]), label="windowed")
+
+
+def test_code_failing_on_an_empty_singleton_names_the_step_and_the_side_input(make_pipeline):
     p = make_pipeline(max_bundle_attempts=1)
     empty = p | "Empty" >> beam.Create([])
-    p | beam.Create([1]) | "ReadSide" >> beam.Map(lambda x, s: (x, s), pvalue.AsSingleton(empty))
+    p | beam.Create([1]) | "ReadSide" >> beam.Map(lambda x, s: x + s, pvalue.AsSingleton(empty))
     with pytest.raises(PipelineExecutionError) as info:
         p.run()
-    assert "ReadSide" in str(info.value)
+    message = str(info.value)
+    assert "ReadSide" in message and "TypeError" in message
+    assert "AsSingleton(Empty)" in message and "default_value" in message
 
 
 def test_as_singleton_of_many_elements_fails(make_pipeline):

@@ -461,3 +461,51 @@ def test_timestamp_combiner_with_merging_sessions(make_pipeline, combiner, pick)
         sessions = _expected_sessions([("k", t, t) for t in stamps], 10)
         expected = [(sum(vs), pick(vs, end)) for _, vs, _, end in sessions]
         assert_that(out, equal_to(expected))
+
+
+# ---------------------------------------------------------------------------------------
+# printing windows as Beam does
+
+
+def test_windows_print_like_beam(make_pipeline):
+    # Beam's IntervalWindow.__repr__ (also its str): "[start, end)" with both bounds as float
+    # seconds; GlobalWindow prints "GlobalWindow". Expected strings were checked with Beam 2.77.
+    def shown(x, w=beam.DoFn.WindowParam):
+        return (x, str(w), repr(w), f"{w}")
+
+    cases = [  # (timestamp, WindowFn, how Beam prints the element's window)
+        (1424531075, window.FixedWindows(10), "[1424531070.0, 1424531080.0)"),
+        (7.6, window.FixedWindows(2.5), "[7.5, 10.0)"),
+        (-3, window.FixedWindows(2.5), "[-5.0, -2.5)"),
+        (1.1, window.Sessions(0.25), "[1.1, 1.35)"),
+        (59.999999, window.FixedWindows(60), "[0.0, 60.0)"),
+        (5, window.GlobalWindows(), "GlobalWindow"),
+    ]
+    with make_pipeline() as p:
+        outs = []
+        for i, (t, windowfn, _) in enumerate(cases):
+            outs.append(p | f"Create{i}" >> beam.Create([TV(i, t)])
+                        | f"Window{i}" >> beam.WindowInto(windowfn)
+                        | f"Show{i}" >> beam.Map(shown)
+                        | f"Global{i}" >> beam.WindowInto(window.GlobalWindows()))
+        assert_that(tuple(outs) | beam.Flatten(),
+                    equal_to([(i, text, text, text) for i, (_, _, text) in enumerate(cases)]))
+
+
+def test_interval_window_str_matches_beam():
+    # golden strings printed by apache_beam.transforms.window.IntervalWindow (2.77)
+    from headrace.model.time import MAX_TIMESTAMP_MICROS, MIN_TIMESTAMP_MICROS
+    from headrace.model.window import BoundedWindow
+    from headrace.transforms.window import GlobalWindow
+    Timestamp = beam.window.Timestamp
+    assert str(IntervalWindow(1424531075, 1424541303)) == "[1424531075.0, 1424541303.0)"
+    assert str(IntervalWindow(1424531075.5, 1424541303.25)) == "[1424531075.5, 1424541303.25)"
+    assert repr(IntervalWindow(0, 10)) == "[0.0, 10.0)"
+    assert str(IntervalWindow(-5, 3)) == "[-5.0, 3.0)"
+    assert str(IntervalWindow(-1.5, 0)) == "[-1.5, 0.0)"
+    assert str(IntervalWindow(Timestamp(micros=1), Timestamp(micros=1234567))) == "[1e-06, 1.234567)"
+    everything = IntervalWindow(Timestamp(micros=MIN_TIMESTAMP_MICROS),
+                                Timestamp(micros=MAX_TIMESTAMP_MICROS))
+    assert str(everything) == "[-9223372036854.775, 9223372036854.775)"
+    assert str(GlobalWindow()) == repr(GlobalWindow()) == "GlobalWindow"
+    assert repr(BoundedWindow(10)) == "[?, 10.0)"

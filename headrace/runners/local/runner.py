@@ -66,8 +66,8 @@ from headrace.options.pipeline_options import LocalRunnerOptions
 from headrace.pipeline.pipeline import AppliedPTransform, Pipeline, PipelineResult, PipelineState
 from headrace.pipeline.pvalue import PCollection
 from headrace.runners.common import (
-    FusedStage, SideInputReader, grouping_failure, grouping_key_bytes, serialize_dofn, split_kv, step_spec,
-    to_windowed_value,
+    FusedStage, SideInputCombiner, SideInputReader, grouping_failure, grouping_key_bytes,
+    serialize_dofn, split_kv, step_spec, to_windowed_value,
 )
 from headrace.testing.test_stream import ElementEvent, ProcessingTimeEvent, TestStream, WatermarkEvent
 from headrace.transforms.core import (
@@ -240,6 +240,17 @@ class _TestStreamUnit(_Unit):
             clock.advance(event.advance_by.micros)
 
 
+def _side_inputs_ready(ex: "_Executor", sides: Tuple[Any, ...], window: Any) -> bool:
+    """Whether every side input's watermark has passed the end of the side window `window` reads."""
+    for s in sides:
+        wm = ex.watermark(s.pvalue)
+        if wm == MAX_TIMESTAMP_MICROS:
+            continue
+        if wm < side_input_window(s.pvalue.windowing.windowfn, window).end_us:
+            return False
+    return True
+
+
 class _StageUnit(_Unit):
     """A fused tree of element-wise steps rooted at one input PCollection (a `FusedStage`)."""
 
@@ -275,14 +286,9 @@ class _StageUnit(_Unit):
 
     def _side_ready(self, wv: WindowedValue) -> bool:
         for node in self.nodes:
-            for s in node.side_inputs:
-                wm = self.ex.watermark(s.pvalue)
-                if wm == MAX_TIMESTAMP_MICROS:
-                    continue
-                for w in wv.windows:
-                    sw = side_input_window(s.pvalue.windowing.windowfn, w)
-                    if wm < sw.end_us:
-                        return False
+            for w in wv.windows:
+                if not _side_inputs_ready(self.ex, node.side_inputs, w):
+                    return False
         return True
 
     def has_work(self) -> bool:
@@ -388,6 +394,18 @@ class _GroupUnit(_Unit):
         if combine_fn is not None:
             combine_fn.setup()
         self.combine_fn = combine_fn
+        # A combine with side inputs: the core groups the values and each pane is combined with
+        # the side inputs of its window once they are ready (panes wait in `waiting` till then).
+        self.side_combiner: Optional[SideInputCombiner] = None
+        self.waiting: List[Tuple[Any, Any]] = []  # (key, core Pane) whose side inputs are not ready
+        if combine_fn is not None and node.side_inputs:
+            assert isinstance(t, CombinePerKey)
+            self.side_combiner = SideInputCombiner(self.label, combine_fn, t.args, t.kwargs)
+            for side in node.side_inputs:
+                ex.side_contents.setdefault(side.pvalue, {})
+            self.side_combiner.reader = ex.side_input_reader([node])
+            self.side_pcolls = tuple({s.pvalue: None for s in node.side_inputs})
+            combine_fn = None
         self.core = ReduceFnRunner(windowing, combine_fn,
                                    input_retractions=source.may_contain_retractions)
         self.watermark_only = windowing.trigger.watermark_only
@@ -396,6 +414,13 @@ class _GroupUnit(_Unit):
         self.pending: Dict[bytes, List[tuple]] = {}
         self.ptimers: Dict[bytes, int] = {}  # key -> its next processing-time wakeup
         self.input_wm = MIN_TIMESTAMP_MICROS
+
+    def input_watermark(self) -> int:
+        # The core sees the main input's watermark (side inputs hold back only waiting panes).
+        return self.ex.watermark(self.inputs[0])
+
+    def has_work(self) -> bool:
+        return bool(self.queue) or bool(self.waiting)
 
     # ---- input ----------------------------------------------------------------------
 
@@ -430,6 +455,8 @@ class _GroupUnit(_Unit):
         progressed = bool(self.queue)
         while self.queue:
             self.process_bundle(self.queue.pop(0))
+        if self.waiting and self._guarded(self._release_waiting, None):
+            progressed = True
         return progressed
 
     # ---- calling the core -----------------------------------------------------------
@@ -553,9 +580,34 @@ class _GroupUnit(_Unit):
 
     def _expand(self, kb: bytes, panes: list, out: Bundle) -> None:
         key = self.keys[kb]
+        if self.side_combiner is not None:
+            self.waiting.extend((key, p) for p in panes)
+            self._combine_ready(out)
+            return
         for p in panes:
             out.append(WindowedValue((key, p.value), p.timestamp_us, (p.window,), p.pane_info,
                                      p.is_retraction))
+
+    def _combine_ready(self, out: Bundle) -> None:
+        """Combines the waiting panes whose side inputs are ready into output elements."""
+        combiner = self.side_combiner
+        assert combiner is not None
+        sides = self.node.side_inputs
+        still = []
+        for key, p in self.waiting:  # panes of one window become ready together: order is kept
+            if not _side_inputs_ready(self.ex, sides, p.window):
+                still.append((key, p))
+                continue
+            value = combiner.combine(p.window, p.value)
+            out.append(WindowedValue((key, value), p.timestamp_us, (p.window,), p.pane_info,
+                                     p.is_retraction))
+        self.waiting = still
+
+    def _release_waiting(self, _: Any) -> bool:
+        out: Bundle = []
+        self._combine_ready(out)
+        self._emit(out, [])
+        return bool(out)
 
     def _emit(self, out: Bundle, late: Bundle) -> None:
         size = self.ex.bundle_size
@@ -566,9 +618,12 @@ class _GroupUnit(_Unit):
                 self.ex.emit(self.late_out, chunk)
 
     def hold(self) -> int:
-        if self.pending:
-            return self.input_wm
         best = MAX_TIMESTAMP_MICROS
+        for _, p in self.waiting:  # panes waiting for side inputs are still to be output
+            if p.timestamp_us < best:
+                best = p.timestamp_us
+        if self.pending:
+            return min(self.input_wm, best)
         output_hold = self.core.output_hold_us
         for state in self.states.values():
             h = output_hold(state)

@@ -15,7 +15,7 @@ from headrace.options.pipeline_options import LocalRunnerOptions, SparkRunnerOpt
 from headrace.pipeline.pipeline import AppliedPTransform, Pipeline, PipelineResult, PipelineState
 from headrace.pipeline.pvalue import AsSideInput, PCollection
 from headrace.runners.columnar import columnar_chain
-from headrace.runners.common import FusedStage, serialize_dofn, step_spec
+from headrace.runners.common import FusedStage, SideInputCombiner, serialize_dofn, step_spec
 from headrace.runners.spark import session as sessions
 from headrace.runners.spark import tasks
 from headrace.testing.test_stream import TestStream
@@ -148,7 +148,7 @@ class _Translation:
             if isinstance(u, _Stage):
                 inputs = [u.root] + [s.pvalue for s in u.side_inputs]
             else:
-                inputs = list(u.inputs)
+                inputs = list(u.inputs) + [s.pvalue for s in u.side_inputs]
             for pc in inputs:
                 self.uses[pc] = self.uses.get(pc, 0) + 1
 
@@ -200,9 +200,45 @@ class _Translation:
         self._build_grouping(node, None)
 
     def _build_combineperkey(self, node: AppliedPTransform) -> None:
-        self._build_grouping(node, node.transform.combine_fn)
+        if node.side_inputs:
+            self._build_side_input_combine(node)
+        else:
+            self._build_grouping(node, node.transform.combine_fn)
 
-    def _build_grouping(self, node: AppliedPTransform, combine_fn: Any) -> None:
+    def _build_side_input_combine(self, node: AppliedPTransform) -> None:
+        """CombinePerKey with side inputs: the core groups by window and each pane is combined with
+        the side inputs of its window (broadcast). Lifted, with partial accumulators made with
+        the side inputs of each element's window, when that window is final (a watermark-only
+        trigger, no retractions, a non-merging WindowFn)."""
+        t = node.transform
+        assert isinstance(t, CombinePerKey)
+        windowing = node.inputs[0].windowing
+        lifted = (windowing.trigger.watermark_only and not node.inputs[0].may_contain_retractions
+                  and not windowing.windowfn.is_merging())
+        sides, portable = self._broadcast_sides(node.side_inputs)
+        swap = lambda a: portable[id(a)] if isinstance(a, AsSideInput) else a  # noqa: E731
+        combiner = SideInputCombiner(node.full_label, t.combine_fn, tuple(swap(a) for a in t.args),
+                                     {k: swap(v) for k, v in t.kwargs.items()})
+        self._label(node.full_label)
+        self._build_grouping(node, None, (coders.dumps(combiner), sides, lifted))
+
+    def _broadcast_sides(self, side_inputs: Any) -> Tuple[Any, Dict[int, Any]]:
+        """Collects side inputs and broadcasts them as {index: {window: [values]}}; also returns
+        their portable stand-ins (`tasks.portable_side`) by id of the original view."""
+        sides: Dict[int, Any] = {}
+        portable: Dict[int, Any] = {}
+        for side in side_inputs:
+            if id(side) not in portable:
+                portable[id(side)] = tasks.portable_side(side, len(portable))
+                sides[portable[id(side)].index] = self._collect_side(side.pvalue)
+        bcast = None
+        if sides:
+            bcast = self.sc.broadcast(sides)
+            self.broadcasts.append(bcast)
+        return bcast, portable
+
+    def _build_grouping(self, node: AppliedPTransform, combine_fn: Any,
+                        side_combine: Optional[Tuple[bytes, Any, bool]] = None) -> None:
         label = node.full_label
         source = node.inputs[0]
         windowing = source.windowing
@@ -211,7 +247,12 @@ class _Translation:
         lifted = fn_bytes is not None and windowing.trigger.watermark_only and not retractions
         upstream = self.rdds[source]
         columnar = self._columnar_source(source) if lifted else None
-        if columnar is not None:
+        if side_combine is not None:
+            combiner_bytes, sides, side_lifted = side_combine
+            keyed = upstream.mapPartitions(
+                tasks.side_partial_combine_fn(self.env, label, windowing, combiner_bytes, sides)
+                if side_lifted else tasks.key_fn(self.env, label, windowing.windowfn.is_merging()))
+        elif columnar is not None:
             parts, read_label, bounded, fused = columnar
             keyed = parts.mapPartitions(tasks.columnar_partial_fn(
                 self.env, read_label, bounded, fused, label, windowing, fn_bytes))
@@ -223,7 +264,7 @@ class _Translation:
         late_tag = getattr(node.transform, "late_tag", None)
         late_pc = node.outputs.get(late_tag) if late_tag else None
         out = grouped.mapPartitions(tasks.reduce_fn(self.env, label, windowing, fn_bytes, lifted, retractions,
-                                                    late_pc is not None))
+                                                    late_pc is not None, side_combine))
         if late_pc is None:
             self._set(node.outputs[None], out)
         else:
@@ -252,12 +293,7 @@ class _Translation:
     def _build_stage(self, stage: _Stage) -> None:
         label = " + ".join(n.full_label for n in stage.nodes)
         self._label(label)
-        sides: Dict[int, Any] = {}
-        portable: Dict[int, Any] = {}
-        for side in stage.side_inputs:
-            if id(side) not in portable:
-                portable[id(side)] = tasks.portable_side(side, len(portable))
-                sides[portable[id(side)].index] = self._collect_side(side.pvalue)
+        bcast, portable = self._broadcast_sides(stage.side_inputs)
         steps = []
         for n in stage.nodes:
             spec = step_spec(n, serialize_dofn(n.full_label, n.transform.fn)
@@ -270,10 +306,6 @@ class _Translation:
             steps.append(spec)
         outs = stage.materialized()
         fused = FusedStage(label, steps, stage.root._id, [pc._id for pc in outs])
-        bcast = None
-        if sides:
-            bcast = self.sc.broadcast(sides)
-            self.broadcasts.append(bcast)
         self._label(label)
         upstream = self.rdds[stage.root]
         if len(outs) == 1:

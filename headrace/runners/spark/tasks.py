@@ -36,7 +36,8 @@ from headrace.model.windowed import PANE_INFO_UNKNOWN, WindowedValue
 from headrace.runners.columnar import Columns, columnar_chain
 from headrace.runners.vectorized import VectorBundle, vector_chain, vector_combiner
 from headrace.runners.common import (
-    FusedStage, SideInputReader, grouping_failure, grouping_key_bytes, split_kv, to_windowed_value,
+    FusedStage, SideInputCombiner, SideInputReader, grouping_failure, grouping_key_bytes, split_kv,
+    to_windowed_value,
 )
 
 _MARK = "HEADRACE-TASK-ERROR["
@@ -319,6 +320,56 @@ def partial_combine_fn(env: TaskEnv, label: str, windowing: Windowing,
     return _partial(env, label, windowing, combine_fn_bytes, triples)
 
 
+def side_partial_combine_fn(env: TaskEnv, label: str, windowing: Windowing, combiner_bytes: bytes,
+                            sides: Any) -> Callable[[Iterator[WindowedValue]], Iterator[Any]]:
+    """Lifted CombinePerKey with side inputs, map side: one accumulator per key and window of the
+    partition, made by the CombineFn with the side inputs of that window (`SideInputCombiner`).
+    Only for non-merging windows, which are final here. Records as `partial_combine_fn`'s."""
+    latest = windowing.timestamp_combiner is TimestampCombiner.OUTPUT_AT_LATEST
+
+    def run(it: Iterator[WindowedValue]) -> Iterator[Any]:
+        env.check_earlier_attempt()
+        combiner = _side_combiner(combiner_bytes, sides)
+        committed = MetricsContainer()
+        yield from _guarded(env, label, "combining", _side_partial(label, it, combiner, latest, committed))
+        env.report(committed, committed)
+    return run
+
+
+def _side_combiner(combiner_bytes: bytes, sides: Any) -> SideInputCombiner:
+    combiner = coders.loads(combiner_bytes)
+    contents = sides.value
+    stubs = [a for a in list(combiner.args) + list(combiner.kwargs.values())
+             if isinstance(getattr(a, "pvalue", None), SideStub)]
+    combiner.reader = SideInputReader({s: contents[s.index] for s in stubs})
+    return combiner
+
+
+def _side_partial(label: str, it: Iterator[WindowedValue], combiner: SideInputCombiner, latest: bool,
+                  committed: MetricsContainer) -> Iterator[Any]:
+    table: Dict[Tuple[bytes, Any], list] = {}  # (key bytes, window) -> [key, accumulator, ts, fn]
+    bound: Dict[Any, Any] = {}
+    with metrics_scope(committed, label):
+        combiner.setup()
+        for wv in it:
+            k, v = split_kv(label, wv.value)
+            kb = grouping_key_bytes(label, k, wv.value)
+            ts = wv.timestamp_us
+            for w in wv.windows:
+                cell = table.get((kb, w))
+                if cell is None:
+                    fn = bound.get(w)
+                    if fn is None:
+                        fn = bound[w] = combiner.bound(w)
+                    cell = table[(kb, w)] = [k, fn.create_accumulator(), ts, fn]
+                elif (ts > cell[2]) if latest else (ts < cell[2]):
+                    cell[2] = ts
+                cell[1] = cell[3].add_input(cell[1], v)
+        for (kb, w), (k, acc, ts, fn) in table.items():
+            yield ((kb, _sort_time(False, ts, w), False), (k, fn.compact(acc), ts, w))
+        combiner.teardown()
+
+
 def columnar_partial_fn(env: TaskEnv, read_label: str, source: Any, stage: FusedStage,
                         label: str, windowing: Windowing,
                         combine_fn_bytes: bytes) -> Callable[[Iterator[Any]], Iterator[Any]]:
@@ -515,8 +566,9 @@ def _merge_windows(windows: Dict[Any, list], windowfn: Any, combine_fn: Any, lat
 
 
 def reduce_fn(env: TaskEnv, label: str, windowing: Windowing, combine_fn_bytes: Optional[bytes],
-              accumulators_in: bool, input_retractions: bool,
-              late_output: bool) -> Callable[[Iterator[Any]], Iterator[Any]]:
+              accumulators_in: bool, input_retractions: bool, late_output: bool,
+              side_combine: Optional[Tuple[bytes, Any, bool]] = None
+              ) -> Callable[[Iterator[Any]], Iterator[Any]]:
     """GroupByKey / CombinePerKey, reduce side: streams each key's sorted records through the core.
 
     Records arrive sorted by (key bytes, time). For each key the core sees them in chunks of up
@@ -527,6 +579,10 @@ def reduce_fn(env: TaskEnv, label: str, windowing: Windowing, combine_fn_bytes: 
     exactly the panes of a watermark that jumps to +infinity at the end of bounded input.
     Processing time stands still: processing-time triggers never fire before the watermark.
     Output records are elements, or (0 | 1, element) with a late-data output.
+
+    A CombinePerKey with side inputs (`side_combine`: the pickled SideInputCombiner, the broadcast
+    side inputs, whether partial accumulators come in) groups like a GroupByKey, and each pane's
+    values or partial accumulators are combined with the side inputs of the pane's window.
     """
     batch_windowing = copy.copy(windowing)
     batch_windowing.allowed_lateness_us = 0
@@ -537,25 +593,32 @@ def reduce_fn(env: TaskEnv, label: str, windowing: Windowing, combine_fn_bytes: 
         combine_fn = coders.loads(combine_fn_bytes) if combine_fn_bytes is not None else None
         core = ReduceFnRunner(batch_windowing, combine_fn, inputs_are_accumulators=accumulators_in,
                               input_retractions=input_retractions)
+        finish = None
+        if side_combine is not None:
+            combiner_bytes, sides, partials_in = side_combine
+            combiner = _side_combiner(combiner_bytes, sides)
+            combine_fn = combiner  # set up and torn down around the partition
+            finish = combiner.finish if partials_in else combiner.combine
         committed = MetricsContainer()
         yield from _guarded(env, label, "combining or grouping", _reduce_partition(
-            label, core, combine_fn, it, env.bundle_size, follow, late_output, committed))
+            label, core, combine_fn, it, env.bundle_size, follow, late_output, committed, finish))
         env.report(committed, committed)
     return run
 
 
 def _reduce_partition(label: str, core: ReduceFnRunner, combine_fn: Any, it: Iterator[Any], size: int,
-                      follow: bool, late_output: bool, committed: MetricsContainer) -> Iterator[Any]:
+                      follow: bool, late_output: bool, committed: MetricsContainer,
+                      finish: Optional[Callable[[Any, list], Any]]) -> Iterator[Any]:
     with metrics_scope(committed, label):
         if combine_fn is not None:
             combine_fn.setup()
-        yield from _reduce_all(core, it, size, follow, late_output)
+        yield from _reduce_all(core, it, size, follow, late_output, finish)
         if combine_fn is not None:
             combine_fn.teardown()
 
 
 def _reduce_all(core: ReduceFnRunner, it: Iterator[Any], size: int, follow: bool,
-                late_output: bool) -> Iterator[Any]:
+                late_output: bool, finish: Optional[Callable[[Any, list], Any]] = None) -> Iterator[Any]:
     current: Optional[bytes] = None
     key: Any = None
     state = KeyState()
@@ -566,36 +629,42 @@ def _reduce_all(core: ReduceFnRunner, it: Iterator[Any], size: int, follow: bool
             t = MIN_TIMESTAMP_MICROS
         if kb != current or len(chunk) >= size:
             if chunk:
-                yield from _feed(core, state, key, chunk, wm, chunk_wm, late_output)
+                yield from _feed(core, state, key, chunk, wm, chunk_wm, late_output, finish)
                 wm = chunk_wm
                 chunk = []
             if kb != current:
                 if current is not None:
-                    yield from _finish(core, state, key, late_output)
+                    yield from _finish(core, state, key, late_output, finish)
                 current, key, state = kb, k, KeyState()
                 wm = t
             chunk_wm = t
         chunk.append((v, ts, w, True) if r else (v, ts, w))
     if chunk:
-        yield from _feed(core, state, key, chunk, wm, chunk_wm, late_output)
+        yield from _feed(core, state, key, chunk, wm, chunk_wm, late_output, finish)
     if current is not None:
-        yield from _finish(core, state, key, late_output)
+        yield from _finish(core, state, key, late_output, finish)
 
 
 def _feed(core: ReduceFnRunner, state: KeyState, key: Any, chunk: List[tuple], wm: int, new_wm: int,
-          late_output: bool) -> Iterator[Any]:
+          late_output: bool, finish: Optional[Callable[[Any, list], Any]]) -> Iterator[Any]:
     if new_wm > wm:
-        yield from _outputs(key, core.on_watermark(state, new_wm, _PROCESSING_TIME), late_output)
-    yield from _outputs(key, core.process_elements(state, chunk, new_wm, _PROCESSING_TIME), late_output)
+        yield from _outputs(key, core.on_watermark(state, new_wm, _PROCESSING_TIME), late_output, finish)
+    yield from _outputs(key, core.process_elements(state, chunk, new_wm, _PROCESSING_TIME), late_output,
+                        finish)
 
 
-def _finish(core: ReduceFnRunner, state: KeyState, key: Any, late_output: bool) -> Iterator[Any]:
-    yield from _outputs(key, core.on_watermark(state, MAX_TIMESTAMP_MICROS, _PROCESSING_TIME), late_output)
+def _finish(core: ReduceFnRunner, state: KeyState, key: Any, late_output: bool,
+            finish: Optional[Callable[[Any, list], Any]]) -> Iterator[Any]:
+    yield from _outputs(key, core.on_watermark(state, MAX_TIMESTAMP_MICROS, _PROCESSING_TIME), late_output,
+                        finish)
 
 
-def _outputs(key: Any, res: Any, late_output: bool) -> Iterator[Any]:
+def _outputs(key: Any, res: Any, late_output: bool,
+             finish: Optional[Callable[[Any, list], Any]] = None) -> Iterator[Any]:
+    """A core result as output records; `finish(window, pane value)` computes a pane's value."""
     for p in res.panes:
-        wv = WindowedValue((key, p.value), p.timestamp_us, (p.window,), p.pane_info, p.is_retraction)
+        value = p.value if finish is None else finish(p.window, p.value)
+        wv = WindowedValue((key, value), p.timestamp_us, (p.window,), p.pane_info, p.is_retraction)
         yield (0, wv) if late_output else wv
     if res.dropped_late:
         Metrics.counter("headrace", "dropped_late_elements").inc(len(res.dropped_late))
