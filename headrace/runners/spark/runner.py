@@ -306,8 +306,9 @@ class _Translation:
             if payload is None:
                 raise PipelineExecutionError(
                     f"the Spark job failed: {type(exc).__name__}: {_first_line(exc)}") from exc
-            raise PipelineExecutionError(payload["message"], step=payload["step"],
-                                         element=payload["element"], attempts=payload["attempts"]) from None
+            cls = payload.get("type", PipelineExecutionError)  # the same subclass as on the local runner
+            raise cls(payload["message"], step=payload["step"], element=payload["element"],
+                      attempts=payload["attempts"]) from None
 
     def run(self) -> PipelineResult:
         """Builds and runs the pipeline; returns its result with the metrics of every task."""
