@@ -70,6 +70,8 @@ def _require_pcollection(transform: PTransform, pvalue: Any) -> PCollection:
 
 
 def _check_kv(transform: PTransform, pcoll: PCollection) -> None:
+    if not getattr(transform.pipeline.options, "pipeline_type_check", True):
+        return
     if is_kv_type(pcoll.element_type) is False:
         label = transform.pipeline.current_transform().full_label
         name = getattr(pcoll.element_type, "__name__", repr(pcoll.element_type))
@@ -84,7 +86,12 @@ def _check_kv(transform: PTransform, pcoll: PCollection) -> None:
 
 
 class Create(PTransform):
-    """A bounded PCollection of the given values (TimestampedValues set event times)."""
+    """A bounded PCollection of the given values (TimestampedValues set event times).
+
+    `reshuffle` is Beam's switch for spreading the values over workers; it never changes the
+    result, and headrace always spreads them (bundles of --bundle_size, Spark partitions), as
+    Beam does by default.
+    """
 
     _primitive = True
 
@@ -145,7 +152,16 @@ class ParDo(PTransform):
 
     def with_outputs(self, *tags: str, main: Optional[str] = None, allow_unknown_tags: Any = None
                      ) -> "ParDo":
-        """Declares tagged outputs; the result of applying it is a DoOutputsTuple."""
+        """Declares tagged outputs; the result of applying it is a DoOutputsTuple.
+
+        Every tag the DoFn emits to must be declared: `allow_unknown_tags=True` (Beam's outputs
+        to undeclared tags) is refused.
+        """
+        if allow_unknown_tags:
+            raise UnsupportedArgumentError(
+                f"{self.label}.with_outputs(allow_unknown_tags=True): headrace creates a ParDo's "
+                "outputs when it is applied, so every tag must be declared; list the tags, e.g. "
+                "with_outputs('odd', 'even')")
         for t in tags:
             if not isinstance(t, str):
                 raise InvalidArgumentError(f"with_outputs tags must be str, got {t!r}")
@@ -561,6 +577,7 @@ class CombinePerKey(_Grouping):
 
     def __init__(self, fn: Any, *args: Any, **kwargs: Any) -> None:
         super().__init__()
+        _refuse_side_inputs(type(self).__name__, args, kwargs)
         if args or kwargs:
             if isinstance(fn, CombineFn):
                 raise InvalidArgumentError(
@@ -576,16 +593,30 @@ class CombinePerKey(_Grouping):
         return f"CombinePerKey({self._fn_label})"
 
 
+def _refuse_side_inputs(transform: str, args: tuple, kwargs: Dict[str, Any]) -> None:
+    """Raises UnsupportedArgumentError when extra arguments of a combine are side-input views."""
+    sides = [a for a in list(args) + list(kwargs.values()) if isinstance(a, AsSideInput)]
+    if sides:
+        raise UnsupportedArgumentError(
+            f"{transform} got the side input {sides[0]!r} as an extra argument, which headrace's "
+            "combines do not resolve; group first and combine with beam.CombineValues(fn, side) "
+            "or beam.Map(lambda kv, side: ..., side), which read side inputs per window")
+
+
 class CombineValues(PTransform):
-    """Combines the iterable value of each (key, values) pair."""
+    """Combines the iterable value of each (key, values) pair; extra args (and side inputs) go to `fn`."""
 
     def __init__(self, fn: Any, *args: Any, **kwargs: Any) -> None:
         super().__init__()
         self.combine_fn = as_combine_fn(fn)
+        self._args, self._kwargs = args, kwargs
 
     def expand(self, pcoll: Any) -> PCollection:
-        fn = self.combine_fn
-        return pcoll | Map(lambda kv: (kv[0], fn.apply(kv[1])))
+        return pcoll | Map(_combine_values, self.combine_fn, *self._args, **self._kwargs)
+
+
+def _combine_values(kv: Any, fn: CombineFn, /, *args: Any, **kwargs: Any) -> Any:
+    return kv[0], fn.apply(kv[1], *args, **kwargs)
 
 
 class CombineGlobally(PTransform):
@@ -593,6 +624,7 @@ class CombineGlobally(PTransform):
 
     def __init__(self, fn: Any, *args: Any, **kwargs: Any) -> None:
         super().__init__()
+        _refuse_side_inputs(type(self).__name__, args, kwargs)
         self._fn, self._args, self._kwargs = fn, args, kwargs
         self.combine_fn = as_combine_fn(fn) if not (args or kwargs) else None
         self.has_defaults = True
@@ -630,7 +662,7 @@ class CombineGlobally(PTransform):
         if self._as_view:
             from headrace.pipeline.pvalue import AsSingleton
             fn = as_combine_fn(self._fn)
-            return AsSingleton(combined, default_value=fn.apply([]))
+            return AsSingleton(combined, default_value=fn.apply([], *self._args, **self._kwargs))
         if not self.has_defaults:
             return combined
         if not isinstance(pcoll.windowing.windowfn, GlobalWindows):
@@ -642,15 +674,16 @@ class CombineGlobally(PTransform):
         fn = as_combine_fn(self._fn) if self.combine_fn is None else self.combine_fn
         return (self.pipeline
                 | "DoOnce" >> Create([None])
-                | "InjectDefault" >> FlatMap(_inject_default, AsList(combined), fn))
+                | "InjectDefault" >> FlatMap(_inject_default, AsList(combined), fn, self._args,
+                                             self._kwargs))
 
 
 def _with_void_key(v: Any) -> Any:
     return (None, v)
 
 
-def _inject_default(_: Any, results: list, fn: CombineFn) -> list:
-    return results if results else [fn.extract_output(fn.create_accumulator())]
+def _inject_default(_: Any, results: list, fn: CombineFn, args: tuple, kwargs: dict) -> list:
+    return results if results else [fn.apply([], *args, **kwargs)]
 
 
 # ---------------------------------------------------------------------------------------
@@ -664,6 +697,10 @@ class Flatten(PTransform):
 
     def __init__(self, pipeline: Any = None, **kwargs: Any) -> None:
         super().__init__()
+        if kwargs:  # Beam's Flatten(**kwargs) takes only pipeline= too
+            raise InvalidArgumentError(
+                f"Flatten got unexpected keyword argument(s) {', '.join(sorted(kwargs))}; it takes "
+                "only pipeline= (for a Flatten of no PCollections)")
         self._pipeline_arg = pipeline
 
     def expand(self, pcolls: Any) -> PCollection:
@@ -691,12 +728,20 @@ class Flatten(PTransform):
 
 
 class Reshuffle(PTransform):
-    """Redistributes elements (a materialisation barrier), keeping timestamps and windows."""
+    """Redistributes elements (a materialisation barrier), keeping timestamps and windows.
+
+    `num_buckets` bounds, as in Beam, how many distinct keys (buckets) the elements are spread
+    over (the Spark runner's round-robin keys); the local runner only re-bundles.
+    """
 
     _primitive = True
 
     def __init__(self, num_buckets: Optional[int] = None) -> None:
         super().__init__()
+        if num_buckets is not None and (isinstance(num_buckets, bool) or not isinstance(num_buckets, int)
+                                        or num_buckets < 1):
+            raise InvalidArgumentError(
+                f"Reshuffle(num_buckets=...) must be a positive int or None, got {num_buckets!r}")
         self.num_buckets = num_buckets
 
     def expand(self, pcoll: Any) -> PCollection:
