@@ -142,8 +142,9 @@ def test_test_stream_round_trips_elements_through_its_coder(make_pipeline):
     expected = [json.loads(json.dumps(e)) for e in elements]  # tuples come back as lists
     assert expected != elements
     stream = TestStream(coder=JsonCoder()).add_elements(elements).advance_watermark_to_infinity()
+    assert [repr(e) for e in expected] != [repr(e) for e in elements]
     with make_pipeline() as p:
-        assert_that(p | stream | beam.Map(json.dumps), equal_to([json.dumps(e) for e in expected]))
+        assert_that(p | stream | beam.Map(repr), equal_to([repr(e) for e in expected]))
 
 
 def test_test_stream_coder_must_fit_the_elements():

@@ -68,10 +68,18 @@ def test_threshold_counts_the_whole_step_not_each_bundle(make_pipeline):
     # the first bundle is all bad, the step as a whole is 20% bad
     values = [0, 1] + list(range(2, 10))
     bad_values = [0, 1]
+
+    def build(p, threshold):
+        return (p | beam.Create(values)
+                | "Risky" >> beam.Map(_fails_on(bad_values)).with_exception_handling(threshold=threshold))
+
     with make_pipeline(bundle_size=2) as p:
-        good, _ = (p | beam.Create(values)
-                   | "Risky" >> beam.Map(_fails_on(bad_values)).with_exception_handling(threshold=0.5))
+        good, _ = build(p, 0.5)
         assert_that(good, equal_to([v * 10 for v in values if v not in bad_values]))
+    p = make_pipeline(bundle_size=2)
+    build(p, 0.1)
+    with pytest.raises(DeadLetterThresholdError, match="2 of the 10"):
+        p.run().wait_until_finish()
 
 
 def test_threshold_is_checked_per_window(make_pipeline):
@@ -108,6 +116,11 @@ def test_threshold_on_a_step_with_more_tagged_outputs(make_pipeline):
         assert_that(res.good, equal_to([x for x in values if x and x % 2 == 0]), label="even")
         assert_that(res.odd, equal_to([x for x in values if x % 2]), label="odd")
         assert_that(_bad_summary(res.bad), equal_to([(0, "ZeroDivisionError", "Split")]), label="bad")
+    p = make_pipeline()  # 1 of 10 bad is more than 5%
+    _ = (p | beam.Create(values)
+         | "Split" >> beam.ParDo(Split()).with_outputs("odd").with_exception_handling(threshold=0.05))
+    with pytest.raises(DeadLetterThresholdError, match="Split"):
+        p.run().wait_until_finish()
 
 
 # ---- timeout -----------------------------------------------------------------------------------
@@ -257,8 +270,9 @@ def test_on_failure_callback_on_timeouts_and_crashes(make_pipeline, journal):
     assert sorted(map(tuple, journal.read())) == [("BrokenProcessPool", 2), ("TimeoutError", 1)]
 
 
-def test_a_failing_on_failure_callback_does_not_lose_the_element(make_pipeline):
+def test_a_failing_on_failure_callback_does_not_lose_the_element(make_pipeline, journal):
     def callback(exc, element):
+        journal.write(element)
         raise RuntimeError("callback broke")
 
     with make_pipeline() as p:
@@ -267,6 +281,7 @@ def test_a_failing_on_failure_callback_does_not_lose_the_element(make_pipeline):
                          on_failure_callback=callback))
         assert_that(good, equal_to([10, 30]), label="good")
         assert_that(_bad_summary(bad), equal_to([(2, "ValueError", "Risky")]), label="bad")
+    assert journal.read() == [[2]]
 
 
 @pytest.mark.parametrize("partial", [False, True])
