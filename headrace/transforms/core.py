@@ -167,7 +167,8 @@ class ParDo(PTransform):
                 raise InvalidArgumentError(f"with_outputs tags must be str, got {t!r}")
         out = copy.copy(self)
         out.output_tags = tuple(tags)
-        out.main_tag = main
+        if main is not None or self.dead_letter is None:  # keeps with_exception_handling's main_tag
+            out.main_tag = main
         return out
 
     def with_exception_handling(self, main_tag: str = "good", dead_letter_tag: str = "bad", *,
@@ -291,8 +292,6 @@ class _ThresholdChecked(PTransform):
         """Declares more tagged outputs of the ParDo (see ParDo.with_outputs)."""
         out = copy.copy(self)
         out.pardo = self.pardo.with_outputs(*tags, main=main, allow_unknown_tags=allow_unknown_tags)
-        if main is None:
-            out.pardo.main_tag = self.pardo.main_tag
         return out
 
     def with_output_types(self, type_hint: Any) -> "_ThresholdChecked":

@@ -123,6 +123,22 @@ def test_threshold_on_a_step_with_more_tagged_outputs(make_pipeline):
         p.run().wait_until_finish()
 
 
+def test_with_outputs_after_with_exception_handling_keeps_its_main_tag(make_pipeline):
+    class Split(beam.DoFn):
+        def process(self, x):
+            if x == 0:
+                raise ZeroDivisionError("zero")
+            yield beam.pvalue.TaggedOutput("odd", x) if x % 2 else x
+
+    values = list(range(6))
+    with make_pipeline() as p:
+        res = (p | beam.Create(values)
+               | "Split" >> beam.ParDo(Split()).with_exception_handling(main_tag="ok").with_outputs("odd"))
+        assert_that(res.ok, equal_to([x for x in values if x and x % 2 == 0]), label="even")
+        assert_that(res.odd, equal_to([x for x in values if x % 2]), label="odd")
+        assert_that(_bad_summary(res.bad), equal_to([(0, "ZeroDivisionError", "Split")]), label="bad")
+
+
 # ---- timeout -----------------------------------------------------------------------------------
 
 
