@@ -1,5 +1,13 @@
-"""Deterministic key encoding and value serialisation (see `headrace.model.coders`)."""
+"""Beam's `coders` module: element coders for connectors, deterministic key encoding, value serialisation.
 
-from headrace.model.coders import dumps, encode_key, loads, register_key_encoder
+`Coder` is the base class of a user's coder (`encode(value) -> bytes`, `decode(bytes)`);
+`StrUtf8Coder`, `BytesCoder` and `ToBytesCoder` are Beam's built-ins of the same names.
+See `headrace.model.coders`.
+"""
 
-__all__ = ["dumps", "encode_key", "loads", "register_key_encoder"]
+from headrace.model.coders import (
+    BytesCoder, Coder, StrUtf8Coder, ToBytesCoder, dumps, encode_key, loads, register_key_encoder,
+)
+
+__all__ = ["BytesCoder", "Coder", "StrUtf8Coder", "ToBytesCoder", "dumps", "encode_key", "loads",
+           "register_key_encoder"]

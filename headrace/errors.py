@@ -13,6 +13,10 @@ class InvalidArgumentError(HeadraceError, ValueError):
     """An argument to a transform, window function or option has the wrong type or value."""
 
 
+class UnsupportedArgumentError(InvalidArgumentError):
+    """An argument Beam accepts that headrace does not implement; the message names it and the way out."""
+
+
 class PipelineConstructionError(HeadraceError, ValueError):
     """The pipeline graph is malformed (duplicate label, wrong input kind, bad composition)."""
 
@@ -54,6 +58,10 @@ class PipelineExecutionError(HeadraceError, RuntimeError):
         self.element = element
         self.attempts = attempts
         super().__init__(message)
+
+
+class DeadLetterThresholdError(PipelineExecutionError):
+    """Too large a fraction of a step's input went to its dead-letter output (`threshold`)."""
 
 
 def _short_repr(value: Any, limit: int = 200) -> str:

@@ -113,3 +113,50 @@ def test_flags_must_be_a_list():
 def test_pipeline_options_must_be_pipeline_options():
     with pytest.raises(InvalidArgumentError):
         beam.Pipeline(options={"runner": "DirectRunner"})
+
+
+def test_get_all_options_drop_default_and_current_only():
+    opts = PipelineOptions(["--runner=DirectRunner", "--bundle_size=5"], max_bundle_attempts=4)
+    everything = opts.get_all_options()
+    assert everything["runner"] == "DirectRunner" and everything["bundle_size"] == 5
+    changed = opts.get_all_options(drop_default=True)
+    defaults = PipelineOptions([]).get_all_options()
+    assert changed == {k: v for k, v in everything.items() if v != defaults[k]}
+    assert set(changed) == {"runner", "bundle_size"}  # max_bundle_attempts=4 is the default
+    local = opts.view_as(LocalRunnerOptions).get_all_options(current_only=True)
+    assert local == {"bundle_size": 5, "max_bundle_attempts": 4}
+
+
+def test_get_all_options_sees_values_set_after_parsing():
+    opts = PipelineOptions(["--bundle_size=5"])
+    opts.view_as(LocalRunnerOptions).bundle_size = 8
+    assert opts.get_all_options()["bundle_size"] == 8
+    assert opts.get_all_options(drop_default=True) == {"bundle_size": 8}
+
+
+def test_get_all_options_retain_unknown_options_and_extra_args():
+    flags = ["--bundle_size=3", "--my_flag=x", "--my_switch", "--my_pair", "v", "-q"]
+    opts = PipelineOptions(flags)
+    assert "my_flag" not in opts.get_all_options()
+    kept = opts.get_all_options(retain_unknown_options=True)
+    assert (kept["my_flag"], kept["my_switch"], kept["my_pair"]) == ("x", True, "v")
+    assert kept["bundle_size"] == 3
+
+    def extra(parser):
+        parser.add_argument("--my_flag", type=str, default="none")
+        parser.add_argument("--other", type=int, default=7)
+
+    with_extra = opts.get_all_options(add_extra_args_fn=extra)
+    assert (with_extra["my_flag"], with_extra["other"]) == ("x", 7)
+
+
+def test_get_all_options_display_warnings_suggests_a_known_flag(caplog):
+    opts = PipelineOptions(["--bundle_sise=3"])
+    with caplog.at_level("WARNING"):
+        opts.get_all_options(display_warnings=True)
+    assert "--bundle_sise=3" in caplog.text and "--bundle_size" in caplog.text
+
+
+def test_get_all_options_refuses_unknown_arguments():
+    with pytest.raises(TypeError, match="no_such_argument"):
+        PipelineOptions([]).get_all_options(no_such_argument=True)

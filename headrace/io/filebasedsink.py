@@ -54,15 +54,46 @@ class FileFormatWriter:
         """Releases what the format holds after a failed attempt (its file is then deleted)."""
 
 
+class _CountingWriter:
+    """Passes writes on to `fh` and counts their bytes (the uncompressed size of a shard)."""
+
+    def __init__(self, fh: Any) -> None:
+        self.fh = fh
+        self.bytes_written = 0
+
+    def write(self, data: bytes) -> int:
+        """Writes `data` and counts it."""
+        self.bytes_written += len(data)
+        return self.fh.write(data)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.fh, name)
+
+
 class _TempFile:
     """One temporary output file: the raw file, its (compressing) stream, the format writer."""
 
     def __init__(self, sink: "FileBasedSink") -> None:
         os.makedirs(sink.temp_dir, exist_ok=True)
+        self.sink = sink
         self.path = os.path.join(sink.temp_dir, f"{uuid.uuid4().hex}.tmp")
         self.raw = open(self.path, "wb")
         self.fh = compressing_writer(self.raw, sink.compression)
-        self.writer = sink.new_writer(self.fh)
+        self.counter = _CountingWriter(self.fh) if sink.max_bytes_per_shard else None
+        self.writer = sink.new_writer(self.counter or self.fh)
+        self.records = 0
+
+    def write(self, record: Any) -> None:
+        """Writes one record through the format writer."""
+        self.writer.write(record)
+        self.records += 1
+
+    def at_capacity(self) -> bool:
+        """Whether the file reached the sink's max_records_per_shard or max_bytes_per_shard."""
+        sink = self.sink
+        return bool((sink.max_records_per_shard and self.records >= sink.max_records_per_shard)
+                    or (self.counter is not None
+                        and self.counter.bytes_written >= sink.max_bytes_per_shard))
 
     def close(self) -> str:
         """Finishes the format, closes the file and returns its path."""
@@ -85,12 +116,44 @@ class _TempFile:
             pass
 
 
+def _positive_or_none(transform: str, name: str, value: Any) -> Optional[int]:
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise InvalidArgumentError(f"{transform}({name}=...) must be a positive int or None, got {value!r}")
+    return value
+
+
+def check_shard_name_template(transform: str, template: str) -> None:
+    """Raises InvalidArgumentError unless `template` is '' or has an S run and no U, W or V run."""
+    if not isinstance(template, str):
+        raise InvalidArgumentError(
+            f"{transform}(shard_name_template=...) must be a str, got {template!r}")
+    if template and not re.search("S+", template):
+        raise InvalidArgumentError(
+            f"{transform}(shard_name_template={template!r}) has no shard number (a run of S); use "
+            "e.g. '-SSSSS-of-NNNNN', or '' for a single file")
+    found = sorted(set(re.findall("[UWV]", template)))
+    if found:
+        raise InvalidArgumentError(
+            f"{transform}(shard_name_template={template!r}) uses the placeholder(s) "
+            f"{', '.join(found)} (Beam's uuid U and window W / V), which headrace does not fill in; "
+            "use only S (shard number) and N (shard count), e.g. '-SSSSS-of-NNNNN'")
+
+
 class FileBasedSink:
-    """Where a write puts its files and how: shard names, shard count, compression, format writer."""
+    """Where a write puts its files and how: shard names, shard count, compression, format writer.
+
+    `max_records_per_shard` / `max_bytes_per_shard` roll a bundle's file over to a new one when
+    it reaches that many records / uncompressed bytes (so they need `num_shards=0`, as a fixed
+    shard count decides the files itself); `skip_if_empty` writes no file for an empty input
+    (earlier runs' shards are still removed).
+    """
 
     def __init__(self, transform: str, file_path_prefix: Any, file_name_suffix: str = "",
                  num_shards: int = 0, shard_name_template: Optional[str] = None,
-                 compression_type: str = "auto") -> None:
+                 compression_type: str = "auto", *, max_records_per_shard: Optional[int] = None,
+                 max_bytes_per_shard: Optional[int] = None, skip_if_empty: bool = False) -> None:
         if not isinstance(file_path_prefix, (str, os.PathLike)) or not os.fspath(file_path_prefix):
             raise InvalidArgumentError(
                 f"{transform} needs a non-empty file path prefix, got {file_path_prefix!r}")
@@ -98,10 +161,22 @@ class FileBasedSink:
             raise InvalidArgumentError(f"num_shards must be a non-negative int, got {num_shards!r}")
         if not isinstance(file_name_suffix, str):
             raise InvalidArgumentError(f"file_name_suffix must be a str, got {file_name_suffix!r}")
+        self.max_records_per_shard = _positive_or_none(transform, "max_records_per_shard",
+                                                       max_records_per_shard)
+        self.max_bytes_per_shard = _positive_or_none(transform, "max_bytes_per_shard",
+                                                     max_bytes_per_shard)
+        self.skip_if_empty = bool(skip_if_empty)
         if shard_name_template is None:
             shard_name_template = DEFAULT_SHARD_NAME_TEMPLATE
-        elif shard_name_template == "":
+        check_shard_name_template(transform, shard_name_template)
+        if shard_name_template == "":
             num_shards = 1
+        if num_shards and (self.max_records_per_shard or self.max_bytes_per_shard):
+            given = "num_shards" if shard_name_template else "shard_name_template=''"
+            raise InvalidArgumentError(
+                f"{transform}: max_records_per_shard / max_bytes_per_shard cannot be combined with "
+                f"{given}: a fixed number of shards decides the files itself (Beam ignores the "
+                "limits then); drop one of the two")
         self.step = transform  # set to the write's full label when it is applied
         self.prefix = os.fspath(file_path_prefix)
         self.suffix = file_name_suffix
@@ -134,7 +209,8 @@ class FileBasedSink:
     def finalize(self, temp_paths: List[str]) -> List[str]:
         """Renames the committed temporary files to the shard names; returns the final names."""
         paths = sorted(temp_paths)
-        while len(paths) < max(1, self.num_shards):  # empty shards still get their files
+        wanted = 0 if self.skip_if_empty and not paths else max(1, self.num_shards)
+        while len(paths) < wanted:  # empty shards still get their files
             paths.append(_TempFile(self).close())
         n = len(paths)
         finals = []
@@ -168,21 +244,23 @@ class _WriteBundlesDoFn(DoFn):
     def __init__(self, sink: FileBasedSink) -> None:
         self.sink = sink
         self.temp: Optional[_TempFile] = None
-        self.writer: Optional[FileFormatWriter] = None
 
     def start_bundle(self) -> None:
         self._discard()
 
-    def process(self, element: Any) -> None:
-        if self.writer is None:
+    def process(self, element: Any) -> Iterable[str]:
+        if self.temp is None:
             self.temp = _TempFile(self.sink)
-            self.writer = self.temp.writer
-        self.writer.write(element)
+        self.temp.write(element)
+        if self.temp.at_capacity():  # max_records_per_shard / max_bytes_per_shard: a new file
+            path = self.temp.close()
+            self.temp = None
+            yield path
 
     def finish_bundle(self) -> Iterable[WindowedValue]:
         if self.temp is not None:
             path = self.temp.close()
-            self.temp = self.writer = None
+            self.temp = None
             yield WindowedValue(path, MIN_TIMESTAMP_MICROS, GLOBAL_WINDOWS_TUPLE)
 
     def teardown(self) -> None:
@@ -191,7 +269,7 @@ class _WriteBundlesDoFn(DoFn):
     def _discard(self) -> None:
         if self.temp is not None:  # a failed attempt: its temp file is never committed
             self.temp.discard()
-            self.temp = self.writer = None
+            self.temp = None
 
 
 class _AssignShardDoFn(DoFn):
@@ -217,7 +295,7 @@ class _WriteShardDoFn(DoFn):
         _, values = element
         temp = _TempFile(self.sink)
         try:
-            write = temp.writer.write
+            write = temp.write
             for v in values:
                 write(v)
             path = temp.close()

@@ -53,16 +53,14 @@ class _JsonSource(_TextSource):
 
     def _bad_line(self, part: Tuple[str, int, int], k: int, line: str, exc: ValueError
                   ) -> DataFormatError:
-        path, start, _ = part
-        line_no = k + 1
-        if start > 0:  # the part's first line follows the newline at or after byte start - 1
-            line_no += 1 + _count_newlines(path, start - 1)
+        path = part[0]
         where = f" at column {exc.colno}" if isinstance(exc, json.JSONDecodeError) else ""
         reason = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
         return DataFormatError(
-            f"ReadFromJson: {path} line {line_no} is not valid JSON ({reason}{where}): "
-            f"{_short_repr(line, 120)}. Each line must hold exactly one JSON value (JSON Lines); fix "
-            "or remove that line, or pass lines=False if each file holds a single JSON document")
+            f"ReadFromJson: {path} line {self.line_number(part, k)} is not valid JSON ({reason}"
+            f"{where}): {_short_repr(line, 120)}. Each line must hold exactly one JSON value (JSON "
+            "Lines); fix or remove that line, or pass lines=False if each file holds a single JSON "
+            "document")
 
     def _read_document(self, path: str) -> Iterable[Any]:
         with open_for_read(path, compression_of(path, self.compression_type)) as fh:
@@ -78,19 +76,6 @@ class _JsonSource(_TextSource):
             yield from doc
         else:
             yield doc
-
-
-def _count_newlines(path: str, end: int) -> int:
-    """The number of b'\\n' in the first `end` bytes of the (uncompressed) file `path`."""
-    count = 0
-    with open(path, "rb") as fh:
-        while end > 0:
-            chunk = fh.read(min(end, 1 << 20))
-            if not chunk:
-                break
-            count += chunk.count(b"\n")
-            end -= len(chunk)
-    return count
 
 
 class ReadFromJson(PTransform):

@@ -315,7 +315,11 @@ class _ParquetSink(FileBasedSink):
 
 
 class WriteToParquet(PTransform):
-    """Writes dict rows to sharded Parquet files of the given `pyarrow.Schema`, exactly once."""
+    """Writes dict rows to sharded Parquet files of the given `pyarrow.Schema`, exactly once.
+
+    `mime_type` is the content type Beam gives files on object stores; local files have none,
+    so, as with Beam's local file system, it is checked (a str) and not stored anywhere.
+    """
 
     def __init__(self, file_path_prefix: str, schema: Optional[pa.Schema] = None,
                  row_group_buffer_size: int = 64 * 1024 * 1024, record_batch_size: int = 1000,
@@ -324,6 +328,8 @@ class WriteToParquet(PTransform):
                  num_shards: int = 0, shard_name_template: Optional[str] = None,
                  mime_type: str = "application/x-parquet") -> None:
         super().__init__()
+        if not isinstance(mime_type, str):
+            raise InvalidArgumentError(f"WriteToParquet(mime_type=...) must be a str, got {mime_type!r}")
         if not isinstance(schema, pa.Schema):
             raise InvalidArgumentError(
                 f"WriteToParquet needs schema=pyarrow.Schema, got {schema!r}; build one with "

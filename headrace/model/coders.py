@@ -4,6 +4,10 @@ Grouping is by these bytes, so a key groups the same way on the local runner and
 executors. Supported keys: None, bool, int, float, str, bytes, Timestamp, enums, and tuples,
 lists, frozensets, sets, dicts and frozen dataclasses built from them. Anything else raises
 `KeyEncodingError` naming the type and the fix.
+
+Also here: value serialisation for shipping functions and values between processes
+(`dumps` / `loads`), and Beam's element coders (`Coder`, `StrUtf8Coder`, `BytesCoder`,
+`ToBytesCoder`), which connectors use to turn records into bytes and back.
 """
 
 from __future__ import annotations
@@ -121,3 +125,108 @@ def dumps(value: Any) -> bytes:
 def loads(data: bytes) -> Any:
     """Inverse of `dumps`."""
     return pickle.loads(data)
+
+
+# ---- element coders (Beam's `coders.Coder`): how a connector turns values into bytes and back
+
+
+class Coder:
+    """Turns values into bytes (`encode`) and back (`decode`); subclass it for your own format.
+
+    Text connectors use a coder per line: `ReadFromText(coder=...)` decodes each line's bytes
+    (without its newline unless `strip_trailing_newlines=False`), `WriteToText(coder=...)`
+    writes the bytes `encode(element)` returns followed by a newline. A JSON lines coder is
+    `encode = lambda v: json.dumps(v).encode('utf-8')`, `decode = json.loads`.
+    """
+
+    def encode(self, value: Any) -> bytes:
+        """The bytes of `value`."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement encode(value) -> bytes")
+
+    def decode(self, encoded: bytes) -> Any:
+        """The value encoded in `encoded`."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement decode(bytes)")
+
+    def is_deterministic(self) -> bool:
+        """Whether equal values always encode to equal bytes (False unless a coder says so)."""
+        return False
+
+    def to_type_hint(self) -> Any:
+        """The type of the values `decode` returns, or None when unknown."""
+        return None
+
+    def estimate_size(self, value: Any) -> int:
+        """The size of `value` encoded, in bytes."""
+        return len(self.encode(value))
+
+    def __eq__(self, other: object) -> bool:
+        return type(self) is type(other) and self.__dict__ == other.__dict__
+
+    def __hash__(self) -> int:
+        return hash(type(self))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+
+class StrUtf8Coder(Coder):
+    """str as UTF-8 bytes (ReadFromText's default)."""
+
+    def encode(self, value: Any) -> bytes:
+        """The UTF-8 bytes of the str `value`."""
+        return value.encode("utf-8")
+
+    def decode(self, encoded: bytes) -> str:
+        """The str of UTF-8 `encoded`."""
+        return encoded.decode("utf-8")
+
+    def is_deterministic(self) -> bool:
+        """True: a str has one UTF-8 encoding."""
+        return True
+
+    def to_type_hint(self) -> Any:
+        """str."""
+        return str
+
+
+class BytesCoder(Coder):
+    """bytes as themselves."""
+
+    def encode(self, value: Any) -> bytes:
+        """`value` itself (it must be bytes)."""
+        if not isinstance(value, bytes):
+            raise TypeError(f"BytesCoder encodes bytes, got {type(value).__name__} {_repr(value)}")
+        return value
+
+    def decode(self, encoded: bytes) -> bytes:
+        """`encoded` itself."""
+        return bytes(encoded)
+
+    def is_deterministic(self) -> bool:
+        """True."""
+        return True
+
+    def to_type_hint(self) -> Any:
+        """bytes."""
+        return bytes
+
+
+class ToBytesCoder(Coder):
+    """Writes bytes as they are and anything else as the UTF-8 of `str(value)` (WriteToText's default).
+
+    It cannot decode (`str(value)` loses the type), as in Beam.
+    """
+
+    def encode(self, value: Any) -> bytes:
+        """`value` if bytes, else `str(value)` in UTF-8."""
+        return value if isinstance(value, bytes) else str(value).encode("utf-8")
+
+    def decode(self, encoded: bytes) -> Any:
+        """Not possible: raises NotImplementedError (use StrUtf8Coder or BytesCoder to read)."""
+        raise NotImplementedError(
+            "ToBytesCoder cannot decode (str(value) does not say what value was); read with "
+            "StrUtf8Coder or BytesCoder, or a Coder of your own")
+
+    def is_deterministic(self) -> bool:
+        """True."""
+        return True

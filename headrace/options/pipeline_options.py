@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import logging
-from typing import Any, Dict, List, Optional, Type, TypeVar
+from typing import Any, Callable, Dict, List, Optional, Type, TypeVar
 
-from headrace.errors import InvalidArgumentError
+from headrace.errors import InvalidArgumentError, UnsupportedArgumentError
 
 _log = logging.getLogger(__name__)
 T = TypeVar("T", bound="PipelineOptions")
@@ -42,12 +43,16 @@ class PipelineOptions:
     @classmethod
     def _parser(cls) -> argparse.ArgumentParser:
         parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+        cls._add_all(parser)
+        return parser
+
+    @staticmethod
+    def _add_all(parser: argparse.ArgumentParser) -> None:
         seen: set = set()
         for sub in PipelineOptions._registry:
             if "_add_argparse_args" in sub.__dict__ and sub not in seen:
                 seen.add(sub)
                 sub._add_argparse_args(parser)
-        return parser
 
     @classmethod
     def _add_argparse_args(cls, parser: argparse.ArgumentParser) -> None:
@@ -58,9 +63,39 @@ class PipelineOptions:
         """Builds options from a {name: value} dict."""
         return cls(**options)
 
-    def get_all_options(self, drop_default: bool = False, **_: Any) -> Dict[str, Any]:
-        """All option values by name."""
-        return dict(self._all)
+    def get_all_options(self, drop_default: bool = False,
+                        add_extra_args_fn: Optional[Callable[[argparse.ArgumentParser], None]] = None,
+                        retain_unknown_options: bool = False, display_warnings: bool = False,
+                        current_only: bool = False) -> Dict[str, Any]:
+        """All option values by name, as Beam's method of the same name returns them.
+
+        `drop_default` leaves out options equal to their default; `add_extra_args_fn(parser)`
+        declares more flags to read from the command line; `retain_unknown_options` also
+        returns flags no options class declares (`--name=value` as str, a bare `--flag` as
+        True); `display_warnings` logs a warning per unknown flag (with a close known one);
+        `current_only` keeps only the options this view's class declares.
+        """
+        parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+        if current_only:
+            if "_add_argparse_args" in type(self).__dict__:
+                type(self)._add_argparse_args(parser)
+        else:
+            self._add_all(parser)
+        if add_extra_args_fn is not None:
+            add_extra_args_fn(parser)
+        known, unknown = parser.parse_known_args(self._flags)
+        if display_warnings:
+            _warn_unknown(unknown, parser)
+        if retain_unknown_options and unknown:
+            _declare_unknown(parser, unknown)
+            known, _ = parser.parse_known_args(self._flags)
+        result = vars(known)
+        for k in list(result):
+            if k in self._all:  # set by keyword or attribute after parsing
+                result[k] = self._all[k]
+            if drop_default and result[k] == parser.get_default(k):
+                del result[k]
+        return result
 
     def view_as(self, cls: Type[T]) -> T:
         """A typed view of the same options (changes through it are shared)."""
@@ -89,8 +124,46 @@ class PipelineOptions:
         return f"PipelineOptions({shown})"
 
 
+def _warn_unknown(unknown: List[str], parser: argparse.ArgumentParser) -> None:
+    known = [o for action in parser._actions for o in action.option_strings]
+    for arg in unknown:
+        if not arg.startswith("-"):
+            continue
+        close = difflib.get_close_matches(arg.split("=", 1)[0], known, n=1)
+        hint = f"; did you mean {close[0]}?" if close else ""
+        _log.warning("unknown pipeline option %s%s", arg, hint)
+
+
+def _declare_unknown(parser: argparse.ArgumentParser, unknown: List[str]) -> None:
+    """Declares flags nobody declared: `--name=value` / `--name value` as str, a bare `--flag` as True."""
+    declared: set = set()
+    i = 0
+    while i < len(unknown):
+        arg = unknown[i]
+        if arg == "--":
+            break
+        if not arg.startswith("--"):
+            if arg.startswith("-"):
+                _log.warning("ignoring the single-dash flag %s; pipeline options start with --", arg)
+            i += 1
+            continue
+        name, has_value, _ = arg.partition("=")
+        takes_next = not has_value and i + 1 < len(unknown) and not unknown[i + 1].startswith("-")
+        if name not in declared:
+            declared.add(name)
+            if has_value or takes_next:
+                parser.add_argument(name, type=str)
+            else:
+                parser.add_argument(name, action="store_true")
+        i += 2 if takes_next else 1
+
+
 class StandardOptions(PipelineOptions):
-    """Which runner executes the pipeline, and whether it is streaming."""
+    """Which runner executes the pipeline, and whether it is streaming.
+
+    The local runner runs bounded and unbounded (TestStream) pipelines alike, so `--streaming`
+    changes nothing there; the Spark runner runs batch jobs only and refuses it.
+    """
 
     @classmethod
     def _add_argparse_args(cls, parser: argparse.ArgumentParser) -> None:
@@ -101,7 +174,14 @@ class StandardOptions(PipelineOptions):
 
 
 class SetupOptions(PipelineOptions):
-    """Kept for Beam compatibility: how workers are set up."""
+    """Beam's worker set-up flags, as far as they apply.
+
+    `save_main_session` is always in effect: cloudpickle ships functions defined in `__main__`
+    with the globals they use. `pickle_library` may only be 'cloudpickle' or 'default' (what
+    headrace uses). `requirements_file` and `setup_file` (packages installed on Beam's workers)
+    are refused when the pipeline runs: install what the DoFns need in the workers' Python
+    (PYSPARK_PYTHON).
+    """
 
     @classmethod
     def _add_argparse_args(cls, parser: argparse.ArgumentParser) -> None:
@@ -112,7 +192,7 @@ class SetupOptions(PipelineOptions):
 
 
 class GoogleCloudOptions(PipelineOptions):
-    """Accepted for Beam compatibility; headrace does not use them."""
+    """Google Cloud (Dataflow) settings: accepted and unused, as on Beam's other runners."""
 
     @classmethod
     def _add_argparse_args(cls, parser: argparse.ArgumentParser) -> None:
@@ -121,7 +201,12 @@ class GoogleCloudOptions(PipelineOptions):
 
 
 class DirectOptions(PipelineOptions):
-    """Beam DirectRunner flags, accepted and mapped onto the local runner where they apply."""
+    """Beam's DirectRunner flags: how many workers and in which mode it runs.
+
+    They tune how Beam's direct runner spreads work, never the results; the local runner runs
+    a pipeline in one thread, so they change nothing there. `direct_running_mode` must still
+    be one of Beam's modes (in_memory, multi_threading, multi_processing).
+    """
 
     @classmethod
     def _add_argparse_args(cls, parser: argparse.ArgumentParser) -> None:
@@ -141,11 +226,19 @@ class LocalRunnerOptions(PipelineOptions):
 
 
 class TypeOptions(PipelineOptions):
-    """Beam's TypeOptions: type checking flags (kept for compatibility) and --allow_unsafe_triggers."""
+    """Beam's TypeOptions: type checking and --allow_unsafe_triggers.
+
+    `--no_pipeline_type_check` turns off the construction-time checks of element types
+    (key-value input of groupings, `with_input_types`); `--runtime_type_check` (checking every
+    element at run time) is refused when the pipeline runs; `--allow_unsafe_triggers` lets a
+    grouping that may emit only at the end of time run (a warning instead of an error).
+    """
 
     @classmethod
     def _add_argparse_args(cls, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--pipeline_type_check", default=True, action="store_true")
+        parser.add_argument("--no_pipeline_type_check", dest="pipeline_type_check",
+                            action="store_false")
         parser.add_argument("--runtime_type_check", default=False, action="store_true")
         parser.add_argument(
             "--allow_unsafe_triggers", default=False, action="store_true",
@@ -173,3 +266,35 @@ class SparkRunnerOptions(PipelineOptions):
         parser.add_argument("--spark_task_max_failures", type=int, default=4,
                             help="attempts of a Spark task (a crashed worker, a lost executor) before "
                                  "the job fails; added to local[N] masters as local[N,F]")
+
+
+_RUNNING_MODES = ("in_memory", "multi_threading", "multi_processing")
+
+
+def check_supported(options: PipelineOptions) -> None:
+    """Raises UnsupportedArgumentError / InvalidArgumentError for option values headrace cannot honour."""
+    values = options._all
+    for name in ("requirements_file", "setup_file"):
+        if values.get(name):
+            raise UnsupportedArgumentError(
+                f"pipeline option --{name}={values[name]}: headrace does not install packages on "
+                "its workers; install them in the Python the workers run (PYSPARK_PYTHON, the "
+                f"same as the driver's in local mode) and drop --{name}")
+    if values.get("pickle_library", "cloudpickle") not in ("cloudpickle", "default"):
+        raise UnsupportedArgumentError(
+            f"pipeline option --pickle_library={values['pickle_library']}: headrace always "
+            "serialises functions with cloudpickle; drop the option or set it to cloudpickle")
+    if values.get("runtime_type_check"):
+        raise UnsupportedArgumentError(
+            "pipeline option --runtime_type_check: headrace does not check element types at run "
+            "time; drop the option (construction-time checks stay on unless "
+            "--no_pipeline_type_check)")
+    mode = values.get("direct_running_mode", "in_memory")
+    if mode not in _RUNNING_MODES:
+        raise InvalidArgumentError(
+            f"pipeline option --direct_running_mode={mode!r} must be one of {', '.join(_RUNNING_MODES)}")
+    workers = values.get("direct_num_workers", 1)
+    if not isinstance(workers, int) or isinstance(workers, bool) or workers < 0:
+        raise InvalidArgumentError(
+            f"pipeline option --direct_num_workers={workers!r} must be a non-negative int "
+            "(0: as many as there are cores, as in Beam)")

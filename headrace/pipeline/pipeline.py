@@ -6,7 +6,7 @@ import enum
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from headrace.errors import DuplicateLabelError, InvalidArgumentError, PipelineConstructionError
-from headrace.pipeline.ptransform import PTransform, _NamedPTransform
+from headrace.pipeline.ptransform import PTransform, _NamedPTransform, input_type_conflict
 from headrace.pipeline.pvalue import AsSideInput, DoOutputsTuple, PBegin, PCollection, PDone, PValue
 
 
@@ -62,7 +62,10 @@ class PipelineResult:
         return self._state
 
     def wait_until_finish(self, duration: Optional[float] = None) -> PipelineState:
-        """Blocks until the run ends (runs here are synchronous) and returns its final state."""
+        """Blocks until the run ends, for at most `duration` seconds, and returns its state.
+
+        Runs here are synchronous: they have ended when `run()` returns, so this returns at once.
+        """
         if self._error is not None:
             raise self._error
         return self._state
@@ -138,6 +141,7 @@ class Pipeline:
                 raise PipelineConstructionError(f"step {full_label!r} is applied to another pipeline")
             pvalueish = PBegin(self)
         inputs = self._main_inputs(pvalueish, full_label)
+        self._check_input_type(transform, inputs, full_label)
         side = tuple(getattr(transform, "side_inputs", ()) or ())
         for s in side:
             if s.pvalue.pipeline is not self:
@@ -161,6 +165,19 @@ class Pipeline:
             for s in side:
                 s.pvalue.consumers.append(node)
         return result
+
+    def _check_input_type(self, transform: PTransform, inputs: Tuple[PCollection, ...],
+                          label: str) -> None:
+        declared = transform.get_input_type()
+        if declared is None or not getattr(self._options, "pipeline_type_check", True):
+            return
+        for pc in inputs:
+            if input_type_conflict(declared, pc.element_type):
+                name = getattr(pc.element_type, "__name__", repr(pc.element_type))
+                raise PipelineConstructionError(
+                    f"step {label!r} declares its input type as {declared!r} (with_input_types), but "
+                    f"its input {pc.label!r} holds {name} elements; fix the hint or the step before "
+                    "it, or pass --no_pipeline_type_check")
 
     def _main_inputs(self, pvalueish: Any, label: str) -> Tuple[PCollection, ...]:
         if isinstance(pvalueish, PBegin):
@@ -223,8 +240,15 @@ class Pipeline:
     # ---- running --------------------------------------------------------------------
 
     def run(self, test_runner_api: Any = None) -> PipelineResult:
-        """Runs the pipeline with its runner and returns the result."""
+        """Runs the pipeline with its runner and returns the result.
+
+        `test_runner_api` is Beam's switch for round-tripping the pipeline through its portable
+        representation before running it, a check of that representation; headrace has none,
+        so there is nothing to round-trip and the result is the same.
+        """
+        from headrace.options.pipeline_options import check_supported
         from headrace.runners import create_runner
+        check_supported(self._options)
         runner = create_runner(self.runner)
         self._ran = True
         return runner.run_pipeline(self, self._options)

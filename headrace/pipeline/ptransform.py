@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import inspect
+import typing
 from typing import Any, Callable, Optional
 
-from headrace.errors import InvalidArgumentError, PipelineConstructionError
+from headrace.errors import InvalidArgumentError, PipelineConstructionError, UnsupportedArgumentError
 
 
 class PTransform:
@@ -37,10 +38,24 @@ class PTransform:
         raise NotImplementedError(
             f"{type(self).__name__} must implement expand(self, pcoll) returning its output")
 
-    def with_input_types(self, *args: Any, **kwargs: Any) -> "PTransform":
-        """Records input type hints (kept for Beam compatibility)."""
-        self._input_type = args[0] if args else None
+    def with_input_types(self, input_type_hint: Any, *side_inputs_arg_hints: Any,
+                         **side_input_kwarg_hints: Any) -> "PTransform":
+        """Declares the input element type, checked against the input when the transform is applied.
+
+        A plain class must be a superclass of the input's known element type, and a key-value
+        hint (such as `Tuple[str, int]`) rejects an input known not to hold pairs (unless
+        --no_pipeline_type_check). Hints for side inputs are refused: headrace does not check them.
+        """
+        if side_inputs_arg_hints or side_input_kwarg_hints:
+            raise UnsupportedArgumentError(
+                f"{self.label}.with_input_types: type hints for side inputs are not checked by "
+                "headrace; pass only the main input's type, e.g. with_input_types(int)")
+        self._input_type = input_type_hint
         return self
+
+    def get_input_type(self) -> Any:
+        """The declared input type, or None when undeclared."""
+        return getattr(self, "_input_type", None)
 
     def with_output_types(self, type_hint: Any) -> "PTransform":
         """Records the output element type; it enables construction-time checks downstream."""
@@ -111,6 +126,18 @@ class _NamedPTransform(PTransform):
             raise AttributeError(name)
         return getattr(self.__dict__["transform"], name)
 
+    def with_input_types(self, input_type_hint: Any, *side_inputs_arg_hints: Any,
+                         **side_input_kwarg_hints: Any) -> "PTransform":
+        """Declares the input type of the named transform (see PTransform.with_input_types)."""
+        self.transform.with_input_types(input_type_hint, *side_inputs_arg_hints,
+                                        **side_input_kwarg_hints)
+        return self
+
+    def with_output_types(self, type_hint: Any) -> "PTransform":
+        """Declares the output type of the named transform."""
+        self.transform.with_output_types(type_hint)
+        return self
+
     def expand(self, input_or_inputs: Any) -> Any:
         raise PipelineConstructionError("internal: a named transform is unwrapped by Pipeline.apply")
 
@@ -176,3 +203,18 @@ def label_from_callable(fn: Any) -> str:
     if name:
         return name
     return type(fn).__name__
+
+
+def input_type_conflict(declared: Any, actual: Any) -> bool:
+    """True when an input whose elements are of type `actual` cannot match the hint `declared`.
+
+    Only what is certain counts: two plain classes that are not subclass and superclass, or a
+    tuple hint (key-value pairs) against a plain class that is neither tuple nor list.
+    """
+    if declared is None or actual is None or declared is Any or actual is Any:
+        return False
+    if isinstance(declared, type) and isinstance(actual, type):
+        return not issubclass(actual, declared)
+    if typing.get_origin(declared) is tuple and isinstance(actual, type):
+        return not issubclass(actual, (tuple, list))
+    return False

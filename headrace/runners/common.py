@@ -13,7 +13,8 @@ import traceback
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from headrace.errors import (
-    ElementError, InvalidArgumentError, KeyEncodingError, PipelineExecutionError, _short_repr,
+    DeadLetterThresholdError, ElementError, InvalidArgumentError, KeyEncodingError,
+    PipelineExecutionError, _short_repr,
 )
 from headrace.metrics.metric import CURRENT, MetricsContainer, metrics_scope, set_current_step
 from headrace.model import coders
@@ -24,6 +25,9 @@ from headrace.model.window import GLOBAL_WINDOWS_TUPLE, WindowFn, side_input_win
 from headrace.model.windowed import TimestampedValue, WindowedValue
 from headrace.pipeline.dofn import DoFn, _CallableWrapperDoFn, _DoFnParam
 from headrace.pipeline.pvalue import AsSideInput, EmptySideInput, TaggedOutput
+from headrace.runners.isolation import (
+    Subprocess, TimeLimit, invoke, not_iterable_of_outputs, outputs_of,
+)
 
 Receiver = Callable[[WindowedValue], None]
 _log = logging.getLogger(__name__)
@@ -231,21 +235,33 @@ class ParDoRunner:
             isinstance(v, AsSideInput) for v in self.kwargs.values())
         self.explode = self.has_side or any(p is DoFn.WindowParam for p in special.values())
         self.simple = not (self.special or self.args or self.kwargs)
+        dl = dead_letter or {}
+        self.subprocess: Optional[Subprocess] = (
+            Subprocess(label, coders.dumps(dofn), dl.get("timeout")) if dl.get("use_subprocess")
+            else None)
+        self.time_limit: Optional[TimeLimit] = (
+            TimeLimit(label, dl["timeout"]) if dl.get("timeout") and self.subprocess is None else None)
 
     # ---- lifecycle ------------------------------------------------------------------
 
     def setup(self) -> None:
-        """Calls the DoFn's setup once."""
+        """Calls the DoFn's setup once (in its subprocess, lazily, with use_subprocess)."""
         if not self._is_setup:
-            self._call_lifecycle("setup", self.dofn.setup)
+            if self.subprocess is None:
+                self._call_lifecycle("setup", self.dofn.setup)
             self._is_setup = True
 
     def start_bundle(self) -> None:
-        """Calls start_bundle."""
-        self._call_lifecycle("start_bundle", self.dofn.start_bundle)
+        """Calls start_bundle (in its subprocess, lazily, with use_subprocess)."""
+        if self.subprocess is None:
+            self._call_lifecycle("start_bundle", self.dofn.start_bundle)
 
     def finish_bundle(self) -> None:
         """Calls finish_bundle and emits what it yields (WindowedValues)."""
+        if self.subprocess is not None:
+            sub = self.subprocess
+            self._call_lifecycle("finish_bundle", lambda: sub.finish_bundle(CURRENT.container))
+            return
         result = self._call_lifecycle("finish_bundle", self.dofn.finish_bundle)
         if result is None:
             return
@@ -261,6 +277,11 @@ class ParDoRunner:
 
     def teardown(self) -> None:
         """Calls teardown (errors are ignored: teardown is best effort)."""
+        if self.time_limit is not None:
+            self.time_limit.close()
+        if self.subprocess is not None:
+            self.subprocess.teardown()
+            self._is_setup = False
         if self._is_setup:
             self._is_setup = False
             try:
@@ -364,7 +385,7 @@ class ParDoRunner:
                 if result is None:
                     return
                 if isinstance(result, (str, bytes, dict)):
-                    raise _not_iterable_of_outputs(result)
+                    raise not_iterable_of_outputs(result)
                 for o in result:
                     t = type(o)
                     if t is TV or t is TaggedOutput or isinstance(o, WV):
@@ -396,36 +417,20 @@ class ParDoRunner:
             self._process_in(wv, wv.windows[0] if wv.windows else None)
 
     def _process_in(self, wv: WindowedValue, window: Any) -> None:
-        kind = self.kind
+        if self.dead_letter is not None:
+            self._process_guarded(wv, window)
+            return
         args: tuple = ()
         kwargs: Dict[str, Any] = {}
         try:
             if not self.simple:
                 args, kwargs = self._resolve(wv, window)
-            v = wv.value
-            if kind == "map":
-                result: Any = (self.fn(v, *args, **kwargs),)
-            elif kind == "filter":
-                result = (v,) if self.fn(v, *args, **kwargs) else ()
-            elif kind == "maptuple":
-                result = (self.fn(*v, *args, **kwargs),)
-            elif kind == "flatmaptuple":
-                result = self.fn(*v, *args, **kwargs)
-            else:
-                result = self.fn(v, *args, **kwargs)
+            result = invoke(self.kind, self.fn, wv.value, args, kwargs)
             if result is None:
                 return
             if isinstance(result, (str, bytes, dict)):
-                raise _not_iterable_of_outputs(result)
-            if self.dead_letter is not None:
-                result = list(result)
+                raise not_iterable_of_outputs(result)
         except Exception as exc:
-            dl = self.dead_letter
-            if dl is not None and isinstance(exc, dl["exc_class"]):
-                bad = WindowedValue((wv.value, ErrorInfo(exc, self.label)), wv.timestamp_us,
-                                    wv.windows, wv.pane_info, wv.is_retraction)
-                self._send(dl["tag"], bad)
-                return
             raise ElementError(self.label, wv.value, exc,
                                hint=empty_side_input_hint(self.args, self.kwargs, args, kwargs, window)
                                ) from exc
@@ -438,6 +443,60 @@ class ParDoRunner:
             if not err.hint:
                 err.hint = empty_side_input_hint(self.args, self.kwargs, args, kwargs, window)
             raise
+
+    # ---- with_exception_handling ----------------------------------------------------
+
+    def _process_guarded(self, wv: WindowedValue, window: Any) -> None:
+        """Processes one element of a ParDo with a dead-letter output (see with_exception_handling)."""
+        dl = self.dead_letter
+        assert dl is not None
+        try:
+            args, kwargs = ((), {}) if self.simple else self._resolve(wv, window)
+            v, kind, fn = wv.value, self.kind, self.fn
+            if self.subprocess is not None:
+                result = self.subprocess.process(v, args, kwargs, CURRENT.container)
+            elif self.time_limit is not None:
+                result = self.time_limit.call(lambda: outputs_of(invoke(kind, fn, v, args, kwargs)))
+            elif dl.get("partial"):
+                self._emit_partially(wv, iter(outputs_iter(invoke(kind, fn, v, args, kwargs))))
+                return
+            else:
+                result = outputs_of(invoke(kind, fn, v, args, kwargs))
+        except Exception as exc:
+            self._failed(wv, exc)
+            return
+        self._emit_all(result, wv)
+
+    def _emit_partially(self, wv: WindowedValue, outputs: Any) -> None:
+        """partial=True: emits each output as it is produced; a later failure keeps the earlier ones."""
+        while True:
+            try:
+                o = next(outputs)
+            except StopIteration:
+                return
+            except Exception as exc:
+                self._failed(wv, exc)
+                return
+            self._emit_all((o,), wv)
+
+    def _failed(self, wv: WindowedValue, exc: Exception) -> None:
+        """Routes an element whose processing raised `exc_class` to the dead letter, or fails."""
+        dl = self.dead_letter
+        assert dl is not None
+        if not isinstance(exc, dl["exc_class"]):
+            raise ElementError(self.label, wv.value, exc) from exc
+        callback = dl.get("on_failure_callback")
+        if callback is not None:
+            try:
+                callback(exc, wv.value)
+            except Exception as cb_exc:  # as in Beam: logged, not retried, the element still goes on
+                _log.warning("step %r: on_failure_callback failed for element %s: %s: %s",
+                             self.label, _short_repr(wv.value), type(cb_exc).__name__, cb_exc,
+                             exc_info=True)
+            set_current_step(self.label)
+        bad = WindowedValue((wv.value, ErrorInfo(exc, dl.get("step") or self.label)), wv.timestamp_us,
+                            wv.windows, wv.pane_info, wv.is_retraction)
+        self._send(dl["tag"], bad)
 
     def _emit_all(self, result: Any, wv: WindowedValue) -> None:
         main = self.receivers.get(None, ())
@@ -467,15 +526,13 @@ class ParDoRunner:
         return WindowedValue(o, wv.timestamp_us, wv.windows, wv.pane_info, wv.is_retraction)
 
 
-def _not_iterable_of_outputs(result: Any) -> TypeError:
-    return TypeError(
-        f"process returned a {type(result).__name__}; it must return or yield an iterable "
-        f"of outputs (wrap a single output in a list, e.g. [{_short(result)}])")
-
-
-def _short(v: Any) -> str:
-    r = repr(v)
-    return r if len(r) < 40 else r[:37] + "..."
+def outputs_iter(result: Any) -> Any:
+    """The outputs of a call as an iterable (nothing for None), or TypeError for a str/bytes/dict."""
+    if result is None:
+        return ()
+    if isinstance(result, (str, bytes, dict)):
+        raise not_iterable_of_outputs(result)
+    return result
 
 
 class AssignWindowsRunner:
@@ -643,6 +700,8 @@ class FusedStage:
             except ElementError as err:
                 attempted.merge(container)
                 self.teardown()
+                if isinstance(err.cause, DeadLetterThresholdError):  # a verdict, not a flaky failure
+                    raise err.cause
                 if attempts >= max_attempts:
                     hint = f" {err.hint}." if err.hint else ""
                     raise PipelineExecutionError(

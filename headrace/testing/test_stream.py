@@ -154,8 +154,10 @@ def _fmt(micros: int) -> str:
 class TestStream(PTransform):
     """A scripted unbounded source: elements, watermark and processing-time advances, replayed in order.
 
-    `TestStream(coder=None, events=None, output_tags=None)`: `coder` is accepted for Beam
-    compatibility and ignored (elements are Python objects); `events` is an initial script
+    `TestStream(coder=None, events=None, output_tags=None)`: with a `coder` (see
+    `headrace.coders`) every element is encoded and decoded with it when added, as Beam does
+    when it ships the script to a runner, so an element the coder cannot take fails there and
+    the stream emits what the coder gives back; `events` is an initial script
     (checked as if added one by one); `output_tags` declares outputs beyond those the events
     name. Build the script with `add_elements`, `advance_watermark_to`,
     `advance_watermark_to_infinity` and `advance_processing_time`, which return the stream.
@@ -171,6 +173,11 @@ class TestStream(PTransform):
             raise TestStreamError(
                 "TestStream(endpoint=...) (a TestStream service) is not supported; give the "
                 "events in the script instead")
+        if coder is not None and (isinstance(coder, (type, str, bytes)) or not (
+                callable(getattr(coder, "encode", None)) and callable(getattr(coder, "decode", None)))):
+            raise TestStreamError(
+                f"TestStream(coder=...) needs a coder instance with encode() and decode(), such as "
+                f"headrace.coders.StrUtf8Coder(), got {coder!r}")
         self.coder = coder
         self._watermarks: Dict[Optional[str], int] = {None: MIN_TIMESTAMP_MICROS}
         self._declared_tags = output_tags is not None
@@ -201,6 +208,9 @@ class TestStream(PTransform):
         n = len(self._events)
         if isinstance(event, ElementEvent):
             _check_tag(event.tag)
+            if self.coder is not None:
+                event = ElementEvent([self._round_trip(n, tv) for tv in event.timestamped_values],
+                                     event.tag)
             for tv in event.timestamped_values:
                 if tv.timestamp_us >= MAX_TIMESTAMP_MICROS:
                     raise TestStreamError(
@@ -235,6 +245,17 @@ class TestStream(PTransform):
                 "event; use ElementEvent, WatermarkEvent or ProcessingTimeEvent (or the builder "
                 "methods add_elements, advance_watermark_to, advance_processing_time)")
         self._events.append(event)
+
+    def _round_trip(self, n: int, tv: TimestampedValue) -> TimestampedValue:
+        coder = self.coder
+        try:
+            value = coder.decode(coder.encode(tv.value))
+        except Exception as exc:
+            raise TestStreamError(
+                f"TestStream event #{n} (add_elements): its coder {coder!r} cannot encode and "
+                f"decode the element {tv.value!r} ({type(exc).__name__}: {exc}); add elements "
+                "of the coder's type, or give TestStream a coder for them") from exc
+        return TimestampedValue(value, Timestamp(micros=tv.timestamp_us))
 
     def add_elements(self, elements: Iterable[Any], tag: Optional[str] = None,
                      event_timestamp: Any = None) -> "TestStream":

@@ -7,7 +7,10 @@ import logging
 import typing
 from typing import Any, Callable, Dict, Iterable, Optional, Tuple
 
-from headrace.errors import InvalidArgumentError, PipelineConstructionError
+from headrace.errors import (
+    DeadLetterThresholdError, InvalidArgumentError, PipelineConstructionError,
+    UnsupportedArgumentError,
+)
 from headrace.model.combine import BoundCombineFn, CombineFn, as_combine_fn, combine_values
 from headrace.model.trigger import AccumulationMode, DefaultTrigger
 from headrace.model.window import GlobalWindows, Windowing, WindowFn
@@ -69,6 +72,8 @@ def _require_pcollection(transform: PTransform, pvalue: Any) -> PCollection:
 
 
 def _check_kv(transform: PTransform, pcoll: PCollection) -> None:
+    if not getattr(transform.pipeline.options, "pipeline_type_check", True):
+        return
     if is_kv_type(pcoll.element_type) is False:
         label = transform.pipeline.current_transform().full_label
         name = getattr(pcoll.element_type, "__name__", repr(pcoll.element_type))
@@ -83,7 +88,12 @@ def _check_kv(transform: PTransform, pcoll: PCollection) -> None:
 
 
 class Create(PTransform):
-    """A bounded PCollection of the given values (TimestampedValues set event times)."""
+    """A bounded PCollection of the given values (TimestampedValues set event times).
+
+    `reshuffle` is Beam's switch for spreading the values over workers; it never changes the
+    result, and headrace always spreads them (bundles of --bundle_size, Spark partitions), as
+    Beam does by default.
+    """
 
     _primitive = True
 
@@ -144,31 +154,99 @@ class ParDo(PTransform):
 
     def with_outputs(self, *tags: str, main: Optional[str] = None, allow_unknown_tags: Any = None
                      ) -> "ParDo":
-        """Declares tagged outputs; the result of applying it is a DoOutputsTuple."""
+        """Declares tagged outputs; the result of applying it is a DoOutputsTuple.
+
+        Every tag the DoFn emits to must be declared: `allow_unknown_tags=True` (Beam's outputs
+        to undeclared tags) is refused.
+        """
+        if allow_unknown_tags:
+            raise UnsupportedArgumentError(
+                f"{self.label}.with_outputs(allow_unknown_tags=True): headrace creates a ParDo's "
+                "outputs when it is applied, so every tag must be declared; list the tags, e.g. "
+                "with_outputs('odd', 'even')")
         for t in tags:
             if not isinstance(t, str):
                 raise InvalidArgumentError(f"with_outputs tags must be str, got {t!r}")
         out = copy.copy(self)
         out.output_tags = tuple(tags)
-        out.main_tag = main
+        if main is not None or self.dead_letter is None:  # keeps with_exception_handling's main_tag
+            out.main_tag = main
         return out
 
-    def with_exception_handling(self, main_tag: str = "good", dead_letter_tag: str = "bad",
+    def with_exception_handling(self, main_tag: str = "good", dead_letter_tag: str = "bad", *,
                                 exc_class: Any = Exception, partial: bool = False,
                                 use_subprocess: bool = False, threshold: float = 1,
-                                threshold_windowing: Any = None, timeout: Any = None,
-                                **_: Any) -> "ParDo":
+                                threshold_windowing: Optional[WindowFn] = None,
+                                timeout: Optional[float] = None, error_handler: Any = None,
+                                on_failure_callback: Optional[Callable[[Exception, Any], None]] = None,
+                                allow_unsafe_userstate_in_process: bool = False) -> PTransform:
         """Routes elements whose processing raises `exc_class` to the `dead_letter_tag` output.
 
-        Each dead-letter element is `(element, (exception type, repr, traceback lines))`, with
-        `.step` and `.exception` on the inner tuple. Applying the result gives (good, bad).
+        Applying the result gives (good, bad). Each dead-letter element is `(element,
+        (exception type, repr, traceback lines))`, with `.step` and `.exception` on the inner
+        tuple. As in Beam: `partial=True` emits an element's outputs as they are produced
+        (those before a failure stay) instead of only once it succeeded; `timeout` (seconds)
+        sends an element whose processing takes longer to the dead letter with a
+        `TimeoutError`; `use_subprocess=True` runs the DoFn in a child process, so an element
+        that kills it (`os._exit`, a segfault) goes to the dead letter with a
+        `BrokenProcessPool` and the next element gets a new process; `on_failure_callback(
+        exception, element)` is called for each dead-lettered element (its own errors are
+        logged); `threshold` fails the run when, in some window of the input (or of
+        `threshold_windowing`), more than that fraction of the step's input elements went to
+        the dead letter: the count is over the whole step, not per bundle, and checked once
+        the window's counts are complete (see docs/semantics.md). `error_handler` (Beam's
+        ErrorHandler) and `allow_unsafe_userstate_in_process=True` (headrace DoFns have no
+        user state) are refused.
         """
+        where = f"{self.label}.with_exception_handling"
         if not (isinstance(exc_class, type) and issubclass(exc_class, BaseException)) and not (
-                isinstance(exc_class, tuple) and all(issubclass(c, BaseException) for c in exc_class)):
-            raise InvalidArgumentError(f"exc_class must be an exception class, got {exc_class!r}")
+                isinstance(exc_class, tuple) and exc_class and all(
+                    isinstance(c, type) and issubclass(c, BaseException) for c in exc_class)):
+            raise InvalidArgumentError(
+                f"{where}(exc_class=...) must be an exception class or a tuple of them, got {exc_class!r}")
+        for name, tag in (("main_tag", main_tag), ("dead_letter_tag", dead_letter_tag)):
+            if not isinstance(tag, str) or not tag:
+                raise InvalidArgumentError(f"{where}({name}=...) must be a non-empty str, got {tag!r}")
+        if main_tag == dead_letter_tag:
+            raise InvalidArgumentError(
+                f"{where}: main_tag and dead_letter_tag are both {main_tag!r}; give them different names")
+        if partial and use_subprocess:
+            raise InvalidArgumentError(
+                f"{where}: partial=True and use_subprocess=True cannot be combined (a subprocess "
+                "returns an element's outputs all at once, as in Beam); drop one of them")
+        if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) \
+                or not threshold >= 0:
+            raise InvalidArgumentError(
+                f"{where}(threshold={threshold!r}) must be a fraction of the input between 0 and 1 "
+                "(0: fail on any bad element; 1, the default: never fail)")
+        if threshold_windowing is not None and not isinstance(threshold_windowing, WindowFn):
+            raise InvalidArgumentError(
+                f"{where}(threshold_windowing=...) must be a WindowFn such as "
+                f"window.FixedWindows(60), got {threshold_windowing!r}")
+        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
+                                    or not timeout > 0):
+            raise InvalidArgumentError(
+                f"{where}(timeout={timeout!r}) must be a positive number of seconds, or None for no limit")
+        if on_failure_callback is not None and not callable(on_failure_callback):
+            raise InvalidArgumentError(
+                f"{where}(on_failure_callback=...) must be callable as callback(exception, element), "
+                f"got {on_failure_callback!r}")
+        if error_handler is not None:
+            raise UnsupportedArgumentError(
+                f"{where}(error_handler=...): headrace has no ErrorHandler; use the (good, bad) "
+                "outputs this returns and apply your error sink to the bad one, e.g. "
+                "good, bad = pcoll | step.with_exception_handling(); bad | beam.WriteToText(...)")
+        if allow_unsafe_userstate_in_process:
+            raise UnsupportedArgumentError(
+                f"{where}(allow_unsafe_userstate_in_process=True): headrace DoFns have no user state "
+                "or timers, so there is nothing to allow; remove the argument")
         out = copy.copy(self)
         out.main_tag = main_tag
-        out.dead_letter = {"tag": dead_letter_tag, "exc_class": exc_class, "threshold": threshold}
+        out.dead_letter = {"tag": dead_letter_tag, "exc_class": exc_class, "partial": bool(partial),
+                           "use_subprocess": bool(use_subprocess), "timeout": timeout,
+                           "on_failure_callback": on_failure_callback}
+        if threshold < 1:
+            return _ThresholdChecked(out, threshold, threshold_windowing)
         return out
 
     def expand(self, pcoll: Any) -> Any:
@@ -194,6 +272,81 @@ class ParDo(PTransform):
 
     def _infer_output_type(self, pcoll: PCollection) -> Any:
         return None
+
+
+class _ThresholdChecked(PTransform):
+    """A ParDo with a dead-letter output whose run fails when too large a fraction of its input fails.
+
+    Beam's reading: per window of the input (or of `threshold_windowing`), the number of
+    dead-letter elements against the number of input elements of the whole step; the run
+    fails when bad > threshold * total, once the window's counts are complete.
+    """
+
+    def __init__(self, pardo: ParDo, threshold: float, windowfn: Optional[WindowFn]) -> None:
+        super().__init__()
+        self.pardo, self.threshold, self.windowfn = pardo, threshold, windowfn
+
+    def default_label(self) -> str:
+        return self.pardo.label
+
+    def with_outputs(self, *tags: str, main: Optional[str] = None, allow_unknown_tags: Any = None
+                     ) -> "_ThresholdChecked":
+        """Declares more tagged outputs of the ParDo (see ParDo.with_outputs)."""
+        out = copy.copy(self)
+        out.pardo = self.pardo.with_outputs(*tags, main=main, allow_unknown_tags=allow_unknown_tags)
+        return out
+
+    def with_output_types(self, type_hint: Any) -> "_ThresholdChecked":
+        """Declares the ParDo's main output type."""
+        self.pardo.with_output_types(type_hint)
+        return self
+
+    def expand(self, pcoll: Any) -> Any:
+        pcoll = _require_pcollection(self, pcoll)
+        label = self.pipeline.current_transform().full_label
+        pardo = copy.copy(self.pardo)
+        pardo.dead_letter = {**pardo.dead_letter, "step": label}
+        w = pcoll.windowing
+        if self.windowfn is None and not pcoll.is_bounded and isinstance(w.windowfn, GlobalWindows) \
+                and isinstance(w.trigger, DefaultTrigger):
+            raise InvalidArgumentError(
+                f"step {label!r}: with_exception_handling(threshold={self.threshold}) on an unbounded "
+                "input in the global window could only count its failures when the input ends, "
+                "which it never does; pass threshold_windowing=window.FixedWindows(60) (any "
+                "WindowFn) to check the threshold per window")
+        result = pcoll | "ParDo" >> pardo
+        bad = result[pardo.dead_letter["tag"]]
+        counted, counted_bad = pcoll, bad
+        if self.windowfn is not None:
+            counted = pcoll | "WindowTotal" >> WindowInto(self.windowfn)
+            counted_bad = bad | "WindowBad" >> WindowInto(self.windowfn)
+        total = (counted | "OneTotal" >> Map(_one)
+                 | "CountTotal" >> CombineGlobally(sum).as_singleton_view())
+        bad_count = (counted_bad | "OneBad" >> Map(_one)
+                     | "CountBad" >> CombineGlobally(sum).without_defaults())
+        _ = bad_count | "CheckThreshold" >> ParDo(_CheckThreshold(label, self.threshold), total)
+        return result
+
+
+def _one(_: Any) -> int:
+    return 1
+
+
+class _CheckThreshold(DoFn):
+    """Fails the run when a window's dead-letter count exceeds threshold * its input count."""
+
+    def __init__(self, step: str, threshold: float) -> None:
+        self.step, self.threshold = step, threshold
+
+    def process(self, bad: int, total: int, window: Any = DoFn.WindowParam) -> Iterable[Any]:
+        if bad > total * self.threshold:
+            raise DeadLetterThresholdError(
+                f"step {self.step!r}: {bad} of the {total} input elements in window {window} went to "
+                f"its dead-letter output ({bad / total:.2%} > threshold={self.threshold}), so the "
+                "run fails, as with_exception_handling(threshold=...) asks; fix the failing "
+                "elements (their errors are in the dead-letter output) or raise the threshold",
+                step=self.step)
+        return ()
 
 
 def _check_callable(name: str, fn: Any) -> None:
@@ -611,6 +764,10 @@ class Flatten(PTransform):
 
     def __init__(self, pipeline: Any = None, **kwargs: Any) -> None:
         super().__init__()
+        if kwargs:  # Beam's Flatten(**kwargs) takes only pipeline= too
+            raise InvalidArgumentError(
+                f"Flatten got unexpected keyword argument(s) {', '.join(sorted(kwargs))}; it takes "
+                "only pipeline= (for a Flatten of no PCollections)")
         self._pipeline_arg = pipeline
 
     def expand(self, pcolls: Any) -> PCollection:
@@ -638,12 +795,20 @@ class Flatten(PTransform):
 
 
 class Reshuffle(PTransform):
-    """Redistributes elements (a materialisation barrier), keeping timestamps and windows."""
+    """Redistributes elements (a materialisation barrier), keeping timestamps and windows.
+
+    `num_buckets` bounds, as in Beam, how many distinct keys (buckets) the elements are spread
+    over (the Spark runner's round-robin keys); the local runner only re-bundles.
+    """
 
     _primitive = True
 
     def __init__(self, num_buckets: Optional[int] = None) -> None:
         super().__init__()
+        if num_buckets is not None and (isinstance(num_buckets, bool) or not isinstance(num_buckets, int)
+                                        or num_buckets < 1):
+            raise InvalidArgumentError(
+                f"Reshuffle(num_buckets=...) must be a positive int or None, got {num_buckets!r}")
         self.num_buckets = num_buckets
 
     def expand(self, pcoll: Any) -> PCollection:

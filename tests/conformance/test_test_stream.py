@@ -73,7 +73,7 @@ def test_builder_records_events_and_stamps_plain_values_with_the_current_waterma
 
 
 def test_builder_methods_return_the_stream_and_events_are_picklable():
-    stream = TestStream(coder=object())  # a coder is accepted and ignored
+    stream = TestStream()
     assert stream.add_elements([1]) is stream
     assert stream.advance_watermark_to(5) is stream
     assert stream.advance_processing_time(1.5) is stream

@@ -7,7 +7,7 @@ import shutil
 import tempfile
 from typing import Any, Dict, List, Optional, Tuple
 
-from headrace.errors import PipelineExecutionError
+from headrace.errors import PipelineExecutionError, UnsupportedArgumentError
 from headrace.io.iobase import Read
 from headrace.metrics.metric import MetricResults, MetricsContainer
 from headrace.model import coders
@@ -192,7 +192,8 @@ class _Translation:
 
     def _build_reshuffle(self, node: AppliedPTransform) -> None:
         n = self.parallelism
-        rdd = (self.rdds[node.inputs[0]].mapPartitionsWithIndex(tasks.reshuffle_key_fn(n))
+        buckets = node.transform.num_buckets or n
+        rdd = (self.rdds[node.inputs[0]].mapPartitionsWithIndex(tasks.reshuffle_key_fn(buckets))
                .partitionBy(n, lambda k: k).values())
         self._set(node.outputs[None], rdd)
 
@@ -338,8 +339,9 @@ class _Translation:
             if payload is None:
                 raise PipelineExecutionError(
                     f"the Spark job failed: {type(exc).__name__}: {_first_line(exc)}") from exc
-            raise PipelineExecutionError(payload["message"], step=payload["step"],
-                                         element=payload["element"], attempts=payload["attempts"]) from None
+            cls = payload.get("type", PipelineExecutionError)  # the same subclass as on the local runner
+            raise cls(payload["message"], step=payload["step"], element=payload["element"],
+                      attempts=payload["attempts"]) from None
 
     def run(self) -> PipelineResult:
         """Builds and runs the pipeline; returns its result with the metrics of every task."""
@@ -397,5 +399,10 @@ class SparkRunner:
 
     def run_pipeline(self, pipeline: Pipeline, options: Any) -> PipelineResult:
         """Executes the pipeline as Spark jobs and returns its result."""
+        if options is not None and getattr(options, "streaming", False):
+            raise UnsupportedArgumentError(
+                "pipeline option --streaming: the Spark runner runs bounded pipelines as batch "
+                "jobs (its streaming runner does not exist yet); drop --streaming, or run an "
+                "unbounded pipeline on the LocalRunner")
         spark = self._spark if self._spark is not None else sessions.get_session(options)
         return _Translation(spark, pipeline, options).run()

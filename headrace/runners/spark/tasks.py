@@ -106,7 +106,8 @@ def _payload(exc: PipelineExecutionError) -> Dict[str, Any]:
         pickle.dumps(element)
     except Exception:
         element = _short_repr(element)
-    return {"message": str(exc), "step": exc.step, "element": element, "attempts": exc.attempts}
+    return {"message": str(exc), "step": exc.step, "element": element, "attempts": exc.attempts,
+            "type": type(exc)}
 
 
 class TaskEnv:
