@@ -41,7 +41,8 @@ Rules, in the order they apply:
 The key's output watermark is the input watermark held back by the key's pending holds and
 pending end-of-window timers, taken before a call's panes fire (Java's runners hold a
 transform's output watermark by both). Garbage collection comes after the end-of-window
-timers, when the garbage-collection timer (max timestamp + allowed lateness) holds it instead.
+timers: a window's final pane then sees the watermark held by its own hold and its own
+garbage-collection timer (max timestamp + allowed lateness) only.
 
 State (all plain, picklable data; runners keep `KeyState` between calls, the Spark
 streaming runner in its state store):
@@ -153,14 +154,19 @@ class ReduceFnRunner:
     """Groups one key's elements by window and emits panes as triggers fire (see module doc)."""
 
     def __init__(self, windowing: Windowing, combine_fn: Optional[CombineFn] = None,
-                 inputs_are_accumulators: bool = False, input_retractions: bool = False) -> None:
+                 inputs_are_accumulators: bool = False, input_retractions: bool = False,
+                 expire_at_end_of_window: bool = False) -> None:
+        """`expire_at_end_of_window`: for complete (bounded) input under a perfect watermark,
+        where nothing can be late, windows expire as soon as the watermark passes their end
+        (not end + allowed lateness), with the panes a watermark jumping to +infinity gives."""
         self.windowing = windowing
         self.windowfn = windowing.windowfn
         self.merging = windowing.windowfn.is_merging()
         self.trigger = windowing.trigger
         self.mode = windowing.accumulation_mode
         self.retracting = self.mode is AccumulationMode.ACCUMULATING_AND_RETRACTING
-        self.lateness_us = windowing.allowed_lateness_us
+        self.lateness_us = windowing.allowed_lateness_us  # the garbage-collection timer
+        self.expiry_us = 0 if expire_at_end_of_window else self.lateness_us
         self.combiner = windowing.timestamp_combiner
         self.closing_always = (getattr(windowing, "closing_behavior", None)
                                is ClosingBehavior.FIRE_ALWAYS)
@@ -221,7 +227,7 @@ class ReduceFnRunner:
                          input_watermark_us: int = MIN_TIMESTAMP_MICROS,
                          processing_time_us: int = MIN_TIMESTAMP_MICROS) -> ReduceResult:
         """Adds `(value, timestamp_us, window[, is_retraction])` elements; fires windows made ready."""
-        lateness = self.lateness_us
+        lateness = self.expiry_us
         live: List[tuple] = []
         dropped_late: List[tuple] = []
         behind = False
@@ -303,10 +309,10 @@ class ReduceFnRunner:
         wm = input_watermark_us
         panes: List[Pane] = []
         windows = state.windows
-        lateness = self.lateness_us
+        lateness = self.expiry_us
         # First the triggers, as Beam Java delivers end-of-window timers: the output watermark
         # is held by the key's holds and pending end-of-window timers before any pane fires.
-        out_wm = self._output_watermark(state, wm, eow_timers=True)
+        out_wm = self._output_watermark(state, wm)
         expiring: List[Tuple[BoundedWindow, WindowState]] = []
         for window in sorted(windows, key=_WINDOW_ORDER):
             ws = windows[window]
@@ -318,14 +324,16 @@ class ReduceFnRunner:
                 expiring.append((window, ws))
             elif window.end_us <= wm:
                 ws.eow_timer = False  # delivered
-        if expiring:
-            # Then garbage collection, as Java's later garbage-collection timers (at max
-            # timestamp + allowed lateness, which hold the output watermark in their turn).
-            gc_wm = min(self._output_watermark(state, wm, eow_timers=False),
-                        min(w.end_us - 1 for w, _ in expiring) + lateness)
-            for window, ws in expiring:
-                self._fire(window, ws, wm, gc_wm, True, panes)
-                del windows[window]
+        # Then garbage collection, as Java's later garbage-collection timer (at max timestamp +
+        # allowed lateness), which holds the output watermark in its turn. Only the window's own
+        # hold and timer count here: which windows of the key expire in one call depends on how
+        # far the watermark moves at once, and the panes must not.
+        for window, ws in expiring:
+            gc_wm = window.end_us - 1 + self.lateness_us
+            if ws.pending and ws.hold_us is not None and ws.hold_us < gc_wm:
+                gc_wm = ws.hold_us
+            self._fire(window, ws, wm, min(wm, gc_wm), True, panes)
+            del windows[window]
         if state.closed:
             for window in [w for w in state.closed if w.end_us - 1 + lateness < wm]:
                 del state.closed[window]
@@ -340,7 +348,7 @@ class ReduceFnRunner:
                            processing_time_us: int = MIN_TIMESTAMP_MICROS) -> int:
         """The earliest input watermark after `input_watermark_us` at which some window may fire or expire."""
         best = MAX_TIMESTAMP_MICROS
-        lateness = self.lateness_us
+        lateness = self.expiry_us
         ctx = TriggerContext(None, input_watermark_us, processing_time_us)
         for window, ws in state.windows.items():
             ctx.window = window
@@ -380,18 +388,18 @@ class ReduceFnRunner:
 
     # ---- firing ---------------------------------------------------------------------
 
-    def _output_watermark(self, state: KeyState, wm: int, eow_timers: bool = True) -> int:
-        """The key's output watermark: the input watermark held back by its holds (and timers).
+    def _output_watermark(self, state: KeyState, wm: int) -> int:
+        """The key's output watermark: the input watermark held back by its holds and timers.
 
-        It is taken before a call's panes fire. Pending holds of windows with unemitted input
-        hold it, and, with `eow_timers`, so do end-of-window timers not yet delivered.
+        It is taken before a call's panes fire: pending holds of windows with unemitted input
+        hold it, and so do end-of-window timers not yet delivered.
         """
         best = wm
         for window, ws in state.windows.items():
             h = ws.hold_us
             if h is not None and ws.pending and h < best:
                 best = h
-            if eow_timers and ws.eow_timer and window.end_us - 1 < best:
+            if ws.eow_timer and window.end_us - 1 < best:
                 best = window.end_us - 1
         return best
 

@@ -509,3 +509,26 @@ def test_interval_window_str_matches_beam():
     assert str(everything) == "[-9223372036854.775, 9223372036854.775)"
     assert str(GlobalWindow()) == repr(GlobalWindow()) == "GlobalWindow"
     assert repr(BoundedWindow(10)) == "[?, 10.0)"
+
+
+@pytest.mark.parametrize("lateness", [0, 60])
+def test_final_pane_of_a_count_trigger_on_bounded_input(make_pipeline, lateness):
+    # Repeatedly(AfterCount(2)) over four elements of one window (bundles of two): two EARLY
+    # panes of two. When the window expires at the end of the input, its final pane has no new
+    # input. As in Beam Java, it is ON_TIME without allowed lateness (the garbage-collection
+    # timer is at the window's end and holds the output watermark there), so OnTimeBehavior.
+    # FIRE_ALWAYS emits it empty; with allowed lateness that timer is past the end, the pane
+    # would be LATE, and nothing is emitted. Every runner gives the same, however its
+    # watermark reaches the end of the input (docs/semantics.md, Panes).
+    with make_pipeline(bundle_size=2) as p:
+        out = (p | beam.Create([TV(("k", v), v) for v in (1, 2, 3, 4)])
+               | beam.WindowInto(window.FixedWindows(10),
+                                 trigger=beam.transforms.trigger.Repeatedly(
+                                     beam.transforms.trigger.AfterCount(2)),
+                                 accumulation_mode=beam.transforms.trigger.AccumulationMode.DISCARDING,
+                                 allowed_lateness=lateness)
+               | beam.GroupByKey()
+               | beam.MapTuple(lambda k, vs, pane=beam.DoFn.PaneInfoParam:
+                               (len(vs), pane.timing.name, pane.is_last)))
+        final = [(0, "ON_TIME", True)] if lateness == 0 else []
+        assert_that(out, equal_to([(2, "EARLY", False), (2, "EARLY", False)] + final))

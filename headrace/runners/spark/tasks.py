@@ -576,7 +576,7 @@ def reduce_fn(env: TaskEnv, label: str, windowing: Windowing, combine_fn_bytes: 
     to `bundle_size`, under a perfect watermark: before a chunk the watermark moves to the
     chunk's first time (no later record is earlier), and after the key's last record to
     +infinity. Nothing is ever late, so a window is complete once the watermark passes its
-    end; its garbage collection happens then too (allowed lateness cannot matter), which gives
+    end; its garbage collection happens then too (`expire_at_end_of_window`), which gives
     exactly the panes of a watermark that jumps to +infinity at the end of bounded input.
     Processing time stands still: processing-time triggers never fire before the watermark.
     Output records are elements, or (0 | 1, element) with a late-data output.
@@ -585,15 +585,13 @@ def reduce_fn(env: TaskEnv, label: str, windowing: Windowing, combine_fn_bytes: 
     side inputs, whether partial accumulators come in) groups like a GroupByKey, and each pane's
     values or partial accumulators are combined with the side inputs of the pane's window.
     """
-    batch_windowing = copy.copy(windowing)
-    batch_windowing.allowed_lateness_us = 0
     follow = follows_event_time(windowing.windowfn)
 
     def run(it: Iterator[Any]) -> Iterator[Any]:
         env.check_earlier_attempt()
         combine_fn = coders.loads(combine_fn_bytes) if combine_fn_bytes is not None else None
-        core = ReduceFnRunner(batch_windowing, combine_fn, inputs_are_accumulators=accumulators_in,
-                              input_retractions=input_retractions)
+        core = ReduceFnRunner(windowing, combine_fn, inputs_are_accumulators=accumulators_in,
+                              input_retractions=input_retractions, expire_at_end_of_window=True)
         finish = None
         if side_combine is not None:
             combiner_bytes, sides, partials_in = side_combine
