@@ -102,3 +102,8 @@ def test_register_runner_refuses(registry, name, factory, aliases, match):
     with pytest.raises(InvalidArgumentError, match=match):
         register_runner(name, factory, aliases=aliases)
     assert "Mine" not in known_runners()
+
+
+def test_a_single_alias_may_be_a_string(registry):
+    register_runner("Recording", RecordingRunner, aliases="rec")
+    assert known_runners()["Recording"] == ["rec"]

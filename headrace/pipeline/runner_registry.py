@@ -44,7 +44,7 @@ def register_runner(name: str, factory: RunnerFactory, aliases: Iterable[str] = 
     Registering a name again replaces its factory and aliases; a name or alias that already
     belongs to another runner is refused.
     """
-    aliases = [a for a in aliases if a != name]
+    aliases = [a for a in ((aliases,) if isinstance(aliases, str) else aliases) if a != name]
     for key in (name, *aliases):
         if not isinstance(key, str) or not key:
             raise InvalidArgumentError(f"register_runner: runner names are non-empty strings, got {key!r}")
