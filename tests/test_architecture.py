@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ast
 import pathlib
-from typing import List, Tuple
+from typing import Dict, List, Optional, Set, Tuple
 
 import pytest
 
@@ -93,3 +93,134 @@ def test_checker_catches_forbidden_imports(source):
 ])
 def test_checker_allows_the_model_and_plain_dependencies(source):
     assert not violations(source, "headrace.model.example")
+
+
+# ---- no import cycle between the packages ------------------------------------------------------
+#
+# Every import in every module of `headrace` (top-level, inside functions, under
+# TYPE_CHECKING, relative, `importlib.import_module("...")` with a constant) is an edge from
+# the module's unit to the unit of the module it names. A unit is a subpackage
+# (`headrace.pipeline` for everything under pipeline/), a top-level module (`headrace.errors`)
+# or the root package `headrace` (its __init__, which imports the whole public surface).
+# Registering a runner by a string path ("headrace.runners.local.runner:LocalRunner") is not
+# an import: it is resolved when the runner is asked for, which is how the graph stays below
+# the runners.
+
+LAYERED_PACKAGES = ("headrace.model", "headrace.pipeline", "headrace.transforms", "headrace.io",
+                    "headrace.testing", "headrace.runners")
+
+
+def module_names(package_dir: pathlib.Path = PACKAGE_DIR) -> Dict[str, pathlib.Path]:
+    """Every module of the package by dotted name (a package's __init__ as `pkg.__init__`)."""
+    root = package_dir.parent
+    return {".".join(p.relative_to(root).with_suffix("").parts): p for p in package_dir.rglob("*.py")}
+
+
+def unit_of(module: str) -> str:
+    """The unit a module belongs to: `headrace.X` for anything under headrace/X, or `headrace`."""
+    parts = module.split(".")
+    return "headrace" if len(parts) < 2 or parts[1] == "__init__" else ".".join(parts[:2])
+
+
+def resolve(name: str, modules: Set[str]) -> Optional[str]:
+    """The module of `headrace` an imported name refers to (its longest prefix that is one)."""
+    parts = name.split(".")
+    while parts:
+        candidate = ".".join(parts)
+        if candidate in modules or candidate + ".__init__" in modules:
+            return candidate
+        parts.pop()
+    return None
+
+
+def unit_graph(sources: Dict[str, str]) -> Dict[str, Dict[str, List[str]]]:
+    """{unit: {imported unit: ['module:line imports name', ...]}} for modules given as {name: code}."""
+    modules = {m[: -len(".__init__")] if m.endswith(".__init__") else m for m in sources}
+    graph: Dict[str, Dict[str, List[str]]] = {}
+    for module, source in sorted(sources.items()):
+        here = unit_of(module)
+        edges = graph.setdefault(here, {})
+        for line, name in imported_modules(source, module):
+            target = resolve(name, modules)
+            if target is not None and unit_of(target) != here:
+                edges.setdefault(unit_of(target), []).append(f"{module}:{line} imports {name}")
+    return graph
+
+
+def find_cycle(graph: Dict[str, Dict[str, List[str]]]) -> Optional[List[str]]:
+    """A shortest cycle of units [a, b, ..., a] in the graph, or None when it has none."""
+    best: Optional[List[str]] = None
+    for start in sorted(graph):
+        paths = {start: [start]}  # breadth first: the first way back to `start` is the shortest
+        frontier = [start]
+        while frontier:
+            following = []
+            for unit in frontier:
+                for target in sorted(graph.get(unit, {})):
+                    if target == start and (best is None or len(paths[unit]) + 1 < len(best)):
+                        best = paths[unit] + [start]
+                    elif target not in paths:
+                        paths[target] = paths[unit] + [target]
+                        following.append(target)
+            frontier = following
+    return best
+
+
+def describe_cycle(graph: Dict[str, Dict[str, List[str]]], cycle: List[str]) -> str:
+    """The cycle as 'a -> b (module:line imports name) -> ...', one import per edge."""
+    steps = [f"{a} -> {b} ({graph[a][b][0]})" for a, b in zip(cycle, cycle[1:])]
+    return "; ".join(steps)
+
+
+def headrace_sources() -> Dict[str, str]:
+    return {name: path.read_text(encoding="utf-8") for name, path in module_names().items()}
+
+
+def test_the_import_graph_sees_every_package():
+    graph = unit_graph(headrace_sources())
+    assert set(LAYERED_PACKAGES) <= set(graph)
+    assert "headrace.pipeline" in graph["headrace.runners"]  # the runners build on the graph
+
+
+def test_no_import_cycle_between_packages():
+    graph = unit_graph(headrace_sources())
+    cycle = find_cycle(graph)
+    assert cycle is None, (
+        "import cycle between headrace's packages (see 'Dependencies between the packages' in "
+        "docs/architecture.md): " + describe_cycle(graph, cycle))
+
+
+def test_nothing_below_the_runners_imports_them():
+    graph = unit_graph(headrace_sources())
+    bad = {unit: graph[unit]["headrace.runners"] for unit in graph
+           if unit not in ("headrace", "headrace.runners", "headrace.cli", "headrace.examples")
+           and "headrace.runners" in graph[unit]}
+    assert not bad, ("look runners up by name through headrace.pipeline.runner_registry instead "
+                     f"of importing headrace.runners: {bad}")
+
+
+def _fake_package(**modules: str) -> Dict[str, str]:
+    return {f"headrace.{name}": source for name, source in modules.items()}
+
+
+@pytest.mark.parametrize("sources, expected", [
+    (_fake_package(**{"pipeline.__init__": "", "pipeline.pipeline": (
+        "def run():\n    from headrace.runners import create_runner\n"),
+        "runners.__init__": "", "runners.local": "from ..pipeline.pipeline import run"}),
+     ["headrace.pipeline", "headrace.runners", "headrace.pipeline"]),
+    (_fake_package(**{"io.__init__": "", "io.textio": "import importlib\n"
+                      "importlib.import_module('headrace.testing.util')",
+                      "testing.__init__": "", "testing.util": "from headrace.io import textio"}),
+     ["headrace.io", "headrace.testing", "headrace.io"]),
+    (_fake_package(**{"model.__init__": "", "model.window": "from . import time",
+                      "model.time": "from headrace.model import window",
+                      "transforms.__init__": "", "transforms.core": "from headrace import model"}),
+     None),
+    (_fake_package(**{"pipeline.__init__": "", "pipeline.runner_registry": (
+        "import importlib\nFACTORY = 'headrace.runners.local:LocalRunner'\n"
+        "def load(path):\n    return importlib.import_module(path.split(':')[0])\n"),
+        "runners.__init__": "", "runners.local": "from headrace.pipeline import runner_registry"}),
+     None),
+])
+def test_cycle_finder(sources, expected):
+    assert find_cycle(unit_graph(sources)) == expected

@@ -8,6 +8,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 from headrace.errors import DuplicateLabelError, InvalidArgumentError, PipelineConstructionError
 from headrace.pipeline.ptransform import PTransform, _NamedPTransform, input_type_conflict
 from headrace.pipeline.pvalue import AsSideInput, DoOutputsTuple, PBegin, PCollection, PDone, PValue
+from headrace.pipeline.runner_registry import create_runner
 
 
 class AppliedPTransform:
@@ -247,7 +248,6 @@ class Pipeline:
         so there is nothing to round-trip and the result is the same.
         """
         from headrace.options.pipeline_options import check_supported
-        from headrace.runners import create_runner
         check_supported(self._options)
         runner = create_runner(self.runner)
         self._ran = True
