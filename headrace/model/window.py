@@ -25,6 +25,11 @@ from headrace.model.time import (
     duration_micros,
     to_micros,
 )
+from headrace.model.strategy import (
+    AccumulationMode, ClosingBehavior, OnTimeBehavior, check_accumulation_mode, check_enum,
+)
+from headrace.model.triggers.algebra import check_trigger
+from headrace.model.triggers.sugar import DefaultTrigger
 
 
 class BoundedWindow:
@@ -499,12 +504,11 @@ class Windowing:
             raise InvalidArgumentError(
                 f"a windowing strategy needs a WindowFn (FixedWindows, SlidingWindows, Sessions, "
                 f"GlobalWindows or a WindowFn subclass), got {type(windowfn).__name__} {windowfn!r}")
-        from headrace.model import trigger as _trigger
         self.windowfn = windowfn
         self._explicit_trigger = trigger is not None
-        self.trigger = _trigger.DefaultTrigger() if trigger is None else _trigger.check_trigger(trigger)
-        self.accumulation_mode = (_trigger.AccumulationMode.DISCARDING if accumulation_mode is None
-                                  else _trigger.check_accumulation_mode(accumulation_mode))
+        self.trigger = DefaultTrigger() if trigger is None else check_trigger(trigger)
+        self.accumulation_mode = (AccumulationMode.DISCARDING if accumulation_mode is None
+                                  else check_accumulation_mode(accumulation_mode))
         if timestamp_combiner is None:
             timestamp_combiner = TimestampCombiner.OUTPUT_AT_EOW
         if not isinstance(timestamp_combiner, TimestampCombiner):
@@ -520,10 +524,10 @@ class Windowing:
         if lateness < 0:
             raise InvalidArgumentError(f"allowed_lateness must not be negative, got {allowed_lateness!r}")
         self.allowed_lateness_us = lateness
-        self.closing_behavior = _trigger.check_enum(
-            "closing_behavior", closing_behavior, _trigger.ClosingBehavior.FIRE_IF_NON_EMPTY)
-        self.on_time_behavior = _trigger.check_enum(
-            "on_time_behavior", on_time_behavior, _trigger.OnTimeBehavior.FIRE_ALWAYS)
+        self.closing_behavior = check_enum(
+            "closing_behavior", closing_behavior, ClosingBehavior.FIRE_IF_NON_EMPTY)
+        self.on_time_behavior = check_enum(
+            "on_time_behavior", on_time_behavior, OnTimeBehavior.FIRE_ALWAYS)
 
     def is_default(self) -> bool:
         """True for global windows with the default trigger and settings."""

@@ -2,9 +2,9 @@
 
 Beam's names (AfterWatermark, AfterCount, AfterProcessingTime, AfterAny, AfterAll, AfterEach,
 Repeatedly, OrFinally, Always, Never, DefaultTrigger) are sugar over the formal trigger
-algebra of `headrace.model.trigger` (ElemCount, EndOfWindow, SinceEarliestElem, AtPeriod,
-Done, AfterFirst, Repeat, ...), which is exported here too, with the paper's AtCount,
-AtWatermark, SequenceOf and RepeatUntil.
+algebra of `headrace.model.triggers.algebra` (ElemCount, EndOfWindow, SinceEarliestElem,
+AtPeriod, Done, AfterFirst, Repeat, ...), which is exported here too, with the paper's AtCount,
+AtWatermark, SequenceOf and RepeatUntil (all gathered by `headrace.model.trigger`).
 """
 
 from headrace.model.trigger import (
