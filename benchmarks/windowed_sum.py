@@ -89,9 +89,12 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     beam_problem = "--skip-beam given" if args.skip_beam else beam_usable(args.beam_python)
     if beam_problem:
-        print(f"!! Apache Beam rows are SKIPPED: {beam_problem}.\n"
-              f"!! Create a Beam virtualenv with:  {BEAM_VENV_HINT}\n"
-              f"!! then pass --beam-python .venv-beam/bin/python (or set BEAM_PYTHON).\n")
+        print(f"!! Apache Beam rows are SKIPPED: {beam_problem}.")
+        if not args.skip_beam:
+            print(f"!! Run this with ./dev bench windowed_sum, which creates .venv-beam, or create a Beam\n"
+                  f"!! virtualenv with:  {BEAM_VENV_HINT}\n"
+                  f"!! then pass --beam-python .venv-beam/bin/python (or set BEAM_PYTHON).")
+        print()
 
     print(f"headrace revision: {headrace_revision()}")
     print(f"python: {sys.executable} ({sys.version.split()[0]}); beam python: "
