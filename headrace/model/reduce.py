@@ -45,17 +45,41 @@ timers: a window's final pane then sees the watermark held by its own hold and i
 garbage-collection timer (max timestamp + allowed lateness) only.
 
 State (all plain, picklable data; runners keep `KeyState` between calls, the Spark
-streaming runner in its state store):
+streaming runner in its state store). Each piece is described as Beam Java describes its
+ReduceFnRunner state: State (what is stored), Style (addressed by the actual window, DIRECT,
+or by the window it was merged into, RENAMED; headrace merges state eagerly, so a merged
+window's state is one `WindowState` under the merge result), Merging (what a merge does to
+it), Lifetime (when it is cleared).
 
-* `WindowState` per active window. Style: addressed by the merged window. Merging: merged
-  as in rule 2. Lifetime: until the trigger finishes or garbage collection.
-  Holds contents (buffer or accumulator), pending-input count, output hold, whether the
-  end-of-window timer is pending, trigger state, and the panes to retract next (retracting
-  mode only).
-* The pane tracker in `WindowState` (index, non-speculative index, last timing). Style: by the
-  actual window (Java's DIRECT style). Merging: a new merged window starts afresh; a merge
-  result equal to one of the merged windows keeps that window's. Lifetime: the window's.
-* `KeyState.closed`: windows whose trigger finished. Lifetime: until garbage collection.
+* `KeyState.windows`: the active windows. State: window -> `WindowState`. Style: DIRECT.
+  Merging: windows merged away are removed, the merge result added. Lifetime: a window is
+  there from its first input until its trigger finishes or it is garbage-collected.
+* `KeyState.closed`: windows whose trigger finished. State: the window (a tombstone).
+  Style: DIRECT. Merging: takes no part in merges (a new element next to one starts a new
+  window). Lifetime: until garbage collection.
+* `WindowState.contents`: State: the input's values (a GroupByKey, or a combine that must
+  recompute) or the CombineFn's accumulator. Style: RENAMED. Merging: concatenated, or
+  `merge_accumulators`. Lifetime: cleared by every pane in DISCARDING mode; else until the
+  trigger finishes or garbage collection.
+* `WindowState.pending`: State: how many inputs came since the last pane. Style: RENAMED.
+  Merging: summed. Lifetime: reset by every pane.
+* `WindowState.hold_us`: State: the output-time hold of the input since the last pane (it
+  holds the output watermark). Style: RENAMED. Merging: combined by the TimestampCombiner (at
+  the merge result's end for OUTPUT_AT_EOW). Lifetime: released by every pane.
+* `WindowState.eow_timer`: State: whether the end-of-window timer is set and not yet
+  delivered (it holds the output watermark too). Style: DIRECT. Merging: a new merge result
+  sets its own if it ends after the watermark. Lifetime: until the watermark passes the end.
+* `WindowState.trigger_state`: State: the trigger's state (plain data; the trigger itself is
+  an immutable spec). Style: DIRECT. Merging: `further(rewind(s1), rewind(s2), ...)` (seed
+  000). Lifetime: until the trigger finishes (the window is closed) or garbage collection.
+* `WindowState.pane_index`, `nonspec_index`, `last_timing` (the pane tracker): State: the next
+  pane's index and non-speculative index, the last pane's timing. Style: DIRECT (Java's
+  PaneInfoTracker). Merging: a new merge result starts afresh; a result equal to one of the
+  merged windows keeps that window's. Lifetime: the window's.
+* `WindowState.to_retract`, `unmatched` (ACCUMULATING_AND_RETRACTING, and retractions from
+  upstream): State: the panes to withdraw before the next pane; retractions of inputs no
+  longer held. Style: RENAMED. Merging: concatenated. Lifetime: replaced (emitted) by the
+  next pane.
 
 The core never reads a clock and does no I/O: time comes in as arguments.
 """
