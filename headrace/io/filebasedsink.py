@@ -22,7 +22,7 @@ import random
 import re
 import shutil
 import uuid
-from typing import Any, BinaryIO, Iterable, List, Optional, Tuple
+from typing import Any, BinaryIO, Iterable, List, Optional, Tuple, cast
 
 from headrace.errors import InvalidArgumentError
 from headrace.io.filesystem import compressing_writer, compression_of
@@ -79,8 +79,9 @@ class _TempFile:
         self.path = os.path.join(sink.temp_dir, f"{uuid.uuid4().hex}.tmp")
         self.raw = open(self.path, "wb")
         self.fh = compressing_writer(self.raw, sink.compression)
-        self.counter = _CountingWriter(self.fh) if sink.max_bytes_per_shard else None
-        self.writer = sink.new_writer(self.counter or self.fh)
+        self.max_bytes = sink.max_bytes_per_shard or 0
+        self.counter = _CountingWriter(self.fh) if self.max_bytes else None
+        self.writer = sink.new_writer(cast(BinaryIO, self.counter or self.fh))
         self.records = 0
 
     def write(self, record: Any) -> None:
@@ -92,8 +93,7 @@ class _TempFile:
         """Whether the file reached the sink's max_records_per_shard or max_bytes_per_shard."""
         sink = self.sink
         return bool((sink.max_records_per_shard and self.records >= sink.max_records_per_shard)
-                    or (self.counter is not None
-                        and self.counter.bytes_written >= sink.max_bytes_per_shard))
+                    or (self.counter is not None and self.counter.bytes_written >= self.max_bytes))
 
     def close(self) -> str:
         """Finishes the format, closes the file and returns its path."""

@@ -26,7 +26,7 @@ class DistributionData(NamedTuple):
     """Sum, count, min and max of the values a distribution saw."""
 
     sum: float
-    count: int
+    count: int  # type: ignore[assignment]  # Beam's field name; it shadows tuple.count
     min: float
     max: float
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Optional
+from typing import Any, Dict, Iterable, Optional
 
 
 class _DoFnParam:
@@ -20,7 +20,7 @@ class _DoFnParam:
         return (_param_by_name, (self.name,))
 
 
-_PARAMS = {}
+_PARAMS: Dict[str, "_DoFnParam"] = {}
 
 
 def _param(name: str) -> _DoFnParam:

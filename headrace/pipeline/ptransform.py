@@ -4,15 +4,20 @@ from __future__ import annotations
 
 import inspect
 import typing
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from headrace.errors import InvalidArgumentError, PipelineConstructionError, UnsupportedArgumentError
+
+if TYPE_CHECKING:
+    from headrace.pipeline.pipeline import Pipeline
 
 
 class PTransform:
     """A step or composite of steps; subclasses implement `expand(input)` (composites) or are primitives."""
 
-    pipeline = None
+    #: The pipeline the transform is applied to: set by `Pipeline.apply` before `expand` runs,
+    #: so `expand` may rely on it (None only on a transform never applied).
+    pipeline: "Pipeline" = None  # type: ignore[assignment]
     _user_label: Optional[str] = None
 
     def __init__(self, label: Optional[str] = None) -> None:

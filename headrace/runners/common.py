@@ -10,7 +10,7 @@ from __future__ import annotations
 import inspect
 import logging
 import traceback
-from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple, cast
 
 from headrace.errors import (
     DeadLetterThresholdError, ElementError, InvalidArgumentError, KeyEncodingError,
@@ -38,6 +38,9 @@ class ErrorInfo(tuple):
 
     Also carries `.step` (the failing step's label) and `.exception` (the exception itself).
     """
+
+    step: str
+    exception: Optional[BaseException]
 
     def __new__(cls, exc: BaseException, step: str) -> "ErrorInfo":
         lines = traceback.format_exception(type(exc), exc, exc.__traceback__)
@@ -315,7 +318,8 @@ class ParDoRunner:
             r(wv)
 
     def _resolve(self, wv: WindowedValue, window: Any) -> Tuple[tuple, dict]:
-        reader = self.side_inputs
+        # None only when no argument is a side input (then `view` is never called)
+        reader = cast(SideInputReader, self.side_inputs)
         args = tuple(reader.view(a, window) if isinstance(a, AsSideInput) else a for a in self.args)
         kwargs = {k: (reader.view(v, window) if isinstance(v, AsSideInput) else v)
                   for k, v in self.kwargs.items()}
@@ -645,6 +649,7 @@ class FusedStage:
             if s.windowfn is not None:
                 runners.append(AssignWindowsRunner(s.label, s.windowfn))
             else:
+                assert s.dofn is not None  # a step is a WindowInto or a ParDo
                 runners.append(ParDoRunner(s.label, coders.loads(s.dofn), s.args, s.kwargs or {},
                                            s.main_tag, s.dead_letter))
         return runners

@@ -271,9 +271,11 @@ def _child_main(conn: Any, dofn_bytes: bytes, label: str) -> None:
 
 def _error_reply(exc: BaseException, container: MetricsContainer) -> tuple:
     tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    payload: Optional[bytes]
     try:
-        payload: Optional[bytes] = cloudpickle.dumps(exc, protocol=pickle.HIGHEST_PROTOCOL)
-        pickle.loads(payload)
+        data = cloudpickle.dumps(exc, protocol=pickle.HIGHEST_PROTOCOL)
+        pickle.loads(data)
+        payload = data
     except Exception:
         payload = None
     return ("error", payload, type(exc).__qualname__, _short_repr(exc), tb, container)

@@ -248,6 +248,7 @@ class TestStream(PTransform):
 
     def _round_trip(self, n: int, tv: TimestampedValue) -> TimestampedValue:
         coder = self.coder
+        assert coder is not None  # called only for a TestStream given a coder
         try:
             value = coder.decode(coder.encode(tv.value))
         except Exception as exc:

@@ -305,6 +305,7 @@ class _ThresholdChecked(PTransform):
         pcoll = _require_pcollection(self, pcoll)
         label = self.pipeline.current_transform().full_label
         pardo = copy.copy(self.pardo)
+        assert pardo.dead_letter is not None  # with_exception_handling set it
         pardo.dead_letter = {**pardo.dead_letter, "step": label}
         w = pcoll.windowing
         if self.windowfn is None and not pcoll.is_bounded and isinstance(w.windowfn, GlobalWindows) \
@@ -374,6 +375,8 @@ class Map(ParDo):
         _check_callable(type(self).__name__, fn)
         super().__init__(_CallableWrapperDoFn(fn, self._kind), *args, **kwargs)
 
+    fn: _CallableWrapperDoFn
+
     def default_label(self) -> str:
         return f"{type(self).__name__}({label_from_callable(self.fn.fn)})"
 
@@ -396,7 +399,7 @@ class FlatMap(Map):
 
     _kind = "flatmap"
 
-    def __init__(self, fn: Callable[..., Any] = None, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, fn: Optional[Callable[..., Any]] = None, *args: Any, **kwargs: Any) -> None:
         super().__init__(fn if fn is not None else _identity, *args, **kwargs)
 
 

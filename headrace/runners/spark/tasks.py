@@ -534,9 +534,10 @@ class _Accumulator:
             else:
                 t = type(k)
                 if t is int or t is bytes:
-                    kb = kb_of.get((t, k))
-                    if kb is None:
-                        kb = kb_of[(t, k)] = grouping_key_bytes(label, k, kv)
+                    known = kb_of.get((t, k))
+                    if known is None:
+                        known = kb_of[(t, k)] = grouping_key_bytes(label, k, kv)
+                    kb = known
                 else:
                     kb = grouping_key_bytes(label, k, kv)
                 entry = table.get(kb)
