@@ -26,7 +26,7 @@ from pyspark.accumulators import AccumulatorParam
 from pyspark.serializers import FramedSerializer
 
 from headrace.errors import PipelineExecutionError, _short_repr
-from headrace.io.iobase import batched
+from headrace.io.iobase import ArrowBatchSource, batched
 from headrace.metrics.metric import Metrics, MetricsContainer, metrics_scope, set_current_step
 from headrace.model import coders
 from headrace.model.reduce import KeyState, ReduceFnRunner
@@ -384,7 +384,7 @@ def columnar_partial_fn(env: TaskEnv, read_label: str, source: Any, stage: Fused
         chain = columnar_chain(stage.steps, stage.root)
         assert chain is not None
         vchain = (vector_chain(stage.steps, stage.root, source.row_attributes)
-                  if hasattr(source, "read_arrow") else None)
+                  if isinstance(source, ArrowBatchSource) else None)
         committed, attempted = MetricsContainer(), MetricsContainer()
         try:
             arrow = vchain is not None
