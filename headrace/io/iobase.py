@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Iterator, List
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, List, Protocol, runtime_checkable
 
 from headrace.errors import InvalidArgumentError, PipelineConstructionError
 from headrace.model.window import GlobalWindows, Windowing
 from headrace.pipeline.ptransform import PTransform
 from headrace.pipeline.pvalue import PBegin, PCollection
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 
 def batched(items: Iterable[Any], size: int) -> Iterator[List[Any]]:
@@ -40,6 +43,34 @@ class BoundedSource:
     def display_name(self) -> str:
         """A short description for labels and errors."""
         return type(self).__name__
+
+
+@runtime_checkable
+class ArrowBatchSource(Protocol):
+    """A BoundedSource that can also read a part as Arrow record batches (`ReadFromParquet`).
+
+    A runner may read such a source's parts with `read_arrow` and work on whole columns (the
+    Spark runner's vectorised path, runners/spark/fastpath/), turning a batch into the source's
+    records with `records_of` wherever it needs them one by one. Both readings must agree:
+    `records_of` of the batches of `read_arrow(part, n)`, concatenated, are the records of
+    `read(part)`, in order. Runners check the capability with `isinstance(source,
+    ArrowBatchSource)`; a source declares it by defining these members (and may list this class
+    among its bases to say so).
+    """
+
+    @property
+    def row_attributes(self) -> bool:
+        """True when records are `Row`s (fields read as attributes), False for dicts (fields read
+        by `record["name"]`)."""
+        ...
+
+    def read_arrow(self, part: Any, size: int) -> Iterable["pa.RecordBatch"]:
+        """Yields the records of one part as Arrow record batches of about `size` rows."""
+        ...
+
+    def records_of(self, batch: "pa.RecordBatch") -> List[Any]:
+        """The records (as `read` yields them) of one batch that `read_arrow` yielded."""
+        ...
 
 
 class Read(PTransform):

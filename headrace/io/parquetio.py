@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 from headrace.errors import DataFormatError, InvalidArgumentError, _short_repr
 from headrace.io.filebasedsink import FileBasedSink, FileFormatWriter, write_files
 from headrace.io.filesystem import check_files_exist, match_files
-from headrace.io.iobase import BoundedSource, Read
+from headrace.io.iobase import ArrowBatchSource, BoundedSource, Read
 from headrace.pipeline.ptransform import PTransform
 from headrace.pipeline.pvalue import PCollection, Row
 
@@ -107,7 +107,9 @@ def _rows_of(batch: Any, make_row: Callable[..., Dict[str, Any]]) -> Iterable[Di
     return map(make_row, *[_column_values(c) for c in batch.columns])
 
 
-class _ParquetRowSource(_ParquetSource):
+class _ParquetRowSource(_ParquetSource, ArrowBatchSource):
+    """Rows of Parquet files as dicts or Rows; also an ArrowBatchSource (read_arrow, records_of)."""
+
     def __init__(self, *args: Any, as_rows: bool = False) -> None:
         super().__init__(*args)
         self.as_rows = as_rows

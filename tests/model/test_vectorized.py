@@ -1,6 +1,7 @@
-"""Differential tests of headrace.runners.vectorized: whatever a compiled chain or the vector
-combiner returns must be exactly what the per-element path computes (same values, same Python
-types, floats bit for bit), or the bundle must fall back (`VectorChain.run` returns None).
+"""Differential tests of headrace.runners.spark.fastpath (evaluate, combine): whatever a compiled
+chain or the vector combiner returns must be exactly what the per-element path computes (same
+values, same Python types, floats bit for bit), or the bundle must fall back (`VectorChain.run`
+returns None).
 Functions with side effects, or that the sandbox cannot describe, must not compile at all."""
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from headrace.model.combine import (CountCombineFn, MaxCombineFn, MeanCombineFn,
 from headrace.model.time import MIN_TIMESTAMP_MICROS
 from headrace.model.window import (GLOBAL_WINDOWS_TUPLE, FixedWindows, GlobalWindow, GlobalWindows,
                                    Sessions)
-from headrace.runners.vectorized import compile_chain, vector_combiner
+from headrace.runners.spark.fastpath.combine import vector_combiner
+from headrace.runners.spark.fastpath.evaluate import compile_chain
 
 TV = beam.window.TimestampedValue
 _N = int(os.environ.get("VECTORIZED_EXAMPLES", "200"))

@@ -14,7 +14,7 @@ from headrace.model import coders
 from headrace.options.pipeline_options import LocalRunnerOptions, SparkRunnerOptions
 from headrace.pipeline.pipeline import AppliedPTransform, Pipeline, PipelineResult, PipelineState
 from headrace.pipeline.pvalue import AsSideInput, PCollection
-from headrace.runners.columnar import columnar_chain
+from headrace.runners.spark.fastpath import columnar_chain
 from headrace.runners.common import FusedStage, SideInputCombiner, serialize_dofn, step_spec
 from headrace.runners.spark import session as sessions
 from headrace.runners.spark import tasks

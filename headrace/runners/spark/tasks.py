@@ -26,19 +26,19 @@ from pyspark.accumulators import AccumulatorParam
 from pyspark.serializers import FramedSerializer
 
 from headrace.errors import PipelineExecutionError, _short_repr
-from headrace.io.iobase import batched
+from headrace.io.iobase import ArrowBatchSource, batched
 from headrace.metrics.metric import Metrics, MetricsContainer, metrics_scope, set_current_step
 from headrace.model import coders
 from headrace.model.reduce import KeyState, ReduceFnRunner
 from headrace.model.time import MAX_TIMESTAMP_MICROS, MIN_TIMESTAMP_MICROS
 from headrace.model.window import Sessions, TimestampCombiner, Windowing
 from headrace.model.windowed import PANE_INFO_UNKNOWN, WindowedValue
-from headrace.runners.columnar import Columns, columnar_chain
-from headrace.runners.vectorized import VectorBundle, vector_chain, vector_combiner
 from headrace.runners.common import (
     FusedStage, SideInputCombiner, SideInputReader, grouping_failure, grouping_key_bytes, split_kv,
     to_windowed_value,
 )
+from headrace.runners.spark.fastpath import (Columns, VectorBundle, columnar_chain, vector_chain,
+                                             vector_combiner)
 
 _MARK = "HEADRACE-TASK-ERROR["
 _PROCESSING_TIME = 0  # batch: processing time stands still, so processing-time triggers never fire
@@ -376,15 +376,15 @@ def columnar_partial_fn(env: TaskEnv, read_label: str, source: Any, stage: Fused
                         combine_fn_bytes: bytes) -> Callable[[Iterator[Any]], Iterator[Any]]:
     """Read -> a chain of plain element-wise steps -> lifted CombinePerKey, in one pass; the
     RDD's records are the source's parts. Each bundle takes the first path that can run it:
-    vectorised over Arrow batches (headrace.runners.vectorized), columnar lists
-    (headrace.runners.columnar), or the fused stage element by element."""
+    vectorised over Arrow batches (fastpath.evaluate and fastpath.combine), columnar lists
+    (fastpath.columnar), or the fused stage element by element."""
     out_pc = stage.materialized[0]
 
     def triples(parts: Iterator[Any]) -> Iterator[Any]:
         chain = columnar_chain(stage.steps, stage.root)
         assert chain is not None
         vchain = (vector_chain(stage.steps, stage.root, source.row_attributes)
-                  if hasattr(source, "read_arrow") else None)
+                  if isinstance(source, ArrowBatchSource) else None)
         committed, attempted = MetricsContainer(), MetricsContainer()
         try:
             arrow = vchain is not None

@@ -1,4 +1,4 @@
-"""Columnar bundles: a fast path for chains of plain Map / FlatMap / Filter / WindowInto steps.
+"""Columnar bundles: the fast path for chains of plain Map / FlatMap / Filter / WindowInto steps.
 
 A bundle is held as three parallel lists (values, timestamps in microseconds, window tuples)
 instead of one WindowedValue per element, and each step runs over the whole list at once

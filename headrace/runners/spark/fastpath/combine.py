@@ -1,0 +1,224 @@
+"""The built-in combines (sum, count, mean, min, max) per key and window over vectorised bundles.
+
+`VectorCombiner` accumulates the evaluated bundles of a partition into (key, window) groups as
+arrays (sort, `reduceat`), compacting them as they grow, and emits one accumulator per group in
+the format of the CombineFn (`SumCombineFn`, `CountCombineFn`, `MeanCombineFn`; `MinCombineFn`
+and `MaxCombineFn` over integers). Sessions are merged with the model's rule: windows
+[t, t + gap) of a key merge when they overlap; windows that merely touch stay apart.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Tuple
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from headrace.model.combine import (CountCombineFn, MaxCombineFn, MeanCombineFn, MinCombineFn,
+                                    SumCombineFn)
+from headrace.model.window import GLOBAL_WINDOW, FixedWindows, GlobalWindows, IntervalWindow, Sessions
+from headrace.runners.spark.fastpath.evaluate import (_FLOAT, _INT, _STR, _TIME_GUARD, _WINDOWFNS, _V,
+                                                      VectorBundle)
+from headrace.runners.spark.fastpath.tracer import _I64_MAX
+
+__all__ = ["VectorCombiner", "vector_combiner"]
+
+
+_COMBINES = {SumCombineFn: "sum", CountCombineFn: "count", MeanCombineFn: "mean",
+             MinCombineFn: "min", MaxCombineFn: "max"}
+
+
+def vector_combiner(combine_fn: Any, windowfn: Any, latest: bool) -> Optional["VectorCombiner"]:
+    """A VectorCombiner for a built-in CombineFn and a Global/Fixed/Sessions WindowFn, else None."""
+    what = _COMBINES.get(type(combine_fn))
+    if what is None or type(windowfn) not in _WINDOWFNS:
+        return None
+    return VectorCombiner(what, windowfn, latest)
+
+
+class _Groups(NamedTuple):
+    code: np.ndarray   # the key's index in VectorCombiner.keys
+    start: np.ndarray  # window start (microseconds; 0 in the global window)
+    end: np.ndarray    # window end
+    acc: np.ndarray    # sum / min / max (int64, float64, or object for ints that could overflow)
+    n: np.ndarray      # elements in the group (int64)
+    ts: np.ndarray     # the kept timestamp (earliest, or latest)
+
+
+class VectorCombiner:
+    """Accumulates vectorised bundles per (key, window) (see the module docstring)."""
+
+    def __init__(self, what: str, windowfn: Any, latest: bool) -> None:
+        self.what = what
+        self.windowfn = windowfn
+        self.merging = type(windowfn) is Sessions
+        self.latest = latest
+        self.chunks: List[_Groups] = []
+        self.rows = 0
+        self.limit = 1 << 18
+        self.key_kind: Optional[str] = None
+        self.value_kind: Optional[str] = None
+        self.keys: List[Any] = []             # every key seen, by code
+        self.code_of: Dict[Any, int] = {}
+
+    def accepts(self, bundle: VectorBundle) -> bool:
+        """True when the bundle's elements are (key, number) pairs this combiner can add."""
+        v = bundle.value
+        if not (type(v) is tuple and len(v) == 2 and isinstance(v[0], _V) and isinstance(v[1], _V)):
+            return False
+        if bundle.windowfn != self.windowfn:  # WindowFns are equal only to their own type
+            return False
+        key, val = v
+        if key.kind not in (_STR, _INT) or (self.key_kind not in (None, key.kind)):
+            return False
+        if self.what == "count":
+            return True
+        if self.value_kind not in (None, val.kind):
+            return False  # int and float sums of a partition are never mixed in one array
+        if self.what in ("min", "max"):
+            return val.kind == _INT
+        return val.kind in (_INT, _FLOAT)
+
+    def add(self, bundle: VectorBundle) -> None:
+        """Adds a bundle that `accepts` said yes to."""
+        if bundle.n == 0:
+            return
+        key, val = bundle.value
+        self.key_kind = key.kind
+        self.value_kind = val.kind
+        codes = self._codes(bundle.column(key))
+        ts = bundle.ts_array()
+        acc = bundle.column(val) if self.what != "count" else np.zeros(bundle.n, np.int64)
+        start, end = self._windows(ts)
+        self.chunks.append(self._reduce(_Groups(codes, start, end, _wide(self.what, acc),
+                                                np.ones(bundle.n, np.int64), ts)))
+        self.rows += len(self.chunks[-1].start)
+        if self.rows > self.limit:
+            self._compact()
+            self.limit = max(self.limit, 2 * self.rows)
+
+    def _codes(self, keys: Any) -> np.ndarray:
+        """Each key's code (its index in self.keys, which grows with new keys)."""
+        enc = pc.dictionary_encode(keys if isinstance(keys, (pa.Array, pa.ChunkedArray)) else pa.array(keys))
+        code_of, known = self.code_of, self.keys
+        local = []
+        for k in enc.dictionary.to_pylist():
+            c = code_of.get(k)
+            if c is None:
+                c = code_of[k] = len(known)
+                known.append(k)
+            local.append(c)
+        return np.asarray(local, np.int64)[enc.indices.to_numpy()]
+
+    def _windows(self, ts: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+        fn = self.windowfn
+        if type(fn) is GlobalWindows:
+            zero = np.zeros(len(ts), np.int64)
+            return zero, zero
+        if type(fn) is FixedWindows:
+            start = ts - np.remainder(ts - fn.offset_us, fn.size_us)
+            return start, start + fn.size_us
+        return ts, ts + fn.gap_size_us
+
+    def _compact(self) -> None:
+        if len(self.chunks) > 1:
+            c = self.chunks
+            merged = _Groups(*(np.concatenate([g[i] for g in c]) for i in range(len(_Groups._fields))))
+            self.chunks = [self._reduce(merged._replace(acc=_wide(self.what, merged.acc)))]
+        self.rows = len(self.chunks[0].start) if self.chunks else 0
+
+    def _reduce(self, g: _Groups) -> _Groups:
+        """One row per (key, window): per window, or per merged session."""
+        n = len(g.code)
+        if not n:
+            return g
+        order = _order(g.code, g.start)
+        code, start, end = g.code[order], g.start[order], g.end[order]
+        first = np.ones(n, bool)
+        first[1:] = code[1:] != code[:-1]
+        if self.merging:
+            first[1:] |= start[1:] >= _running_max_end(code, end)[:-1]
+        else:
+            first[1:] |= start[1:] != start[:-1]
+        idx = np.flatnonzero(first)
+        red = np.minimum if self.what == "min" else np.maximum if self.what == "max" else np.add
+        return _Groups(code[idx], start[idx], np.maximum.reduceat(end, idx), red.reduceat(g.acc[order], idx),
+                       np.add.reduceat(g.n[order], idx),
+                       (np.maximum if self.latest else np.minimum).reduceat(g.ts[order], idx))
+
+    def emit(self, key_bytes: Callable[[Any], bytes],
+             record: Callable[[bytes, Any, Any, int, Any], Any]) -> Iterator[Any]:
+        """Yields `record(key bytes, key, accumulator, timestamp, window)` for every group."""
+        self._compact()
+        if not self.chunks:
+            return
+        g = self.chunks[0]
+        self.chunks = []
+        self.rows = 0
+        acc = g.acc
+        if self.what in ("sum", "mean") and acc.dtype == np.float64:
+            acc = acc + 0.0  # Python's sum starts at 0, so a sum of -0.0s is 0.0
+        if self.what == "count":
+            accs: List[Any] = g.n.tolist()
+        elif self.what == "mean":
+            accs = list(zip(acc.tolist(), g.n.tolist()))
+        else:
+            accs = acc.tolist()
+        keys = self.keys
+        kbs: List[Optional[bytes]] = [None] * len(keys)
+        windows: Dict[Tuple[int, int], Any] = {}
+        is_global = type(self.windowfn) is GlobalWindows
+        w: Any
+        for c, a, t, s, e in zip(g.code.tolist(), accs, g.ts.tolist(), g.start.tolist(), g.end.tolist()):
+            kb = kbs[c]
+            if kb is None:
+                kb = kbs[c] = key_bytes(keys[c])
+            if is_global:
+                w = GLOBAL_WINDOW
+            else:
+                w = windows.get((s, e))
+                if w is None:
+                    w = windows[(s, e)] = IntervalWindow._of(s, e)
+            yield record(kb, keys[c], a, t, w)
+
+
+def _wide(what: str, acc: np.ndarray) -> np.ndarray:
+    """Integer sums as Python ints when int64 could overflow (never for realistic inputs)."""
+    if what in ("sum", "mean") and acc.dtype == np.int64 and len(acc) and \
+            max(abs(int(acc.min())), abs(int(acc.max()))) * len(acc) > _I64_MAX:
+        return acc.astype(object)
+    return acc
+
+
+def _band(code: np.ndarray, value: np.ndarray) -> Optional[np.ndarray]:
+    """code * span + (value - min) as one int64 sort key, when that cannot overflow."""
+    lo, hi = int(value.min()), int(value.max())
+    span = hi - lo + 1
+    if (int(code.max()) + 1) * span >= _TIME_GUARD:
+        return None
+    return code * span + (value - lo)
+
+
+def _order(code: np.ndarray, value: np.ndarray) -> np.ndarray:
+    """The permutation that sorts rows by (code, value)."""
+    band = _band(code, value)
+    return np.lexsort((value, code)) if band is None else np.argsort(band)
+
+
+def _running_max_end(code: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Per row (sorted by key code, then start): the largest end among that key's rows so far.
+
+    Each key's ends are laid in a band of their own (code * span + end - min), so that one
+    running maximum over all rows serves every key; ends are ranked first if bands would
+    overflow."""
+    band = _band(code, end)
+    if band is not None:
+        lo = int(end.min())
+        span = int(end.max()) - lo + 1
+        return np.maximum.accumulate(band) - code * span + lo
+    times = np.unique(end)
+    span = len(times) + 1
+    rank = np.searchsorted(times, end).astype(np.int64)
+    run = np.maximum.accumulate(code * span + rank)
+    return times[run - code * span]
