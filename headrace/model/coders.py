@@ -39,11 +39,13 @@ def encode_key(key: Any) -> bytes:
     """Encodes a grouping key to deterministic bytes, or raises KeyEncodingError."""
     t = type(key)
     if t is str:
-        return b"s" + key.encode("utf-8", "surrogatepass")
+        s: str = key  # (t is str: mypy does not narrow `key` through `t`)
+        return b"s" + s.encode("utf-8", "surrogatepass")
     if t is int:
         return b"i" + (_pack_q(key) if -(2**63) <= key < 2**63 else str(key).encode())
     if t is bytes:
-        return b"b" + key
+        b: bytes = key
+        return b"b" + b
     out = bytearray()
     _encode_into(key, out)
     return bytes(out)
@@ -119,7 +121,8 @@ def _repr(x: Any) -> str:
 
 def dumps(value: Any) -> bytes:
     """Serialises a value or function (cloudpickle, so lambdas and closures travel)."""
-    return cloudpickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+    data: bytes = cloudpickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+    return data
 
 
 def loads(data: bytes) -> Any:
@@ -174,7 +177,8 @@ class StrUtf8Coder(Coder):
 
     def encode(self, value: Any) -> bytes:
         """The UTF-8 bytes of the str `value`."""
-        return value.encode("utf-8")
+        s: str = value
+        return s.encode("utf-8")
 
     def decode(self, encoded: bytes) -> str:
         """The str of UTF-8 `encoded`."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import heapq
-from typing import Any, Callable, Iterable, List, Optional
+from typing import Any, Callable, Dict, Iterable, List, Optional, Set, Tuple
 
 from headrace.errors import InvalidArgumentError
 
@@ -87,7 +87,7 @@ class _Empty:
     def __repr__(self) -> str:
         return "<empty>"
 
-    def __reduce__(self):
+    def __reduce__(self) -> Tuple[Callable[[], "_Empty"], Tuple[()]]:
         return (_empty, ())
 
 
@@ -109,22 +109,23 @@ class CallableWrapperCombineFn(CombineFn):
         self._fn = fn
         self._buffer_size = buffer_size
 
-    def create_accumulator(self, *args, **kwargs):
+    def create_accumulator(self, *args: Any, **kwargs: Any) -> List[Any]:
         return []
 
-    def add_input(self, accumulator, element, *args, **kwargs):
-        accumulator.append(element)
-        if len(accumulator) > self._buffer_size:
-            accumulator[:] = [self._fn(accumulator, *args, **kwargs)]
-        return accumulator
+    def add_input(self, mutable_accumulator: List[Any], element: Any, *args: Any, **kwargs: Any) -> List[Any]:
+        mutable_accumulator.append(element)
+        if len(mutable_accumulator) > self._buffer_size:
+            mutable_accumulator[:] = [self._fn(mutable_accumulator, *args, **kwargs)]
+        return mutable_accumulator
 
-    def add_inputs(self, accumulator, elements, *args, **kwargs):
-        accumulator.extend(elements)
-        if len(accumulator) > self._buffer_size:
-            accumulator[:] = [self._fn(accumulator, *args, **kwargs)]
-        return accumulator
+    def add_inputs(self, mutable_accumulator: List[Any], elements: Iterable[Any], *args: Any, **kwargs: Any
+                   ) -> List[Any]:
+        mutable_accumulator.extend(elements)
+        if len(mutable_accumulator) > self._buffer_size:
+            mutable_accumulator[:] = [self._fn(mutable_accumulator, *args, **kwargs)]
+        return mutable_accumulator
 
-    def merge_accumulators(self, accumulators, *args, **kwargs):
+    def merge_accumulators(self, accumulators: Iterable[List[Any]], *args: Any, **kwargs: Any) -> List[Any]:
         out: List[Any] = []
         for a in accumulators:
             out.extend(a)
@@ -132,10 +133,10 @@ class CallableWrapperCombineFn(CombineFn):
                 out[:] = [self._fn(out, *args, **kwargs)]
         return out
 
-    def compact(self, accumulator, *args, **kwargs):
+    def compact(self, accumulator: List[Any], *args: Any, **kwargs: Any) -> List[Any]:
         return [self._fn(accumulator, *args, **kwargs)] if len(accumulator) > 1 else accumulator
 
-    def extract_output(self, accumulator, *args, **kwargs):
+    def extract_output(self, accumulator: List[Any], *args: Any, **kwargs: Any) -> Any:
         return self._fn(accumulator, *args, **kwargs)
 
     def default_label(self) -> str:
@@ -148,7 +149,8 @@ class CallableWrapperCombineFn(CombineFn):
 class BoundCombineFn(CombineFn):
     """A CombineFn with extra arguments bound: each method passes them on (Beam's curried CombineFn)."""
 
-    def __init__(self, fn: CombineFn, args: tuple = (), kwargs: Optional[dict] = None) -> None:
+    def __init__(self, fn: CombineFn, args: Tuple[Any, ...] = (), kwargs: Optional[Dict[str, Any]] = None
+                 ) -> None:
         self.fn = fn
         self.args = tuple(args)
         self.kwargs = dict(kwargs or {})
@@ -161,31 +163,31 @@ class BoundCombineFn(CombineFn):
         """Tears down the wrapped CombineFn."""
         self.fn.teardown()
 
-    def create_accumulator(self, *args, **kwargs):
+    def create_accumulator(self, *args: Any, **kwargs: Any) -> Any:
         return self.fn.create_accumulator(*self.args, **self.kwargs)
 
-    def add_input(self, mutable_accumulator, element, *args, **kwargs):
+    def add_input(self, mutable_accumulator: Any, element: Any, *args: Any, **kwargs: Any) -> Any:
         return self.fn.add_input(mutable_accumulator, element, *self.args, **self.kwargs)
 
-    def add_inputs(self, mutable_accumulator, elements, *args, **kwargs):
+    def add_inputs(self, mutable_accumulator: Any, elements: Iterable[Any], *args: Any, **kwargs: Any) -> Any:
         return self.fn.add_inputs(mutable_accumulator, elements, *self.args, **self.kwargs)
 
-    def merge_accumulators(self, accumulators, *args, **kwargs):
+    def merge_accumulators(self, accumulators: Iterable[Any], *args: Any, **kwargs: Any) -> Any:
         return self.fn.merge_accumulators(accumulators, *self.args, **self.kwargs)
 
-    def compact(self, accumulator, *args, **kwargs):
+    def compact(self, accumulator: Any, *args: Any, **kwargs: Any) -> Any:
         return self.fn.compact(accumulator, *self.args, **self.kwargs)
 
-    def extract_output(self, accumulator, *args, **kwargs):
+    def extract_output(self, accumulator: Any, *args: Any, **kwargs: Any) -> Any:
         return self.fn.extract_output(accumulator, *self.args, **self.kwargs)
 
-    def retract_input(self, mutable_accumulator, element):
+    def retract_input(self, mutable_accumulator: Any, element: Any) -> Any:
         return self.fn.retract_input(mutable_accumulator, element)
 
     def can_retract(self) -> bool:
         return self.fn.can_retract()
 
-    def apply(self, elements, *args, **kwargs):
+    def apply(self, elements: Iterable[Any], *args: Any, **kwargs: Any) -> Any:
         return self.fn.apply(elements, *self.args, **self.kwargs)
 
     def default_label(self) -> str:
@@ -207,22 +209,22 @@ def combine_values(fn: CombineFn, values: Iterable[Any]) -> Any:
 class SumCombineFn(CombineFn):
     """Sums numbers (what `CombinePerKey(sum)` runs); can retract by subtraction."""
 
-    def create_accumulator(self):
+    def create_accumulator(self) -> int:
         return 0
 
-    def add_input(self, acc, element):
+    def add_input(self, acc: Any, element: Any) -> Any:
         return acc + element
 
-    def add_inputs(self, acc, elements):
+    def add_inputs(self, acc: Any, elements: Iterable[Any]) -> Any:
         return acc + sum(elements)
 
-    def merge_accumulators(self, accumulators):
+    def merge_accumulators(self, accumulators: Iterable[Any]) -> Any:
         return sum(accumulators)
 
-    def extract_output(self, acc):
+    def extract_output(self, acc: Any) -> Any:
         return acc
 
-    def retract_input(self, acc, element):
+    def retract_input(self, acc: Any, element: Any) -> Any:
         return acc - element
 
 
@@ -230,20 +232,20 @@ class _ExtremumCombineFn(CombineFn):
     _pick: Callable[[Any, Any], Any]
     _fn: Callable[..., Any]
 
-    def create_accumulator(self):
+    def create_accumulator(self) -> _Empty:
         return EMPTY
 
-    def add_input(self, acc, element):
+    def add_input(self, acc: Any, element: Any) -> Any:
         return element if acc is EMPTY else type(self)._pick(acc, element)
 
-    def merge_accumulators(self, accumulators):
+    def merge_accumulators(self, accumulators: Iterable[Any]) -> Any:
         acc: Any = EMPTY
         for a in accumulators:
             if a is not EMPTY:
                 acc = a if acc is EMPTY else type(self)._pick(acc, a)
         return acc
 
-    def extract_output(self, acc):
+    def extract_output(self, acc: Any) -> Any:
         return type(self)._fn([]) if acc is EMPTY else acc
 
 
@@ -280,72 +282,72 @@ def as_combine_fn(fn: Any, has_args: bool = False) -> CombineFn:
 class CountCombineFn(CombineFn):
     """Counts its inputs."""
 
-    def create_accumulator(self):
+    def create_accumulator(self) -> int:
         return 0
 
-    def add_input(self, acc, element):
+    def add_input(self, acc: int, element: Any) -> int:
         return acc + 1
 
-    def add_inputs(self, acc, elements):
+    def add_inputs(self, acc: int, elements: Iterable[Any]) -> int:
         return acc + sum(1 for _ in elements)
 
-    def merge_accumulators(self, accumulators):
+    def merge_accumulators(self, accumulators: Iterable[int]) -> int:
         return sum(accumulators)
 
-    def extract_output(self, acc):
+    def extract_output(self, acc: int) -> int:
         return acc
 
-    def retract_input(self, acc, element):
+    def retract_input(self, acc: int, element: Any) -> int:
         return acc - 1
 
 
 class MeanCombineFn(CombineFn):
     """The arithmetic mean of its inputs (NaN for none)."""
 
-    def create_accumulator(self):
+    def create_accumulator(self) -> Tuple[int, int]:
         return (0, 0)
 
-    def add_input(self, acc, element):
+    def add_input(self, acc: Tuple[Any, int], element: Any) -> Tuple[Any, int]:
         return (acc[0] + element, acc[1] + 1)
 
-    def merge_accumulators(self, accumulators):
+    def merge_accumulators(self, accumulators: Iterable[Tuple[Any, int]]) -> Tuple[Any, int]:
         s = c = 0
         for a_s, a_c in accumulators:
             s += a_s
             c += a_c
         return (s, c)
 
-    def extract_output(self, acc):
+    def extract_output(self, acc: Tuple[Any, int]) -> Any:
         return acc[0] / acc[1] if acc[1] else float("NaN")
 
-    def retract_input(self, acc, element):
+    def retract_input(self, acc: Tuple[Any, int], element: Any) -> Tuple[Any, int]:
         return (acc[0] - element, acc[1] - 1)
 
 
 class ToListCombineFn(CombineFn):
     """Collects its inputs into a list."""
 
-    def create_accumulator(self):
+    def create_accumulator(self) -> List[Any]:
         return []
 
-    def add_input(self, acc, element):
+    def add_input(self, acc: List[Any], element: Any) -> List[Any]:
         acc.append(element)
         return acc
 
-    def add_inputs(self, acc, elements):
+    def add_inputs(self, acc: List[Any], elements: Iterable[Any]) -> List[Any]:
         acc.extend(elements)
         return acc
 
-    def merge_accumulators(self, accumulators):
+    def merge_accumulators(self, accumulators: Iterable[List[Any]]) -> List[Any]:
         out: List[Any] = []
         for a in accumulators:
             out.extend(a)
         return out
 
-    def extract_output(self, acc):
+    def extract_output(self, acc: List[Any]) -> List[Any]:
         return acc
 
-    def retract_input(self, acc, element):
+    def retract_input(self, acc: List[Any], element: Any) -> List[Any]:
         acc.remove(element)
         return acc
 
@@ -353,41 +355,41 @@ class ToListCombineFn(CombineFn):
 class ToSetCombineFn(CombineFn):
     """Collects its distinct inputs into a set."""
 
-    def create_accumulator(self):
+    def create_accumulator(self) -> Set[Any]:
         return set()
 
-    def add_input(self, acc, element):
+    def add_input(self, acc: Set[Any], element: Any) -> Set[Any]:
         acc.add(element)
         return acc
 
-    def merge_accumulators(self, accumulators):
-        out: set = set()
+    def merge_accumulators(self, accumulators: Iterable[Set[Any]]) -> Set[Any]:
+        out: Set[Any] = set()
         for a in accumulators:
             out |= a
         return out
 
-    def extract_output(self, acc):
+    def extract_output(self, acc: Set[Any]) -> Set[Any]:
         return acc
 
 
 class ToDictCombineFn(CombineFn):
     """Collects (key, value) inputs into a dict."""
 
-    def create_accumulator(self):
+    def create_accumulator(self) -> Dict[Any, Any]:
         return {}
 
-    def add_input(self, acc, element):
+    def add_input(self, acc: Dict[Any, Any], element: Any) -> Dict[Any, Any]:
         k, v = element
         acc[k] = v
         return acc
 
-    def merge_accumulators(self, accumulators):
-        out: dict = {}
+    def merge_accumulators(self, accumulators: Iterable[Dict[Any, Any]]) -> Dict[Any, Any]:
+        out: Dict[Any, Any] = {}
         for a in accumulators:
             out.update(a)
         return out
 
-    def extract_output(self, acc):
+    def extract_output(self, acc: Dict[Any, Any]) -> Dict[Any, Any]:
         return acc
 
 
@@ -400,7 +402,8 @@ class _Keyed:
         self.k, self.item, self.rev = k, item, rev
 
     def __lt__(self, other: "_Keyed") -> bool:
-        return other.k < self.k if self.rev else self.k < other.k
+        lt: bool = other.k < self.k if self.rev else self.k < other.k  # the keys' `<`
+        return lt
 
 
 class TopCombineFn(CombineFn):
@@ -411,13 +414,13 @@ class TopCombineFn(CombineFn):
             raise InvalidArgumentError(f"Top needs a non-negative int n, got {n!r}")
         self._n, self._key, self._reverse = n, key, reverse
 
-    def _wrap(self, x):
+    def _wrap(self, x: Any) -> _Keyed:
         return _Keyed(x if self._key is None else self._key(x), x, self._reverse)
 
-    def create_accumulator(self):
+    def create_accumulator(self) -> List[_Keyed]:
         return []
 
-    def add_input(self, acc, element):
+    def add_input(self, acc: List[_Keyed], element: Any) -> List[_Keyed]:
         item = self._wrap(element)
         if len(acc) < self._n:
             heapq.heappush(acc, item)
@@ -425,7 +428,7 @@ class TopCombineFn(CombineFn):
             heapq.heapreplace(acc, item)
         return acc
 
-    def merge_accumulators(self, accumulators):
+    def merge_accumulators(self, accumulators: Iterable[List[_Keyed]]) -> List[_Keyed]:
         out: List[_Keyed] = []
         for a in accumulators:
             for item in a:
@@ -435,31 +438,35 @@ class TopCombineFn(CombineFn):
                     heapq.heapreplace(out, item)
         return out
 
-    def compact(self, acc):
+    def compact(self, acc: List[_Keyed]) -> List[_Keyed]:
         return acc
 
-    def extract_output(self, acc):
+    def extract_output(self, acc: List[_Keyed]) -> List[Any]:
         return [k.item for k in sorted(acc, reverse=True)]
+
+
+#: LatestCombineFn's accumulator: (value, timestamp_us) of the latest input, (None, None) for none.
+_LatestAcc = Tuple[Any, Optional[int]]
 
 
 class LatestCombineFn(CombineFn):
     """The input with the latest timestamp; inputs are (value, timestamp_us) pairs."""
 
-    def create_accumulator(self):
+    def create_accumulator(self) -> _LatestAcc:
         return (None, None)
 
-    def add_input(self, acc, element):
+    def add_input(self, acc: _LatestAcc, element: Tuple[Any, int]) -> _LatestAcc:
         value, ts = element
         return element if acc[1] is None or ts > acc[1] else acc
 
-    def merge_accumulators(self, accumulators):
-        best = (None, None)
+    def merge_accumulators(self, accumulators: Iterable[_LatestAcc]) -> _LatestAcc:
+        best: _LatestAcc = (None, None)
         for a in accumulators:
             if a[1] is not None and (best[1] is None or a[1] > best[1]):
                 best = a
         return best
 
-    def extract_output(self, acc):
+    def extract_output(self, acc: _LatestAcc) -> Any:
         return acc[0]
 
 
@@ -469,14 +476,14 @@ class SingleInputTupleCombineFn(CombineFn):
     def __init__(self, *fns: Any) -> None:
         self._fns = [as_combine_fn(f) for f in fns]
 
-    def create_accumulator(self):
+    def create_accumulator(self) -> List[Any]:
         return [f.create_accumulator() for f in self._fns]
 
-    def add_input(self, acc, element):
+    def add_input(self, acc: List[Any], element: Any) -> List[Any]:
         return [f.add_input(a, e) for f, a, e in zip(self._fns, acc, element)]
 
-    def merge_accumulators(self, accumulators):
+    def merge_accumulators(self, accumulators: Iterable[List[Any]]) -> List[Any]:
         return [f.merge_accumulators(list(a)) for f, a in zip(self._fns, zip(*accumulators))]
 
-    def extract_output(self, acc):
+    def extract_output(self, acc: List[Any]) -> Tuple[Any, ...]:
         return tuple(f.extract_output(a) for f, a in zip(self._fns, acc))

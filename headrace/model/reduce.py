@@ -87,7 +87,7 @@ The core never reads a clock and does no I/O: time comes in as arguments.
 from __future__ import annotations
 
 from operator import attrgetter
-from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Tuple
+from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Set, Tuple, Union
 
 from headrace.errors import InvalidArgumentError
 from headrace.model.combine import CombineFn
@@ -100,6 +100,10 @@ from headrace.model.windowed import PaneInfo, PaneInfoTiming
 
 _WINDOW_ORDER = attrgetter("end_us", "start_us")
 _EARLY, _ON_TIME, _LATE = PaneInfoTiming.EARLY, PaneInfoTiming.ON_TIME, PaneInfoTiming.LATE
+
+
+#: An input of the core: `(value, timestamp_us, window)`, or with a fourth item, `is_retraction`.
+Element = Union[Tuple[Any, int, BoundedWindow], Tuple[Any, int, BoundedWindow, bool]]
 
 
 class Pane(NamedTuple):
@@ -116,7 +120,7 @@ class ReduceResult(NamedTuple):
     """What one call produced: panes, and the elements it dropped as late or for a closed window."""
 
     panes: List[Pane]
-    dropped_late: List[Tuple[Any, int, BoundedWindow]]
+    dropped_late: List[Element]
     dropped_closed: List[Tuple[Any, int, BoundedWindow]]
 
 
@@ -146,10 +150,10 @@ class WindowState:
         self.to_retract: Optional[List[Pane]] = None   # retracting mode: the panes to withdraw
         self.unmatched: Optional[List[Any]] = None     # retractions of inputs no longer held
 
-    def __getstate__(self):
+    def __getstate__(self) -> Tuple[Any, ...]:
         return tuple(getattr(self, s) for s in WindowState.__slots__)
 
-    def __setstate__(self, state):
+    def __setstate__(self, state: Tuple[Any, ...]) -> None:
         for s, v in zip(WindowState.__slots__, state):
             setattr(self, s, v)
 
@@ -167,10 +171,11 @@ class KeyState:
         """True when no window holds state (the key can be forgotten)."""
         return not self.windows and not self.closed
 
-    def __getstate__(self):
+    def __getstate__(self) -> Tuple[Dict[BoundedWindow, WindowState], Dict[BoundedWindow, None]]:
         return (self.windows, self.closed)
 
-    def __setstate__(self, state):
+    def __setstate__(self, state: Tuple[Dict[BoundedWindow, WindowState], Dict[BoundedWindow, None]]
+                     ) -> None:
         self.windows, self.closed = state
 
 
@@ -247,13 +252,13 @@ class ReduceFnRunner:
 
     # ---- events ---------------------------------------------------------------------
 
-    def process_elements(self, state: KeyState, elements: Iterable[tuple],
+    def process_elements(self, state: KeyState, elements: Iterable[Element],
                          input_watermark_us: int = MIN_TIMESTAMP_MICROS,
                          processing_time_us: int = MIN_TIMESTAMP_MICROS) -> ReduceResult:
         """Adds `(value, timestamp_us, window[, is_retraction])` elements; fires windows made ready."""
         lateness = self.expiry_us
-        live: List[tuple] = []
-        dropped_late: List[tuple] = []
+        live: List[Element] = []
+        dropped_late: List[Element] = []
         behind = False
         for item in elements:
             if item[2].end_us - 1 + lateness < input_watermark_us:
@@ -499,7 +504,8 @@ class ReduceFnRunner:
 
     # ---- merging --------------------------------------------------------------------
 
-    def _merge(self, state: KeyState, new: set, wm: int, ptime: int) -> Dict[BoundedWindow, BoundedWindow]:
+    def _merge(self, state: KeyState, new: Set[BoundedWindow], wm: int, ptime: int
+               ) -> Dict[BoundedWindow, BoundedWindow]:
         windows = state.windows
         merges = self.windowfn._merge(list(windows) + list(new))
         mapping: Dict[BoundedWindow, BoundedWindow] = {}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as _dt
 from functools import total_ordering
-from typing import Union
+from typing import Tuple, Type, Union
 
 from headrace.errors import InvalidArgumentError
 
@@ -137,7 +137,7 @@ class Timestamp:
             return Duration(micros=self.micros - other.micros)
         return Timestamp(micros=self.micros - duration_micros(other))  # type: ignore[arg-type]
 
-    def __reduce__(self):  # compact pickling
+    def __reduce__(self) -> Tuple[Type["Timestamp"], Tuple[int, int]]:  # compact pickling
         return (Timestamp, (0, self.micros))
 
 
@@ -196,7 +196,7 @@ class Duration:
     def __neg__(self) -> "Duration":
         return Duration(micros=-self.micros)
 
-    def __reduce__(self):
+    def __reduce__(self) -> Tuple[Type["Duration"], Tuple[int, int]]:
         return (Duration, (0, self.micros))
 
 
@@ -222,7 +222,7 @@ def to_micros(value: TimestampLike) -> int:
     if isinstance(value, _dt.datetime):
         return _micros_of_datetime(value)
     try:  # numpy scalars, Decimal, ...
-        return _micros_of_seconds(float(value))  # type: ignore[arg-type]
+        return _micros_of_seconds(float(value))
     except (TypeError, ValueError):
         raise TypeError(
             f"a timestamp must be seconds (int or float), a datetime or a Timestamp, "

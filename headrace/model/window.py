@@ -14,7 +14,7 @@ windows of a `SlidingWindows` put into `FixedWindows` is in the same fixed windo
 from __future__ import annotations
 
 import enum
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple, Type, cast
 
 from headrace.errors import InvalidArgumentError
 from headrace.model.time import (
@@ -97,8 +97,8 @@ class IntervalWindow(BoundedWindow):
         return self.start_us <= other.start_us and other.end_us <= self.end_us
 
     def __eq__(self, other: object) -> bool:
-        return (type(other) is type(self) and self.start_us == other.start_us  # type: ignore[attr-defined]
-                and self.end_us == other.end_us)  # type: ignore[attr-defined]
+        return (type(other) is type(self) and self.start_us == other.start_us
+                and self.end_us == other.end_us)
 
     def __hash__(self) -> int:
         return self._hash
@@ -111,7 +111,7 @@ class IntervalWindow(BoundedWindow):
     def __repr__(self) -> str:
         return f"[{_seconds(self.start_us)}, {_seconds(self.end_us)})"
 
-    def __reduce__(self):
+    def __reduce__(self) -> Tuple[Callable[[int, int], "IntervalWindow"], Tuple[int, int]]:
         return (IntervalWindow._of, (self.start_us, self.end_us))
 
 
@@ -160,7 +160,7 @@ class GlobalWindow(BoundedWindow):
     def __repr__(self) -> str:
         return "GlobalWindow"
 
-    def __reduce__(self):
+    def __reduce__(self) -> Tuple[Type["GlobalWindow"], Tuple[()]]:
         return (GlobalWindow, ())
 
 
@@ -243,11 +243,11 @@ class WindowFn:
         return tuple(out)
 
     def _merge(self, windows: Iterable[BoundedWindow]
-               ) -> List[Tuple[List[BoundedWindow], BoundedWindow]]:
+               ) -> Sequence[Tuple[Sequence[BoundedWindow], BoundedWindow]]:
         ctx = WindowFn.MergeContext(windows)
         self.merge(ctx)
         known = set(ctx.windows)
-        seen: set = set()
+        seen: Set[BoundedWindow] = set()
         for group, _result in ctx.merges:
             for w in group:
                 if w not in known or w in seen:
@@ -285,7 +285,8 @@ class GlobalWindows(NonMergingWindowFn):
         """Returns [GlobalWindow()]."""
         return [GLOBAL_WINDOW]
 
-    def _assign(self, value, timestamp_us, windows):
+    def _assign(self, value: Any, timestamp_us: int, windows: Tuple[BoundedWindow, ...]
+                ) -> Tuple[BoundedWindow, ...]:
         if windows is GLOBAL_WINDOWS_TUPLE or len(windows) == 1:
             return GLOBAL_WINDOWS_TUPLE
         return GLOBAL_WINDOWS_TUPLE * len(windows)
@@ -339,7 +340,8 @@ class FixedWindows(NonMergingWindowFn):
         """Returns the one window containing the element's timestamp."""
         return list(self._assign(None, assign_context.timestamp.micros, GLOBAL_WINDOWS_TUPLE))
 
-    def _assign(self, value, timestamp_us, windows):
+    def _assign(self, value: Any, timestamp_us: int, windows: Tuple[BoundedWindow, ...]
+                ) -> Tuple[BoundedWindow, ...]:
         start = timestamp_us - (timestamp_us - self.offset_us) % self.size_us
         cache = self._cache
         one = cache.get(start)
@@ -356,10 +358,10 @@ class FixedWindows(NonMergingWindowFn):
     def __hash__(self) -> int:
         return hash((FixedWindows, self.size_us, self.offset_us))
 
-    def __getstate__(self):
+    def __getstate__(self) -> Dict[str, int]:
         return {"size_us": self.size_us, "offset_us": self.offset_us}
 
-    def __setstate__(self, state):
+    def __setstate__(self, state: Dict[str, int]) -> None:
         self.__dict__.update(state)
         self._cache = {}
 
@@ -389,9 +391,10 @@ class SlidingWindows(NonMergingWindowFn):
         """Returns every window of this function that contains the element's timestamp."""
         return list(self._assign(None, assign_context.timestamp.micros, GLOBAL_WINDOWS_TUPLE))
 
-    def _assign(self, value, timestamp_us, windows):
+    def _assign(self, value: Any, timestamp_us: int, windows: Tuple[BoundedWindow, ...]
+                ) -> Tuple[BoundedWindow, ...]:
         last_start = timestamp_us - (timestamp_us - self.offset_us) % self.period_us
-        out = []
+        out: List[BoundedWindow] = []
         start = last_start
         while start > timestamp_us - self.size_us:
             out.append(IntervalWindow._of(start, start + self.size_us))
@@ -426,18 +429,22 @@ class Sessions(WindowFn):
         ts = assign_context.timestamp.micros
         return [IntervalWindow._of(ts, ts + self.gap_size_us)]
 
-    def _assign(self, value, timestamp_us, windows):
+    def _assign(self, value: Any, timestamp_us: int, windows: Tuple[BoundedWindow, ...]
+                ) -> Tuple[BoundedWindow, ...]:
         if len(windows) == 1:
             return (IntervalWindow._of(timestamp_us, timestamp_us + self.gap_size_us),)
         return (IntervalWindow._of(timestamp_us, timestamp_us + self.gap_size_us),) * len(windows)
 
     def merge(self, merge_context: WindowFn.MergeContext) -> None:
         """Merges windows that overlap (windows that merely touch stay apart)."""
-        for group, result in merge_overlapping_intervals(merge_context.windows):
+        # A Sessions' windows are the IntervalWindows it assigned.
+        for group, result in merge_overlapping_intervals(
+                cast("List[IntervalWindow]", merge_context.windows)):
             merge_context.merge(group, result)
 
-    def _merge(self, windows):
-        return merge_overlapping_intervals(windows)
+    def _merge(self, windows: Iterable[BoundedWindow]
+               ) -> List[Tuple[List[IntervalWindow], IntervalWindow]]:
+        return merge_overlapping_intervals(cast("Iterable[IntervalWindow]", windows))
 
     def is_merging(self) -> bool:
         """Always True."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from typing import Any, Iterable, Optional, Tuple
+from typing import Any, Iterable, Optional, Tuple, Type
 
 from headrace.model.time import Timestamp, to_micros
 
@@ -30,7 +30,7 @@ class PaneInfo:
         self.index = index
         self.nonspeculative_index = nonspeculative_index
 
-    def _key(self) -> tuple:
+    def _key(self) -> Tuple[bool, bool, int, int, int]:
         return (self.is_first, self.is_last, int(self.timing), self.index, self.nonspeculative_index)
 
     def __eq__(self, other: object) -> bool:
@@ -43,7 +43,7 @@ class PaneInfo:
         return (f"PaneInfo(first: {self.is_first}, last: {self.is_last}, timing: {self.timing.name}, "
                 f"index: {self.index}, nonspeculative_index: {self.nonspeculative_index})")
 
-    def __reduce__(self):
+    def __reduce__(self) -> Tuple[Type["PaneInfo"], Tuple[bool, bool, int, int, int]]:
         return (PaneInfo, self._key())
 
 
@@ -82,7 +82,7 @@ class WindowedValue:
         return WindowedValue(value, self.timestamp_us, self.windows, self.pane_info,
                              self.is_retraction)
 
-    def _key(self) -> tuple:
+    def _key(self) -> Tuple[Any, int, Tuple[Any, ...], PaneInfo, bool]:
         return (self.value, self.timestamp_us, self.windows, self.pane_info, self.is_retraction)
 
     def __eq__(self, other: object) -> bool:
@@ -96,7 +96,7 @@ class WindowedValue:
         return (f"WindowedValue({self.value!r}, {Timestamp(micros=self.timestamp_us)!r}, "
                 f"{list(self.windows)!r}, {self.pane_info!r}{r})")
 
-    def __reduce__(self):
+    def __reduce__(self) -> Tuple[Type["WindowedValue"], Tuple[Any, int, Tuple[Any, ...], PaneInfo, bool]]:
         return (WindowedValue, self._key())
 
 
@@ -137,5 +137,5 @@ class TimestampedValue:
     def __repr__(self) -> str:
         return f"TimestampedValue({self.value!r}, {self.timestamp!r})"
 
-    def __reduce__(self):
+    def __reduce__(self) -> Tuple[Type["TimestampedValue"], Tuple[Any, Timestamp]]:
         return (TimestampedValue, (self.value, Timestamp(micros=self.timestamp_us)))

@@ -54,16 +54,25 @@ over it in `headrace.model.triggers.sugar`. Users define leaf triggers by subcla
 from __future__ import annotations
 
 from functools import reduce
-from typing import Any, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Optional, Tuple
 
 from headrace.errors import InvalidArgumentError
 from headrace.model.time import MAX_TIMESTAMP_MICROS, duration_micros, to_micros
+
+if TYPE_CHECKING:  # window.py imports this module
+    from headrace.model.window import BoundedWindow
 
 
 class TriggerContext:
     """What a trigger sees when asked: the window, the input watermark and the processing time."""
 
     __slots__ = ("window", "input_watermark_us", "processing_time_us")
+
+    # The window asked about: the core may build a context with None and set the window
+    # before it asks anything.
+    window: BoundedWindow
+    input_watermark_us: int
+    processing_time_us: int
 
     def __init__(self, window: Any, input_watermark_us: int, processing_time_us: int) -> None:
         self.window = window
@@ -73,8 +82,11 @@ class TriggerContext:
 
 NO_WAKEUP: Tuple[int, int] = (MAX_TIMESTAMP_MICROS, MAX_TIMESTAMP_MICROS)
 
+#: A leaf's state: `(done, data)`.
+LeafState = Tuple[bool, Any]
+
 #: The state of a Done leaf (the spec's tombstone).
-_DONE: Tuple[bool, Any] = (True, None)
+_DONE: LeafState = (True, None)
 
 
 def _earliest(a: Tuple[int, int], b: Tuple[int, int]) -> Tuple[int, int]:
@@ -222,43 +234,43 @@ class LeafTrigger(TriggerFn):
 
     # the algebra for leaves
 
-    def initial_state(self) -> Any:
+    def initial_state(self) -> LeafState:
         """`(False, initial_data())`."""
         return (False, self.initial_data())
 
-    def is_done(self, state: Any) -> bool:
+    def is_done(self, state: LeafState) -> bool:
         """True for the Done tombstone."""
         return state[0]
 
-    def ready(self, state: Any, ctx: TriggerContext) -> bool:
+    def ready(self, state: LeafState, ctx: TriggerContext) -> bool:
         """P_Done = True; otherwise the leaf's predicate."""
         return state[0] or self.is_ready(state[1], ctx)
 
-    def on_element(self, state: Any, timestamp_us: int, ctx: TriggerContext) -> Any:
+    def on_element(self, state: LeafState, timestamp_us: int, ctx: TriggerContext) -> LeafState:
         """Done leaves are not updated."""
         if state[0]:
             return state
         return (False, self.add_element(state[1], timestamp_us, ctx))
 
-    def next(self, state: Any, ctx: TriggerContext) -> Any:
+    def next(self, state: LeafState, ctx: TriggerContext) -> LeafState:
         """next(leaf) = Done(leaf)."""
         return _DONE
 
-    def restart(self, state: Any) -> Any:
+    def restart(self, state: LeafState) -> LeafState:
         """restart(Done(leaf)) = leaf with fresh data; a live leaf is unchanged."""
         return self.initial_state() if state[0] else state
 
-    def reset(self, state: Any) -> Any:
+    def reset(self, state: LeafState) -> LeafState:
         """A live leaf with fresh data."""
         return (False, self.initial_data())
 
-    def rewind(self, state: Any, ctx: TriggerContext) -> Any:
+    def rewind(self, state: LeafState, ctx: TriggerContext) -> LeafState:
         """Done(EndOfWindow) comes back while the merged window's end is ahead; others stay."""
         if state[0] and self.rewinds(ctx):
             return self.initial_state()
         return state
 
-    def further(self, a: Any, b: Any) -> Any:
+    def further(self, a: LeafState, b: LeafState) -> LeafState:
         """Done wins; otherwise the data merge."""
         if a[0]:
             return a
@@ -266,7 +278,7 @@ class LeafTrigger(TriggerFn):
             return b
         return (False, self.merge_data(a[1], b[1]))
 
-    def wakeup(self, state: Any, ctx: TriggerContext) -> Tuple[int, int]:
+    def wakeup(self, state: LeafState, ctx: TriggerContext) -> Tuple[int, int]:
         """The leaf's deadline when not done and not yet reached."""
         if state[0]:
             return NO_WAKEUP
@@ -278,15 +290,15 @@ class LeafTrigger(TriggerFn):
         """Leaves fire once."""
         return True
 
-    def current(self, state: Any) -> TriggerFn:
+    def current(self, state: LeafState) -> TriggerFn:
         """`Done(self)` for the tombstone."""
         return Done(self) if state[0] else self
 
-    def _key(self) -> tuple:
+    def _key(self) -> Tuple[Any, ...]:
         return ()
 
     def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and other._key() == self._key()  # type: ignore[attr-defined]
+        return type(other) is type(self) and other._key() == self._key()
 
     def __hash__(self) -> int:
         return hash((type(self).__name__, self._key()))
@@ -317,7 +329,7 @@ class ElemCount(LeafTrigger):
         """Counts add."""
         return a + b
 
-    def _key(self) -> tuple:
+    def _key(self) -> Tuple[int]:
         return (self.count,)
 
     def __repr__(self) -> str:
@@ -395,7 +407,7 @@ class SinceEarliestElem(_ProcessingTimeLeaf):
         """First arrival plus the delay."""
         return first_arrival_us + self.delay_us
 
-    def _key(self) -> tuple:
+    def _key(self) -> Tuple[int]:
         return (self.delay_us,)
 
     def __repr__(self) -> str:
@@ -425,7 +437,7 @@ class AtPeriod(_ProcessingTimeLeaf):
         since = (first_arrival_us - self.offset_us) % self.period_us
         return first_arrival_us if since == 0 else first_arrival_us + self.period_us - since
 
-    def _key(self) -> tuple:
+    def _key(self) -> Tuple[int, int]:
         return (self.period_us, self.offset_us)
 
     def __repr__(self) -> str:
@@ -588,7 +600,7 @@ class _Composite(TriggerFn):
         return out
 
     def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and other.triggers == self.triggers  # type: ignore[attr-defined]
+        return type(other) is type(self) and other.triggers == self.triggers
 
     def __hash__(self) -> int:
         return hash((type(self).__name__, self.triggers))

@@ -134,7 +134,7 @@ class _Sugar(TriggerFn):
         return self.expr.current(state)
 
     def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and other.expr == self.expr  # type: ignore[attr-defined]
+        return type(other) is type(self) and other.expr == self.expr
 
     def __hash__(self) -> int:
         return hash((type(self).__name__, self.expr))
