@@ -13,9 +13,10 @@ failing. `USE_INTERNALS = False` forces every fallback (the tests run the runner
    line themselves and clear it afterwards, unless this process-wide nesting counter is above
    zero; holding it keeps the step's name on shuffle stages and on RDDs made after a side
    input was collected. Breaks if the attribute is renamed or PySpark stops consulting it.
-   Fallback: the public properties only, so those stages get PySpark's own names (e.g.
-   "repartitionAndSortWithinPartitions at runner.py:NNN"). While held, PySpark does not name
-   the `collect` of other driver threads either (cosmetic only).
+   Fallback: the public properties only, which PySpark overwrites at each of those calls, so
+   the stages get PySpark's own names ("repartitionAndSortWithinPartitions at runner.py:NNN",
+   "collect at ..."); the RDDs keep the steps' names (`RDD.setName`). While the counter is
+   held, PySpark does not name the `collect` of other driver threads either (cosmetic only).
 
 2. `SparkContext.serializer` / `SparkContext._unbatched_serializer`, for `record_serializer`.
    PySpark has no public way to give an RDD a serializer other than the context's (the
