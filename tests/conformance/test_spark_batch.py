@@ -13,6 +13,7 @@ import os
 import pytest
 
 import headrace as beam
+from headrace.errors import PipelineExecutionError
 from headrace.model.reduce import ReduceFnRunner
 from headrace.model.window import FixedWindows, IntervalWindow, Windowing
 from headrace.runners.spark import tasks
@@ -136,3 +137,113 @@ def test_runner_by_name_and_by_session(spark_pipeline):
     spark = SparkSession.builder.getOrCreate()  # the running session, handed over explicitly
     with beam.Pipeline(runner=SparkRunner(spark=spark)) as p:
         assert_that(p | beam.Create([1, 2, 3]) | beam.Map(lambda x: x * 10), equal_to([10, 20, 30]))
+
+
+def _grouping_pipeline(p, offset):
+    """Create + side input + GroupByKey: a shuffle, a collected side input and a union of outputs."""
+    nums = p | "Nums" >> beam.Create(list(range(10)))
+    side = p | "Side" >> beam.Create([offset])
+    return (nums | "Key" >> beam.Map(lambda x, s: (x % 2, x + s), beam.pvalue.AsSingleton(side))
+            | "Group" >> beam.GroupByKey() | "Sum" >> beam.Map(lambda kv: (kv[0], sum(kv[1]))))
+
+
+def _expected_sums(offset):
+    return [(0, 20 + 5 * offset), (1, 25 + 5 * offset)]
+
+
+def _spark_context():
+    from pyspark import SparkContext
+    return SparkContext.getOrCreate()
+
+
+@pytest.fixture
+def job_groups(spark_pipeline, monkeypatch):
+    """The Spark job groups the runner opens, in order (SparkContext.setJobGroup spied on)."""
+    with spark_pipeline() as p:  # starts (or reuses) the session
+        assert_that(p | beam.Create([1]), equal_to([1]))
+    sc = _spark_context()
+    groups = []
+    real = sc.setJobGroup
+
+    def spy(group, description, *args, **kwargs):
+        groups.append(group)
+        return real(group, description, *args, **kwargs)
+    monkeypatch.setattr(sc, "setJobGroup", spy)
+    return groups
+
+
+def _stage_names(group):
+    tracker = _spark_context().statusTracker()
+    return [tracker.getStageInfo(s).name for j in tracker.getJobIdsForGroup(group)
+            for s in tracker.getJobInfo(j).stageIds]
+
+
+def test_spark_stages_are_named_after_the_steps(spark_pipeline, job_groups):
+    sc = _spark_context()
+    serializer, call_site = sc.serializer, sc.getLocalProperty("callSite.short")
+    with spark_pipeline() as p:
+        assert_that(_grouping_pipeline(p, 100), equal_to(_expected_sums(100)))
+    names = _stage_names(job_groups[-1])
+    assert names and all(n.startswith("headrace: ") for n in names), names
+    assert "headrace: Group" in names
+    # the context is as it was: PySpark's serializer, the thread's call site
+    assert sc.serializer is serializer and sc.getLocalProperty("callSite.short") == call_site
+
+
+def test_the_runner_works_without_pyspark_internals(spark_pipeline, job_groups, monkeypatch):
+    from headrace.runners.spark import pyspark_compat
+    monkeypatch.setattr(pyspark_compat, "USE_INTERNALS", False)
+    sc = _spark_context()
+    serializer = sc.serializer
+    seen = []
+    real = pyspark_compat.record_serializer
+
+    def spy(*args):
+        cm = real(*args)
+        seen.append(cm)
+        return cm
+    monkeypatch.setattr(pyspark_compat, "record_serializer", spy)
+    with spark_pipeline(bundle_size=3) as p:
+        assert_that(_grouping_pipeline(p, 7), equal_to(_expected_sums(7)))
+        summed = (p | "More" >> beam.Create(list(range(30))) | beam.Map(lambda x: ("all", x))
+                  | beam.CombinePerKey(sum))
+        assert_that(summed, equal_to([("all", sum(range(30)))]), label="combined")
+    assert seen and sc.serializer is serializer  # PySpark's own serializer throughout
+    assert _stage_names(job_groups[-1])  # PySpark's own names ("collect at runner.py:N")
+
+
+def test_pipelines_one_after_another_and_at_once_in_one_session(spark_pipeline):
+    import threading
+    serializer = _spark_context().serializer
+    for offset in (1, 2):  # one after the other
+        with spark_pipeline() as p:
+            assert_that(_grouping_pipeline(p, offset), equal_to(_expected_sums(offset)))
+    errors = []
+
+    def run(offset):
+        try:
+            with spark_pipeline() as p:
+                assert_that(_grouping_pipeline(p, offset), equal_to(_expected_sums(offset)))
+        except BaseException as exc:  # reported by the main thread
+            errors.append(exc)
+    threads = [threading.Thread(target=run, args=(offset,)) for offset in (10, 20)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert _spark_context().serializer is serializer  # restored once the last one finished
+
+
+def test_a_failing_pipeline_restores_the_context(spark_pipeline):
+    sc = _spark_context()
+    serializer = sc.serializer
+
+    def boom(x):
+        raise ValueError("boom")
+    with pytest.raises(PipelineExecutionError):
+        with spark_pipeline(max_bundle_attempts=1) as p:
+            p | beam.Create([1, 2]) | "Boom" >> beam.Map(boom)
+    assert sc.serializer is serializer and sc.getLocalProperty("callSite.short") is None
+    with spark_pipeline() as p:  # and the next pipeline runs as usual
+        assert_that(_grouping_pipeline(p, 3), equal_to(_expected_sums(3)))

@@ -16,6 +16,7 @@ from headrace.pipeline.pipeline import AppliedPTransform, Pipeline, PipelineResu
 from headrace.pipeline.pvalue import AsSideInput, PCollection
 from headrace.runners.spark.fastpath import columnar_chain
 from headrace.runners.common import FusedStage, SideInputCombiner, serialize_dofn, step_spec
+from headrace.runners.spark import pyspark_compat
 from headrace.runners.spark import session as sessions
 from headrace.runners.spark import tasks
 from headrace.testing.test_stream import TestStream
@@ -101,30 +102,14 @@ class _Translation:
         self.current_label = ""
         self.reads: Dict[PCollection, Tuple[Any, str, Any]] = {}    # Read output -> parts RDD, ...
         self.stages: Dict[PCollection, Tuple[FusedStage, PCollection]] = {}  # output -> stage, root
-        self._call_site_held = False
+        self.labels = pyspark_compat.StepLabels(self.sc)
 
     # ---- building --------------------------------------------------------------------
 
     def _label(self, label: str) -> None:
-        """Names the Spark RDDs and stages created next after the pipeline step (Spark UI).
-
-        PySpark names a stage after the Python line that created its RDD, setting that call site
-        around each of its API calls unless a call site is already set (its nesting counter is
-        above zero); so the runner sets the step's label and raises the counter while it builds.
-        """
-        from pyspark.traceback_utils import SCCallSiteSync
+        """Names the Spark RDDs and stages created next after the pipeline step (Spark UI)."""
         self.current_label = label
-        self.sc._jsc.setCallSite(f"headrace: {label}")
-        if not self._call_site_held:
-            SCCallSiteSync._spark_stack_depth += 1
-            self._call_site_held = True
-
-    def _release_label(self) -> None:
-        from pyspark.traceback_utils import SCCallSiteSync
-        if self._call_site_held:
-            SCCallSiteSync._spark_stack_depth -= 1
-            self._call_site_held = False
-        self.sc._jsc.setCallSite(None)
+        self.labels.set(label)
 
     def _set(self, pc: PCollection, rdd: Any) -> None:
         rdd.setName(self.current_label)
@@ -346,28 +331,25 @@ class _Translation:
     def run(self) -> PipelineResult:
         """Builds and runs the pipeline; returns its result with the metrics of every task."""
         sc = self.sc
-        from pyspark.serializers import AutoBatchedSerializer
         # The serializer of the RDDs built below (PySpark reads it from the context when an RDD
-        # is created and when its JVM side is made): restored afterwards, so a user's own RDDs
-        # in the same session are untouched.
-        saved = (sc.serializer, sc._unbatched_serializer)
-        sc._unbatched_serializer = tasks.FastPickleSerializer()
-        sc.serializer = AutoBatchedSerializer(sc._unbatched_serializer)
-        sc.setJobGroup(f"headrace-{id(self)}", f"headrace pipeline ({len(self.pipeline.primitives())} steps)")
-        try:
-            leaves = self.build()
-            self._label(f"run pipeline ({len(leaves)} outputs)")
-            if leaves:
-                job = leaves[0] if len(leaves) == 1 else sc.union(leaves)
-                self._run(lambda: job.foreachPartition(tasks.drain))
-        finally:
-            sc.serializer, sc._unbatched_serializer = saved
-            for rdd in self.persisted:
-                rdd.unpersist()
-            for b in self.broadcasts:
-                b.destroy()
-            self._release_label()
-            shutil.rmtree(self.temp_dir, ignore_errors=True)
+        # is created), put back when the last pipeline running on this context ends, so a
+        # user's own RDDs in the same session are untouched (see pyspark_compat).
+        with pyspark_compat.record_serializer(sc, tasks.FastPickleSerializer):
+            try:
+                sc.setJobGroup(f"headrace-{id(self)}",
+                               f"headrace pipeline ({len(self.pipeline.primitives())} steps)")
+                leaves = self.build()
+                self._label(f"run pipeline ({len(leaves)} outputs)")
+                if leaves:
+                    job = leaves[0] if len(leaves) == 1 else sc.union(leaves)
+                    self._run(lambda: job.foreachPartition(tasks.drain))
+            finally:
+                for rdd in self.persisted:
+                    rdd.unpersist()
+                for b in self.broadcasts:
+                    b.destroy()
+                self.labels.release()
+                shutil.rmtree(self.temp_dir, ignore_errors=True)
         return PipelineResult(PipelineState.DONE, MetricResults(self.committed.value, self.attempted.value))
 
 

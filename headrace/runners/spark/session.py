@@ -19,6 +19,7 @@ from typing import Any, List, Optional, Tuple
 
 from headrace.errors import InvalidArgumentError, PipelineExecutionError
 from headrace.options.pipeline_options import SparkRunnerOptions
+from headrace.runners.spark import pyspark_compat
 
 _LOCK = threading.Lock()
 _OWNED: Optional[Tuple[Any, str]] = None  # (the session headrace created, its requested master)
@@ -80,11 +81,10 @@ def get_session(options: Any) -> Any:
     so = options.view_as(SparkRunnerOptions)
     master = effective_master(so.spark_master, int(so.spark_task_max_failures))
     conf = parse_conf(so.spark_conf)
-    from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
     with _LOCK:
-        active = SparkContext._active_spark_context
+        active = pyspark_compat.running_context()
         if active is not None:
             if _OWNED is not None and _OWNED[0].sparkContext is active:
                 if so.spark_master is None or _OWNED[1] == master:
