@@ -149,14 +149,18 @@ class _Translation:
         return [rdd for pc, rdd in self.rdds.items() if pc not in self.uses]
 
     def _build_create(self, node: AppliedPTransform) -> None:
-        values = node.transform.values
+        t = node.transform
+        assert isinstance(t, Create)
+        values = t.values
         size = self.bundle_size
         chunks = [values[i:i + size] for i in range(0, len(values), size)]
         rdd = self.sc.parallelize(chunks, max(1, min(len(chunks), self.parallelism)))
         self._set(node.outputs[None], rdd.mapPartitions(tasks.create_fn(self.env)))
 
     def _build_read(self, node: AppliedPTransform) -> None:
-        source = node.transform.source
+        t = node.transform
+        assert isinstance(t, Read)
+        source = t.source
         try:
             parts = source.split(self.parallelism)
         except Exception as exc:
@@ -177,7 +181,9 @@ class _Translation:
 
     def _build_reshuffle(self, node: AppliedPTransform) -> None:
         n = self.parallelism
-        buckets = node.transform.num_buckets or n
+        t = node.transform
+        assert isinstance(t, Reshuffle)
+        buckets = t.num_buckets or n
         rdd = (self.rdds[node.inputs[0]].mapPartitionsWithIndex(tasks.reshuffle_key_fn(buckets))
                .partitionBy(n, lambda k: k).values())
         self._set(node.outputs[None], rdd)
@@ -189,7 +195,9 @@ class _Translation:
         if node.side_inputs:
             self._build_side_input_combine(node)
         else:
-            self._build_grouping(node, node.transform.combine_fn)
+            t = node.transform
+            assert isinstance(t, CombinePerKey)
+            self._build_grouping(node, t.combine_fn)
 
     def _build_side_input_combine(self, node: AppliedPTransform) -> None:
         """CombinePerKey with side inputs: the core groups by window and each pane is combined with
@@ -239,10 +247,12 @@ class _Translation:
                 tasks.side_partial_combine_fn(self.env, label, windowing, combiner_bytes, sides)
                 if side_lifted else tasks.key_fn(self.env, label, windowing.windowfn.is_merging()))
         elif columnar is not None:
+            assert fn_bytes is not None  # columnar only when lifted
             parts, read_label, bounded, fused = columnar
             keyed = parts.mapPartitions(tasks.columnar_partial_fn(
                 self.env, read_label, bounded, fused, label, windowing, fn_bytes))
         elif lifted:
+            assert fn_bytes is not None
             keyed = upstream.mapPartitions(tasks.partial_combine_fn(self.env, label, windowing, fn_bytes))
         else:
             keyed = upstream.mapPartitions(tasks.key_fn(self.env, label, windowing.windowfn.is_merging()))
