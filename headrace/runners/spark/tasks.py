@@ -213,8 +213,8 @@ def stage_fn(env: TaskEnv, stage: FusedStage, sides: Optional[Any],
         env.check_earlier_attempt()
         reader = None
         if sides is not None:
-            contents = sides.value
-            reader = SideInputReader({s: contents[s.index] for s in side_stubs(stage)})
+            reader = side_reader(sides, [a for s in stage.steps
+                                         for a in list(s.args) + list((s.kwargs or {}).values())])
         committed, attempted = MetricsContainer(), MetricsContainer()
         only = stage.materialized[0] if tagged is None else None
         try:
@@ -250,14 +250,11 @@ def portable_side(side: Any, index: int) -> Any:
     return stub
 
 
-def side_stubs(stage: FusedStage) -> List[Any]:
-    """The portable side inputs the stage's steps read."""
-    out = []
-    for s in stage.steps:
-        for a in list(s.args) + list((s.kwargs or {}).values()):
-            if isinstance(getattr(a, "pvalue", None), SideStub):
-                out.append(a)
-    return out
+def side_reader(sides: Any, args: Iterable[Any]) -> SideInputReader:
+    """The reader of the broadcast side inputs (`sides`) for the portable views among `args`."""
+    contents = sides.value
+    return SideInputReader({a: contents[a.index] for a in args
+                            if isinstance(getattr(a, "pvalue", None), SideStub)})
 
 
 def side_records(it: Iterator[WindowedValue]) -> Iterator[Tuple[Any, Any]]:
@@ -339,10 +336,7 @@ def side_partial_combine_fn(env: TaskEnv, label: str, windowing: Windowing, comb
 
 def _side_combiner(combiner_bytes: bytes, sides: Any) -> SideInputCombiner:
     combiner = coders.loads(combiner_bytes)
-    contents = sides.value
-    stubs = [a for a in list(combiner.args) + list(combiner.kwargs.values())
-             if isinstance(getattr(a, "pvalue", None), SideStub)]
-    combiner.reader = SideInputReader({s: contents[s.index] for s in stubs})
+    combiner.reader = side_reader(sides, list(combiner.args) + list(combiner.kwargs.values()))
     return combiner
 
 
