@@ -9,7 +9,7 @@ from typing import Any, Dict, List
 
 import pytest
 
-from headrace import cli
+from headrace import cli, window
 from headrace.examples import sessions_billing as sb
 
 GAP_US = sb.SESSION_GAP_S * 1_000_000
@@ -113,14 +113,14 @@ def test_job_matches_plain_python(tmp_path, bundle_size, runner_flags):
 
     # (a) sessions
     sessions = sb.read_output(out, "sessions")
-    got = sorted((s["user"], sb.window.Timestamp.from_rfc3339(s["start"]).micros,
-                  sb.window.Timestamp.from_rfc3339(s["end"]).micros, s["events"], s["watch_secs"])
+    got = sorted((s["user"], window.Timestamp.from_rfc3339(s["start"]).micros,
+                  window.Timestamp.from_rfc3339(s["end"]).micros, s["events"], s["watch_secs"])
                  for s in sessions)
     assert got == ref["sessions"]
     for s in sessions:  # the merged session window spans first event .. last event + gap
-        start, end = (sb.window.Timestamp.from_rfc3339(t).micros for t in s["window"])
-        assert start == sb.window.Timestamp.from_rfc3339(s["start"]).micros
-        assert end == sb.window.Timestamp.from_rfc3339(s["end"]).micros + GAP_US
+        start, end = (window.Timestamp.from_rfc3339(t).micros for t in s["window"])
+        assert start == window.Timestamp.from_rfc3339(s["start"]).micros
+        assert end == window.Timestamp.from_rfc3339(s["end"]).micros + GAP_US
     assert result.sessions == len(ref["sessions"])
     lengths = [last - first for _, first, last, _, _ in ref["sessions"]]
     assert result.mean_session_length_s == pytest.approx(sum(lengths) / len(lengths) / 1e6)

@@ -1,0 +1,113 @@
+"""The job's input: a generated day of video-site event logs, as JSON-lines files.
+
+Holds the log's constants (the day it covers, event kinds, advertisers, the malformed lines
+mixed in on purpose, the generator's defaults), `fmt_time` (an event time as the log writes it)
+and `generate_events`, which writes the files. Nothing here depends on a pipeline.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import glob
+import os
+import random
+from typing import List, NamedTuple, Tuple
+
+HOUR_S = 60 * 60
+KINDS = ("view", "ad_impression", "ad_click")
+DEFAULT_EVENTS = 2_000_000
+DEFAULT_USERS = 20_000
+DEFAULT_SEED = 2015
+DAY_START = _dt.datetime(2024, 5, 1, tzinfo=_dt.timezone.utc)
+DAY_START_US = int(DAY_START.timestamp()) * 1_000_000
+DAY_US = 24 * HOUR_S * 1_000_000
+ADVERTISERS = tuple(f"adv-{i:02d}" for i in range(1, 13))
+
+# Lines that must not parse: broken JSON, missing or wrong fields, impossible values.
+MALFORMED_LINES = (
+    '{"user": "u00001", "time": "2024-05-01T10:00:00.000Z", "kind": "view", "secs": ',
+    "this is not json at all",
+    '{"user": "u00002", "time": "2024-05-01T25:61:00.000Z", "kind": "view", "secs": 30}',
+    '{"user": "u00003", "time": "2024-05-01T11:00:00.000Z", "kind": "purchase", "secs": 30}',
+    '{"user": "u00004", "time": "2024-05-01T12:00:00.000Z", "kind": "view", "secs": -5}',
+    '{"user": "u00005", "time": "2024-05-01T13:00:00.000Z", "kind": "ad_click"}',
+    '{"time": "2024-05-01T14:00:00.000Z", "kind": "view", "secs": 12}',
+    "[1, 2, 3]",
+)
+
+
+class GeneratedInput(NamedTuple):
+    """What `generate_events` wrote."""
+
+    paths: List[str]
+    events: int
+    malformed: int
+
+
+def fmt_time(ts_us: int) -> str:
+    """An event time (microseconds since the epoch) as the log writes it: RFC 3339, UTC, milliseconds."""
+    dt = DAY_START + _dt.timedelta(microseconds=ts_us - DAY_START_US)
+    return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{dt.microsecond // 1000:03d}Z"
+
+
+def generate_events(input_dir: str, n_events: int = DEFAULT_EVENTS, n_users: int = DEFAULT_USERS,
+                    seed: int = DEFAULT_SEED, n_files: int = 4) -> GeneratedInput:
+    """Writes `n_events` events of one day (plus `MALFORMED_LINES`) to `n_files` JSON-lines files.
+
+    Users come back in bursts of activity (a few to a few dozen events, minutes apart); some
+    users are far more active than others. The files split the day's log in time order, like
+    rotated logs. The same arguments always produce the same files.
+    """
+    if n_events < 0 or n_users < 1 or n_files < 1:
+        raise ValueError("need n_events >= 0, n_users >= 1 and n_files >= 1")
+    rng = random.Random(seed)
+    events: List[Tuple[int, str, str, int, str, int]] = []
+    while len(events) < n_events:
+        user = f"u{int(n_users * rng.random() ** 1.2):05d}"
+        t = DAY_START_US + rng.randrange(DAY_US // 1000) * 1000
+        for _ in range(rng.randint(1, 40)):
+            if len(events) >= n_events or t >= DAY_START_US + DAY_US:
+                break
+            # mostly a minute or two to the next event; now and then a pause that may end the session
+            gap_ms = int(rng.expovariate(1 / 100.0) * 1000) + 1
+            if rng.random() < 0.05:
+                gap_ms += rng.randint(10, 60) * 60_000
+            r = rng.random()
+            if r < 0.80:
+                watched = min(rng.randint(5, 600), gap_ms // 1000)
+                events.append((t, user, "view", watched, "", 0))
+            else:
+                adv = ADVERTISERS[min(int(len(ADVERTISERS) * rng.random() ** 1.5), len(ADVERTISERS) - 1)]
+                if r < 0.97:
+                    events.append((t, user, "ad_impression", 0, adv, rng.randint(500, 5_000)))
+                else:
+                    events.append((t, user, "ad_click", 0, adv, rng.randint(100_000, 2_000_000)))
+            t += gap_ms * 1000
+    events.sort()
+    lines: List[str] = []
+    day = fmt_time(DAY_START_US)[:11]
+    for t, user, kind, secs, adv, price in events:
+        ms = (t - DAY_START_US) // 1000  # the same text as fmt_time(t), made faster
+        h, ms = divmod(ms, 3_600_000)
+        m, ms = divmod(ms, 60_000)
+        sec, ms = divmod(ms, 1000)
+        head = f'{{"user":"{user}","time":"{day}{h:02d}:{m:02d}:{sec:02d}.{ms:03d}Z","kind":"{kind}"'
+        if kind == "view":
+            lines.append(f'{head},"secs":{secs}}}')
+        else:
+            lines.append(f'{head},"advertiser":"{adv}","price":{price / 1_000_000!r}}}')
+    for bad in MALFORMED_LINES:
+        lines.insert(rng.randrange(len(lines) + 1), bad)
+    os.makedirs(input_dir, exist_ok=True)
+    for old in glob.glob(os.path.join(input_dir, "events-*.jsonl")):
+        os.remove(old)
+    paths = []
+    per_file = -(-len(lines) // n_files)
+    for i in range(n_files):
+        path = os.path.join(input_dir, f"events-{i:03d}.jsonl")
+        with open(path, "w", encoding="utf-8") as fh:
+            for line in lines[i * per_file:(i + 1) * per_file]:
+                fh.write(line)
+                fh.write("\n")
+        paths.append(path)
+    return GeneratedInput(paths, len(events), len(MALFORMED_LINES))
