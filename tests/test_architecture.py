@@ -147,7 +147,7 @@ def test_a_model_module_importing_numpy_fails_the_check():
     "from ..pipeline.pvalue import PCollection",
     "from .. import transforms",
     "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from headrace.io import textio",
-    "import importlib\nimportlib.import_module('headrace.runners.common')",
+    "import importlib\nimportlib.import_module('headrace.runners.kit.stage')",
     "__import__('numpy')",
     "import headrace",
     "from headrace import Pipeline",
@@ -330,3 +330,39 @@ def test_cycle_finder(sources, expected):
 ])
 def test_checker_allows_relative_imports_within_the_model(source, module):
     assert not violations(source, module)
+
+
+# ---- the runner kit ----------------------------------------------------------------------------
+# Every runner builds on headrace.runners.kit; the kit must import no engine (pyspark, py4j,
+# pandas, numpy, pyarrow) and no runner (runners.local, runners.spark), so that a runner is the
+# kit adapted to an engine and never the other way round.
+
+KIT_DIR = PACKAGE_DIR / "runners" / "kit"
+
+
+def kit_violations(source: str, module: str) -> List[str]:
+    """The kit's imports of an engine or of a concrete runner, as 'line: name'."""
+    bad = []
+    for line, name in imported_modules(source, module):
+        if any(_within(name, p) for p in ENGINE_PACKAGES) or any(
+                _within(name, p) for p in ("headrace.runners.local", "headrace.runners.spark")):
+            bad.append(f"{line}: {name}")
+    return bad
+
+
+def test_the_kit_has_modules():
+    assert {p.stem for p in KIT_DIR.glob("*.py")} >= {"plan", "stage", "grouping", "dofn_runner"}
+
+
+@pytest.mark.parametrize("path", sorted(KIT_DIR.rglob("*.py")), ids=lambda p: p.name)
+def test_the_kit_imports_no_engine_and_no_runner(path):
+    module = module_name(path)
+    assert not kit_violations(path.read_text(encoding="utf-8"), module), (
+        f"{module} imports an engine or a runner; the kit is shared by every runner")
+
+
+@pytest.mark.parametrize("source", ["import pyspark", "from headrace.runners.spark import tasks",
+                                    "def f():\n    import numpy as np",
+                                    "from ..local import units"])
+def test_the_kit_check_catches_engine_and_runner_imports(source):
+    assert kit_violations(source, "headrace.runners.kit.grouping")

@@ -2,7 +2,7 @@
 
 For one key, `ReduceFnRunner` turns events into panes:
 
-    process_elements(state, [(value, timestamp_us, window[, is_retraction]), ...],
+    process_elements(state, [Element(value, timestamp_us, window, is_retraction), ...],
                      input_watermark_us, processing_time_us)
     on_watermark(state, input_watermark_us, processing_time_us)
     on_processing_time(state, processing_time_us, input_watermark_us)
@@ -87,7 +87,7 @@ The core never reads a clock and does no I/O: time comes in as arguments.
 from __future__ import annotations
 
 from operator import attrgetter
-from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Set, Tuple, Union
+from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Set, Tuple
 
 from headrace.errors import InvalidArgumentError
 from headrace.model.combine import CombineFn
@@ -102,8 +102,13 @@ _WINDOW_ORDER = attrgetter("end_us", "start_us")
 _EARLY, _ON_TIME, _LATE = PaneInfoTiming.EARLY, PaneInfoTiming.ON_TIME, PaneInfoTiming.LATE
 
 
-#: An input of the core: `(value, timestamp_us, window)`, or with a fourth item, `is_retraction`.
-Element = Union[Tuple[Any, int, BoundedWindow], Tuple[Any, int, BoundedWindow, bool]]
+class Element(NamedTuple):
+    """One input of the core: a value of the key in one window (an element in n windows is n)."""
+
+    value: Any
+    timestamp_us: int
+    window: BoundedWindow
+    is_retraction: bool = False
 
 
 class Pane(NamedTuple):
@@ -121,7 +126,7 @@ class ReduceResult(NamedTuple):
 
     panes: List[Pane]
     dropped_late: List[Element]
-    dropped_closed: List[Tuple[Any, int, BoundedWindow]]
+    dropped_closed: List[Element]
 
 
 _NOTHING = ReduceResult([], [], [])
@@ -255,17 +260,17 @@ class ReduceFnRunner:
     def process_elements(self, state: KeyState, elements: Iterable[Element],
                          input_watermark_us: int = MIN_TIMESTAMP_MICROS,
                          processing_time_us: int = MIN_TIMESTAMP_MICROS) -> ReduceResult:
-        """Adds `(value, timestamp_us, window[, is_retraction])` elements; fires windows made ready."""
+        """Adds the key's elements (`Element`s); fires the windows they make ready."""
         lateness = self.expiry_us
         live: List[Element] = []
         dropped_late: List[Element] = []
         behind = False
         for item in elements:
-            if item[2].end_us - 1 + lateness < input_watermark_us:
+            if item.window.end_us - 1 + lateness < input_watermark_us:
                 dropped_late.append(item)
             else:
                 live.append(item)
-                if item[1] < input_watermark_us:
+                if item.timestamp_us < input_watermark_us:
                     behind = True
         if not live:
             return ReduceResult([], dropped_late, []) if dropped_late else _NOTHING
@@ -279,7 +284,7 @@ class ReduceFnRunner:
         out_wm = (self._output_watermark(state, input_watermark_us) if behind
                   else input_watermark_us)
         if self.merging:
-            new = {item[2] for item in live if item[2] not in windows}
+            new = {item.window for item in live if item.window not in windows}
             if new:
                 mapping = self._merge(state, new, input_watermark_us, processing_time_us)
         combine_fn = self.combine_fn
@@ -288,21 +293,21 @@ class ReduceFnRunner:
         trigger = self.trigger
         watermark_only = trigger.watermark_only
         eow = self.combiner is TimestampCombiner.OUTPUT_AT_EOW
-        dropped_closed: List[Tuple[Any, int, BoundedWindow]] = []
+        dropped_closed: List[Element] = []
         touched: Dict[BoundedWindow, WindowState] = {}
         ctx = TriggerContext(None, input_watermark_us, processing_time_us)
         for item in live:
-            value, ts, window = item[0], item[1], item[2]
+            value, ts, window, retraction = item
             if mapping:
                 window = mapping.get(window, window)
             ws = windows.get(window)
             if ws is None:
                 if closed and window in closed:
-                    dropped_closed.append((value, ts, item[2]))
+                    dropped_closed.append(item)
                     continue
                 ws = windows[window] = self._new_window_state()
                 ws.eow_timer = window.end_us > input_watermark_us
-            if len(item) > 3 and item[3]:
+            if retraction:
                 self._retract(ws, value)
             elif buffering:
                 ws.contents.append(value)

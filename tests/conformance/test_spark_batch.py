@@ -14,8 +14,8 @@ import pytest
 
 import headrace as beam
 from headrace.errors import PipelineExecutionError
-from headrace.model.reduce import ReduceFnRunner
 from headrace.model.window import FixedWindows, IntervalWindow, Windowing
+from headrace.runners.kit.grouping import GroupingCore
 from headrace.runners.spark import tasks
 from headrace.runners.spark.session import effective_master, parse_conf
 from headrace.testing.util import assert_that, equal_to
@@ -102,7 +102,7 @@ def test_reduce_streams_a_sorted_key_without_reading_it_all():
     # The reduce side hands a key's records to the core in chunks under a watermark that
     # follows event time: a window's pane comes out before the rest of the key is read.
     w = Windowing(FixedWindows(10))
-    core = ReduceFnRunner(w)
+    grouping = GroupingCore("Group", w)
     read = []
 
     def records():
@@ -111,7 +111,7 @@ def test_reduce_streams_a_sorted_key_without_reading_it_all():
             win = IntervalWindow._of(t - t % 10_000_000, t - t % 10_000_000 + 10_000_000)
             yield (b"k", t, False), ("k", t, t, win)
 
-    out = tasks._reduce_all(core, records(), 5, True, False)
+    out = tasks._reduce_all(grouping, records(), 5, True)
     first = next(out)
     assert first.value == ("k", list(range(0, 10_000_000, 1_000_000)))
     assert len(read) < 20, f"read {len(read)} records before the first pane"

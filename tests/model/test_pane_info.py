@@ -26,7 +26,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from headrace.model.reduce import KeyState, Pane, ReduceFnRunner
+from headrace.model.reduce import Element, KeyState, Pane, ReduceFnRunner
 from headrace.model.time import MAX_TIMESTAMP_MICROS, MIN_TIMESTAMP_MICROS
 from headrace.model.window import (
     GLOBAL_WINDOWS_TUPLE, IntervalWindow, Sessions, TimestampCombiner, Windowing,
@@ -104,7 +104,8 @@ def _run(trigger: Any, mode: Any, lateness_s: int, combiner: Any, history: List[
         state: KeyState = pickle.loads(blob)
         active_before = set(state.windows)
         if kind == "in":
-            items = [(t, t * S, w) for t in arg for w in windowfn._assign(t, t * S, GLOBAL_WINDOWS_TUPLE)]
+            items = [Element(t, t * S, w)
+                     for t in arg for w in windowfn._assign(t, t * S, GLOBAL_WINDOWS_TUPLE)]
             res = runner.process_elements(state, items, wm, pt)
         elif kind == "wm":
             wm = MAX_TIMESTAMP_MICROS if arg is None else max(wm, 0) + arg * S

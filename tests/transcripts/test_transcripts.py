@@ -24,7 +24,7 @@ import pytest
 import headrace as beam
 from headrace.metrics.metric import MetricsFilter
 from headrace.model.combine import SumCombineFn
-from headrace.model.reduce import KeyState, Pane, ReduceFnRunner
+from headrace.model.reduce import Element, KeyState, Pane, ReduceFnRunner
 from headrace.model.time import (
     END_OF_GLOBAL_WINDOW_MICROS, MAX_TIMESTAMP_MICROS, MIN_TIMESTAMP_MICROS, Duration, Timestamp,
 )
@@ -122,7 +122,7 @@ def run_transcript_on_core(spec: Dict[str, Any]) -> List[_format.ObservedStep]:
             for value, t in _format.input_elements(arg):
                 ts = micros(t)
                 for w in windowing.windowfn._assign(value, ts, GLOBAL_WINDOWS_TUPLE):
-                    items.append((value, ts, w))
+                    items.append(Element(value, ts, w))
             result = runner.process_elements(state, items, wm, pt)
         elif kind == "watermark":
             new_wm = micros(arg)

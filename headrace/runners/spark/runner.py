@@ -8,75 +8,27 @@ import tempfile
 from typing import Any, Dict, List, Optional, Tuple
 
 from headrace.errors import PipelineExecutionError, UnsupportedArgumentError
-from headrace.io.iobase import Read
+from headrace.io.iobase import Read, batched
 from headrace.metrics.metric import MetricResults, MetricsContainer
 from headrace.model import coders
 from headrace.options.pipeline_options import LocalRunnerOptions, SparkRunnerOptions
 from headrace.pipeline.pipeline import AppliedPTransform, Pipeline, PipelineResult, PipelineState
 from headrace.pipeline.pvalue import AsSideInput, PCollection
+from headrace.runners.kit import plan as planning
+from headrace.runners.kit.side_inputs import SideInputCombiner
+from headrace.runners.kit.stage import FusedStage
 from headrace.runners.spark.fastpath import columnar_chain
-from headrace.runners.common import FusedStage, SideInputCombiner, serialize_dofn, step_spec
 from headrace.runners.spark import pyspark_compat
 from headrace.runners.spark import session as sessions
 from headrace.runners.spark import tasks
-from headrace.testing.test_stream import TestStream
-from headrace.transforms.core import (
-    CombinePerKey, Create, Flatten, GroupByKey, ParDo, Reshuffle, WindowInto,
-)
+from headrace.transforms.core import CombinePerKey, Create, Reshuffle
 
 _log = logging.getLogger(__name__)
 
-
-class _Stage:
-    """A fused tree of ParDo / WindowInto steps rooted at one input PCollection (planning only)."""
-
-    def __init__(self, root: PCollection) -> None:
-        self.root = root
-        self.nodes: List[AppliedPTransform] = []
-
-    @property
-    def side_inputs(self) -> List[AsSideInput]:
-        return [s for n in self.nodes for s in n.side_inputs]
-
-    def materialized(self) -> List[PCollection]:
-        members = set(self.nodes)
-        outs = [pc for n in self.nodes for pc in n.outputs.values()]
-        return sorted((pc for pc in outs if not pc.consumers or any(c not in members for c in pc.consumers)),
-                      key=lambda pc: pc._id)
-
-
-def _plan(pipeline: Pipeline) -> List[Any]:
-    """Units in dependency order: AppliedPTransforms, and _Stages for fused element-wise steps."""
-    units: List[Any] = []
-    stage_of_pc: Dict[PCollection, _Stage] = {}
-    stage_by_root: Dict[PCollection, _Stage] = {}
-    for node in pipeline.primitives():
-        t = node.transform
-        if isinstance(t, (ParDo, WindowInto)):
-            main = node.inputs[0]
-            stage = None
-            if not node.side_inputs:
-                stage = stage_of_pc.get(main) or stage_by_root.get(main)
-            if stage is None:
-                stage = _Stage(main)
-                if not node.side_inputs:
-                    stage_by_root[main] = stage
-                units.append(stage)
-            stage.nodes.append(node)
-            for pc in node.outputs.values():
-                stage_of_pc[pc] = stage
-        elif isinstance(t, TestStream):
-            raise PipelineExecutionError(
-                f"step {node.full_label!r} is a TestStream, an unbounded source; the Spark runner "
-                "runs bounded pipelines as batch jobs. Run this pipeline on the LocalRunner",
-                step=node.full_label)
-        elif isinstance(t, (Create, Read, GroupByKey, CombinePerKey, Flatten, Reshuffle)):
-            units.append(node)
-        else:
-            raise PipelineExecutionError(
-                f"the Spark runner cannot execute step {node.full_label!r} ({type(t).__name__}); "
-                "it is not a known primitive", step=node.full_label)
-    return units
+_KINDS = planning.ALL_KINDS - {planning.TEST_STREAM}
+_WHY_NOT = {planning.TEST_STREAM: (
+    "a TestStream is an unbounded source, and the Spark runner runs bounded pipelines as batch "
+    "jobs; run this pipeline on the LocalRunner")}
 
 
 class _Translation:
@@ -128,24 +80,34 @@ class _Translation:
         self._run(lambda: rdd.foreachPartition(tasks.drain))
         return rdd
 
-    def _count_uses(self, units: List[Any]) -> None:
+    def _count_uses(self, units: List[planning.Unit]) -> None:
         for u in units:
-            if isinstance(u, _Stage):
-                inputs = [u.root] + [s.pvalue for s in u.side_inputs]
-            else:
-                inputs = list(u.inputs) + [s.pvalue for s in u.side_inputs]
-            for pc in inputs:
+            for pc in list(u.inputs) + [s.pvalue for s in u.side_inputs]:
                 self.uses[pc] = self.uses.get(pc, 0) + 1
 
     def build(self) -> List[Any]:
-        units = _plan(self.pipeline)
+        units = planning.plan(self.pipeline, "Spark runner", _KINDS, _WHY_NOT)
         self._count_uses(units)
         for u in units:
-            if isinstance(u, _Stage):
+            if isinstance(u, planning.Stage):
                 self._build_stage(u)
+                continue
+            node = u.node
+            self._label(node.full_label)
+            if u.kind == planning.SOURCE:
+                if isinstance(node.transform, Create):
+                    self._build_create(node)
+                else:
+                    self._build_read(node)
+            elif u.kind == planning.GROUPING:
+                if isinstance(node.transform, CombinePerKey):
+                    self._build_combineperkey(node)
+                else:
+                    self._build_grouping(node, None)
+            elif u.kind == planning.FLATTEN:
+                self._build_flatten(node)
             else:
-                self._label(u.full_label)
-                getattr(self, f"_build_{type(u.transform).__name__.lower()}")(u)
+                self._build_reshuffle(node)
         return [rdd for pc, rdd in self.rdds.items() if pc not in self.uses]
 
     def _build_create(self, node: AppliedPTransform) -> None:
@@ -153,7 +115,7 @@ class _Translation:
         assert isinstance(t, Create)
         values = t.values
         size = self.bundle_size
-        chunks = [values[i:i + size] for i in range(0, len(values), size)]
+        chunks = list(batched(values, size))  # one record per bundle
         rdd = self.sc.parallelize(chunks, max(1, min(len(chunks), self.parallelism)))
         self._set(node.outputs[None], rdd.mapPartitions(tasks.create_fn(self.env)))
 
@@ -187,9 +149,6 @@ class _Translation:
         rdd = (self.rdds[node.inputs[0]].mapPartitionsWithIndex(tasks.reshuffle_key_fn(buckets))
                .partitionBy(n, lambda k: k).values())
         self._set(node.outputs[None], rdd)
-
-    def _build_groupbykey(self, node: AppliedPTransform) -> None:
-        self._build_grouping(node, None)
 
     def _build_combineperkey(self, node: AppliedPTransform) -> None:
         if node.side_inputs:
@@ -286,22 +245,12 @@ class _Translation:
             mine = rdd.filter(lambda r, i=i: r[0] == i)
             self._set(pc, mine.flatMap(tasks.unpack) if packed else mine.map(lambda r: r[1]))
 
-    def _build_stage(self, stage: _Stage) -> None:
-        label = " + ".join(n.full_label for n in stage.nodes)
+    def _build_stage(self, stage: planning.Stage) -> None:
+        label = stage.label
         self._label(label)
         bcast, portable = self._broadcast_sides(stage.side_inputs)
-        steps = []
-        for n in stage.nodes:
-            spec = step_spec(n, serialize_dofn(n.full_label, n.transform.fn)
-                             if isinstance(n.transform, ParDo) else None)
-            if n.side_inputs:
-                spec = spec._replace(
-                    args=tuple(portable[id(a)] if isinstance(a, AsSideInput) else a for a in spec.args),
-                    kwargs={k: portable[id(v)] if isinstance(v, AsSideInput) else v
-                            for k, v in (spec.kwargs or {}).items()})
-            steps.append(spec)
-        outs = stage.materialized()
-        fused = FusedStage(label, steps, stage.root._id, [pc._id for pc in outs])
+        fused = stage.fused(lambda view: portable[id(view)])
+        outs = list(stage.outputs)
         self._label(label)
         upstream = self.rdds[stage.root]
         if len(outs) == 1:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import base64
 import copy
-import gc
 import os
 import pickle
 import zlib
@@ -27,16 +26,18 @@ from pyspark.serializers import FramedSerializer
 
 from headrace.errors import PipelineExecutionError, _short_repr
 from headrace.io.iobase import ArrowBatchSource, batched
-from headrace.metrics.metric import Metrics, MetricsContainer, metrics_scope, set_current_step
+from headrace.metrics.metric import MetricsContainer, metrics_scope, set_current_step
 from headrace.model import coders
-from headrace.model.reduce import KeyState, ReduceFnRunner
+from headrace.model.reduce import Element, KeyState
 from headrace.model.time import MAX_TIMESTAMP_MICROS, MIN_TIMESTAMP_MICROS
-from headrace.model.window import Sessions, TimestampCombiner, Windowing
-from headrace.model.windowed import PANE_INFO_UNKNOWN, WindowedValue
-from headrace.runners.common import (
-    FusedStage, SideInputCombiner, SideInputReader, grouping_failure, grouping_key_bytes, split_kv,
-    to_windowed_value,
-)
+from headrace.model.window import Sessions, Windowing
+from headrace.model.windowed import WindowedValue
+from headrace.runners.kit.grouping import GroupingCore, grouping_failure, grouping_key_bytes, key_of
+from headrace.runners.kit.partial import PartialCombiner, keeps_latest
+from headrace.runners.kit.runtime import relax_gc
+from headrace.runners.kit.side_inputs import SideInputCombiner, SideInputReader
+from headrace.runners.kit.sources import read_failure, to_windowed_value
+from headrace.runners.kit.stage import FusedStage
 from headrace.runners.spark.fastpath import (Columns, VectorBundle, columnar_chain, vector_chain,
                                              vector_combiner)
 
@@ -169,13 +170,11 @@ _GC_RELAXED = False
 
 
 def _relax_gc() -> None:
-    """Collects cyclic garbage less often in this Python worker: elements are many small acyclic
-    objects, and frequent collections over them cost more than the work (halves a combine's
-    time). Done once per worker process, which runs only Spark tasks."""
+    """Collects cyclic garbage less often in this Python worker (`kit.runtime.relax_gc`), once per
+    worker process, which runs only Spark tasks."""
     global _GC_RELAXED
     if not _GC_RELAXED:
-        t = gc.get_threshold()
-        gc.set_threshold(max(t[0], 100_000), max(t[1], 50), max(t[2], 50))
+        relax_gc()
         _GC_RELAXED = True
 
 
@@ -294,8 +293,7 @@ def key_fn(env: TaskEnv, label: str, merging: bool) -> Callable[[Iterator[Window
         env.check_earlier_attempt()
         try:
             for wv in it:
-                k, v = split_kv(label, wv.value)
-                kb = grouping_key_bytes(label, k, wv.value)
+                k, v, kb = key_of(label, wv.value)
                 ts = wv.timestamp_us
                 r = wv.is_retraction
                 for w in wv.windows:
@@ -323,13 +321,13 @@ def side_partial_combine_fn(env: TaskEnv, label: str, windowing: Windowing, comb
     """Lifted CombinePerKey with side inputs, map side: one accumulator per key and window of the
     partition, made by the CombineFn with the side inputs of that window (`SideInputCombiner`).
     Only for non-merging windows, which are final here. Records as `partial_combine_fn`'s."""
-    latest = windowing.timestamp_combiner is TimestampCombiner.OUTPUT_AT_LATEST
-
     def run(it: Iterator[WindowedValue]) -> Iterator[Any]:
         env.check_earlier_attempt()
         combiner = _side_combiner(combiner_bytes, sides)
+        partial = PartialCombiner(label, combiner.combine_fn, windowing.windowfn, keeps_latest(windowing),
+                                  bound=combiner.bound)
         committed = MetricsContainer()
-        yield from _guarded(env, label, "combining", _side_partial(label, it, combiner, latest, committed))
+        yield from _guarded(env, label, "combining", _side_partial(label, it, combiner, partial, committed))
         env.report(committed, committed)
     return run
 
@@ -340,28 +338,12 @@ def _side_combiner(combiner_bytes: bytes, sides: Any) -> SideInputCombiner:
     return combiner
 
 
-def _side_partial(label: str, it: Iterator[WindowedValue], combiner: SideInputCombiner, latest: bool,
-                  committed: MetricsContainer) -> Iterator[Any]:
-    table: Dict[Tuple[bytes, Any], list] = {}  # (key bytes, window) -> [key, accumulator, ts, fn]
-    bound: Dict[Any, Any] = {}
+def _side_partial(label: str, it: Iterator[WindowedValue], combiner: SideInputCombiner,
+                  partial: PartialCombiner, committed: MetricsContainer) -> Iterator[Any]:
     with metrics_scope(committed, label):
         combiner.setup()
-        for wv in it:
-            k, v = split_kv(label, wv.value)
-            kb = grouping_key_bytes(label, k, wv.value)
-            ts = wv.timestamp_us
-            for w in wv.windows:
-                cell = table.get((kb, w))
-                if cell is None:
-                    fn = bound.get(w)
-                    if fn is None:
-                        fn = bound[w] = combiner.bound(w)
-                    cell = table[(kb, w)] = [k, fn.create_accumulator(), ts, fn]
-                elif (ts > cell[2]) if latest else (ts < cell[2]):
-                    cell[2] = ts
-                cell[1] = cell[3].add_input(cell[1], v)
-        for (kb, w), (k, acc, ts, fn) in table.items():
-            yield ((kb, _sort_time(False, ts, w), False), (k, fn.compact(acc), ts, w))
+        partial.add_all((wv.value, wv.timestamp_us, wv.windows) for wv in it)
+        yield from partial.emit(lambda kb, k, a, ts, w: ((kb, ts, False), (k, a, ts, w)))
         combiner.teardown()
 
 
@@ -430,36 +412,32 @@ def _read_parts(env: TaskEnv, label: str, source: Any, parts: Iterator[Any],
             else:
                 yield from (source.read_batches(part, batch) if batch else source.read(part))
         except Exception as exc:
-            raise env.fail(PipelineExecutionError(
-                f"step {label!r} failed reading {part!r}: {type(exc).__name__}: {exc}",
-                step=label)) from exc
+            raise env.fail(read_failure(label, part, exc)) from exc
 
 
 def _partial(env: TaskEnv, label: str, windowing: Windowing, combine_fn_bytes: bytes,
              batches: Callable[[Iterator[Any]], Iterator[Iterable[tuple]]]
              ) -> Callable[[Iterator[Any]], Iterator[Any]]:
     windowfn = windowing.windowfn
-    merging = windowfn.is_merging()
-    latest = windowing.timestamp_combiner is TimestampCombiner.OUTPUT_AT_LATEST
+    latest = keeps_latest(windowing)
 
     def run(it: Iterator[Any]) -> Iterator[Any]:
         env.check_earlier_attempt()
         combine_fn = coders.loads(combine_fn_bytes)
         committed = MetricsContainer()
         yield from _guarded(env, label, "combining", _combine_partition(
-            label, it, batches, combine_fn, windowfn, merging, latest, committed))
+            label, it, batches, combine_fn, windowfn, latest, committed))
         env.report(committed, committed)
     return run
 
 
 def _combine_partition(label: str, it: Iterator[Any],
                        batches: Callable[[Iterator[Any]], Iterator[Iterable[tuple]]], combine_fn: Any,
-                       windowfn: Any, merging: bool, latest: bool,
-                       committed: MetricsContainer) -> Iterator[Any]:
-    table: Dict[bytes, Tuple[Any, Dict[Any, list]]] = {}
+                       windowfn: Any, latest: bool, committed: MetricsContainer) -> Iterator[Any]:
+    merging = windowfn.is_merging()
     with metrics_scope(committed, label):
         combine_fn.setup()
-        acc = _Accumulator(label, combine_fn, windowfn if merging else None, latest, table)
+        partial = PartialCombiner(label, combine_fn, windowfn, latest)
         vector = vector_combiner(combine_fn, windowfn, latest)
         for batch in batches(it):
             set_current_step(label)
@@ -468,18 +446,15 @@ def _combine_partition(label: str, it: Iterator[Any],
                     vector.add(batch)
                     continue
                 batch = zip(batch.values(), batch.ts_array().tolist(), batch.window_tuples())
-            acc.add_all(batch)
+            partial.add_all(batch)
 
         def record(kb: bytes, k: Any, a: Any, ts: int, w: Any) -> tuple:
-            return ((kb, _sort_time(merging, ts, w), False), (k, combine_fn.compact(a), ts, w))
+            return ((kb, _sort_time(merging, ts, w), False), (k, a, ts, w))
 
-        for kb, (k, windows) in table.items():
-            if merging:
-                _merge_windows(windows, windowfn, combine_fn, latest)
-            for w, (a, ts) in windows.items():
-                yield record(kb, k, a, ts, w)
+        yield from partial.emit(record)
         if vector is not None:
-            yield from vector.emit(lambda k: grouping_key_bytes(label, k, k), record)
+            yield from vector.emit(lambda k: grouping_key_bytes(label, k, k),
+                                   lambda kb, k, a, ts, w: record(kb, k, combine_fn.compact(a), ts, w))
         combine_fn.teardown()
 
 
@@ -493,72 +468,6 @@ def _guarded(env: TaskEnv, label: str, doing: str, outputs: Iterator[Any]) -> It
         raise env.fail(exc) from exc
     except Exception as exc:
         raise env.fail(grouping_failure(label, exc, doing)) from exc
-
-
-class _Accumulator:
-    """Adds (kv, timestamp, windows) triples into {key bytes: (key, {window: [acc, ts]})}."""
-
-    def __init__(self, label: str, combine_fn: Any, merging_fn: Any, latest: bool,
-                 table: Dict[bytes, Tuple[Any, Dict[Any, list]]]) -> None:
-        self.label = label
-        self.combine_fn = combine_fn
-        self.merging_fn = merging_fn
-        self.latest = latest
-        self.table = table
-        self.kb_of: Dict[Tuple[type, Any], bytes] = {}
-        self.by_str: Dict[str, Dict[Any, list]] = {}
-        self.limits: Dict[int, int] = {}
-
-    def add_all(self, triples: Iterable[tuple]) -> None:
-        """Accumulates a batch of (kv, timestamp, windows)."""
-        label, table, kb_of, limits = self.label, self.table, self.kb_of, self.limits
-        create, add = self.combine_fn.create_accumulator, self.combine_fn.add_input
-        merging_fn, latest = self.merging_fn, self.latest
-        by_str = self.by_str
-        for kv, ts, wins in triples:
-            try:
-                k, v = kv
-            except (TypeError, ValueError):
-                k, v = split_kv(label, kv)  # raises the error naming the step
-            if type(k) is str:  # the common case: one lookup (str keys of equal value are equal)
-                windows = by_str.get(k)
-                if windows is None:
-                    kb = grouping_key_bytes(label, k, kv)
-                    windows = by_str[k] = table.setdefault(kb, (k, {}))[1]
-            else:
-                t = type(k)
-                if t is int or t is bytes:
-                    known = kb_of.get((t, k))
-                    if known is None:
-                        known = kb_of[(t, k)] = grouping_key_bytes(label, k, kv)
-                    kb = known
-                else:
-                    kb = grouping_key_bytes(label, k, kv)
-                entry = table.get(kb)
-                if entry is None:
-                    entry = table[kb] = (k, {})
-                windows = entry[1]
-            for w in wins:
-                cell = windows.get(w)
-                if cell is None:
-                    windows[w] = [add(create(), v), ts]
-                else:
-                    cell[0] = add(cell[0], v)
-                    if (ts > cell[1]) if latest else (ts < cell[1]):
-                        cell[1] = ts
-            if merging_fn is not None and len(windows) > limits.get(id(windows), 64):
-                _merge_windows(windows, merging_fn, self.combine_fn, latest)
-                limits[id(windows)] = max(64, 2 * len(windows))
-
-
-def _merge_windows(windows: Dict[Any, list], windowfn: Any, combine_fn: Any, latest: bool) -> None:
-    for group, result in windowfn._merge(list(windows)):
-        cells = [windows.pop(w) for w in group if w in windows]
-        if not cells:
-            continue
-        acc = cells[0][0] if len(cells) == 1 else combine_fn.merge_accumulators([c[0] for c in cells])
-        times = [c[1] for c in cells]
-        windows[result] = [acc, max(times) if latest else min(times)]
 
 
 def reduce_fn(env: TaskEnv, label: str, windowing: Windowing, combine_fn_bytes: Optional[bytes],
@@ -585,89 +494,83 @@ def reduce_fn(env: TaskEnv, label: str, windowing: Windowing, combine_fn_bytes: 
     def run(it: Iterator[Any]) -> Iterator[Any]:
         env.check_earlier_attempt()
         combine_fn = coders.loads(combine_fn_bytes) if combine_fn_bytes is not None else None
-        core = ReduceFnRunner(windowing, combine_fn, inputs_are_accumulators=accumulators_in,
-                              input_retractions=input_retractions, expire_at_end_of_window=True)
         finish = None
+        lifecycle: Any = combine_fn  # set up and torn down around the partition
         if side_combine is not None:
             combiner_bytes, sides, partials_in = side_combine
             combiner = _side_combiner(combiner_bytes, sides)
-            combine_fn = combiner  # set up and torn down around the partition
+            lifecycle = combiner
             finish = combiner.finish if partials_in else combiner.combine
+        grouping = GroupingCore(label, windowing, combine_fn, late_output=late_output,
+                                input_retractions=input_retractions,
+                                inputs_are_accumulators=accumulators_in, expire_at_end_of_window=True,
+                                finish=finish)
         committed = MetricsContainer()
         yield from _guarded(env, label, "combining or grouping", _reduce_partition(
-            label, core, combine_fn, it, env.bundle_size, follow, late_output, committed, finish))
+            label, grouping, lifecycle, it, env.bundle_size, follow, committed))
         env.report(committed, committed)
     return run
 
 
-def _reduce_partition(label: str, core: ReduceFnRunner, combine_fn: Any, it: Iterator[Any], size: int,
-                      follow: bool, late_output: bool, committed: MetricsContainer,
-                      finish: Optional[Callable[[Any, list], Any]]) -> Iterator[Any]:
+def _reduce_partition(label: str, grouping: GroupingCore, lifecycle: Any, it: Iterator[Any], size: int,
+                      follow: bool, committed: MetricsContainer) -> Iterator[Any]:
     with metrics_scope(committed, label):
-        if combine_fn is not None:
-            combine_fn.setup()
-        yield from _reduce_all(core, it, size, follow, late_output, finish)
-        if combine_fn is not None:
-            combine_fn.teardown()
+        if lifecycle is not None:
+            lifecycle.setup()
+        yield from _reduce_all(grouping, it, size, follow)
+        if lifecycle is not None:
+            lifecycle.teardown()
 
 
-def _reduce_all(core: ReduceFnRunner, it: Iterator[Any], size: int, follow: bool,
-                late_output: bool, finish: Optional[Callable[[Any, list], Any]] = None) -> Iterator[Any]:
+def _reduce_all(grouping: GroupingCore, it: Iterator[Any], size: int, follow: bool) -> Iterator[Any]:
+    """The outputs of a partition's sorted records (see `reduce_fn`): elements, or (index,
+    element) records when the step has a late-data output."""
     current: Optional[bytes] = None
     key: Any = None
     state = KeyState()
     wm = chunk_wm = 0
-    chunk: List[tuple] = []
+    chunk: List[Element] = []
+    out: List[WindowedValue] = []
+    late: Optional[List[WindowedValue]] = [] if grouping.late_output else None
     for (kb, t, r), (k, v, ts, w) in it:
         if not follow:
             t = MIN_TIMESTAMP_MICROS
         if kb != current or len(chunk) >= size:
             if chunk:
-                yield from _feed(core, state, key, chunk, wm, chunk_wm, late_output, finish)
+                if chunk_wm > wm:
+                    grouping.on_watermark(key, state, chunk_wm, _PROCESSING_TIME, out)
+                grouping.process(key, state, chunk, chunk_wm, _PROCESSING_TIME, out, late)
                 wm = chunk_wm
                 chunk = []
             if kb != current:
                 if current is not None:
-                    yield from _finish(core, state, key, late_output, finish)
+                    grouping.on_watermark(key, state, MAX_TIMESTAMP_MICROS, _PROCESSING_TIME, out)
                 current, key, state = kb, k, KeyState()
                 wm = t
             chunk_wm = t
-        chunk.append((v, ts, w, True) if r else (v, ts, w))
+            if out or late:
+                yield from _records(out, late)
+                out = []
+                late = [] if late is not None else None
+        chunk.append(Element(v, ts, w, r))
     if chunk:
-        yield from _feed(core, state, key, chunk, wm, chunk_wm, late_output, finish)
+        if chunk_wm > wm:
+            grouping.on_watermark(key, state, chunk_wm, _PROCESSING_TIME, out)
+        grouping.process(key, state, chunk, chunk_wm, _PROCESSING_TIME, out, late)
     if current is not None:
-        yield from _finish(core, state, key, late_output, finish)
+        grouping.on_watermark(key, state, MAX_TIMESTAMP_MICROS, _PROCESSING_TIME, out)
+    yield from _records(out, late)
 
 
-def _feed(core: ReduceFnRunner, state: KeyState, key: Any, chunk: List[tuple], wm: int, new_wm: int,
-          late_output: bool, finish: Optional[Callable[[Any, list], Any]]) -> Iterator[Any]:
-    if new_wm > wm:
-        yield from _outputs(key, core.on_watermark(state, new_wm, _PROCESSING_TIME), late_output, finish)
-    yield from _outputs(key, core.process_elements(state, chunk, new_wm, _PROCESSING_TIME), late_output,
-                        finish)
-
-
-def _finish(core: ReduceFnRunner, state: KeyState, key: Any, late_output: bool,
-            finish: Optional[Callable[[Any, list], Any]]) -> Iterator[Any]:
-    yield from _outputs(key, core.on_watermark(state, MAX_TIMESTAMP_MICROS, _PROCESSING_TIME), late_output,
-                        finish)
-
-
-def _outputs(key: Any, res: Any, late_output: bool,
-             finish: Optional[Callable[[Any, list], Any]] = None) -> Iterator[Any]:
-    """A core result as output records; `finish(window, pane value)` computes a pane's value."""
-    for p in res.panes:
-        value = p.value if finish is None else finish(p.window, p.value)
-        wv = WindowedValue((key, value), p.timestamp_us, (p.window,), p.pane_info, p.is_retraction)
-        yield (0, wv) if late_output else wv
-    if res.dropped_late:
-        Metrics.counter("headrace", "dropped_late_elements").inc(len(res.dropped_late))
-        if late_output:
-            for item in res.dropped_late:
-                yield (1, WindowedValue((key, item[0]), item[1], (item[2],), PANE_INFO_UNKNOWN,
-                                        len(item) > 3 and bool(item[3])))
-    if res.dropped_closed:
-        Metrics.counter("headrace", "dropped_closed_window_elements").inc(len(res.dropped_closed))
+def _records(out: List[WindowedValue], late: Optional[List[WindowedValue]]) -> Iterator[Any]:
+    """Output records: the elements, or (0, element) and (1, late element) with a late output."""
+    if late is None:
+        yield from out
+        return
+    for wv in out:
+        yield (0, wv)
+    for wv in late:
+        yield (1, wv)
 
 
 # ---- shuffles without grouping -------------------------------------------------------------

@@ -25,7 +25,8 @@ from headrace.model.window import GLOBAL_WINDOWS_TUPLE
 from headrace.model.windowed import TimestampedValue, WindowedValue
 from headrace.pipeline.dofn import _CallableWrapperDoFn
 from headrace.pipeline.pvalue import TaggedOutput
-from headrace.runners.common import StepSpec, _special_params
+from headrace.runners.kit.dofn_runner import special_params
+from headrace.runners.kit.stage import StepSpec
 
 _KINDS = ("map", "maptuple", "flatmap", "filter")
 
@@ -71,7 +72,7 @@ def plain_steps(steps: Sequence[StepSpec], root: int) -> Optional[List[Tuple[str
             dofn = coders.loads(spec.dofn or b"")
             if not isinstance(dofn, _CallableWrapperDoFn) or dofn.kind not in _KINDS:
                 return None
-            if _special_params(dofn.fn):
+            if special_params(dofn.fn):
                 return None
             out.append((dofn.kind, dofn.fn, spec.label))
         current = spec.outputs[0][1]

@@ -1,8 +1,9 @@
-"""Runner-agnostic execution of element-wise steps: DoFn invocation, outputs, dead letters.
+"""Running one element-wise step: a ParDo's DoFn (lifecycle, parameters, side inputs, tagged
+outputs, dead letters) or a WindowInto's AssignWindows.
 
-Every runner runs ParDo and WindowInto through `ParDoRunner` / `AssignWindowsRunner`, so
-parameter handling, output routing, retraction pass-through and dead-letter routing are the
-same on the local runner and on Spark executors.
+Every runner runs ParDo and WindowInto through `ParDoRunner` / `AssignWindowsRunner` (inside a
+`kit.stage.FusedStage`), so parameter handling, output routing, retraction pass-through and
+dead-letter routing are the same on every runner.
 """
 
 from __future__ import annotations
@@ -10,24 +11,20 @@ from __future__ import annotations
 import inspect
 import logging
 import traceback
-from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple, cast
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, cast
 
-from headrace.errors import (
-    DeadLetterThresholdError, ElementError, InvalidArgumentError, KeyEncodingError,
-    PipelineExecutionError, _short_repr,
-)
-from headrace.metrics.metric import CURRENT, MetricsContainer, metrics_scope, set_current_step
+from headrace.errors import ElementError, InvalidArgumentError, _short_repr
+from headrace.metrics.metric import CURRENT, set_current_step
 from headrace.model import coders
-from headrace.model.combine import BoundCombineFn, combine_values
 from headrace.model.time import Timestamp
-from headrace.model.time import MIN_TIMESTAMP_MICROS
-from headrace.model.window import GLOBAL_WINDOWS_TUPLE, WindowFn, side_input_window
+from headrace.model.window import WindowFn
 from headrace.model.windowed import TimestampedValue, WindowedValue
 from headrace.pipeline.dofn import DoFn, _CallableWrapperDoFn, _DoFnParam
-from headrace.pipeline.pvalue import AsSideInput, EmptySideInput, TaggedOutput
-from headrace.runners.isolation import (
+from headrace.pipeline.pvalue import AsSideInput, TaggedOutput
+from headrace.runners.kit.isolation import (
     Subprocess, TimeLimit, invoke, not_iterable_of_outputs, outputs_of,
 )
+from headrace.runners.kit.side_inputs import SideInputReader, empty_side_input_hint
 
 Receiver = Callable[[WindowedValue], None]
 _log = logging.getLogger(__name__)
@@ -63,146 +60,8 @@ def _error_info(exc_type, exc_repr, lines, step):
     return self
 
 
-def to_windowed_value(v: Any) -> WindowedValue:
-    """A source's record as an element: a TimestampedValue keeps its time, others get the minimum."""
-    if type(v) is TimestampedValue:
-        return WindowedValue(v.value, v.timestamp_us, GLOBAL_WINDOWS_TUPLE)
-    return WindowedValue(v, MIN_TIMESTAMP_MICROS, GLOBAL_WINDOWS_TUPLE)
-
-
-def split_kv(label: str, value: Any) -> Tuple[Any, Any]:
-    """The (key, value) of a grouping's input element, or an error naming the step."""
-    try:
-        k, v = value
-    except (TypeError, ValueError):
-        raise PipelineExecutionError(
-            f"step {label!r} groups by key and needs (key, value) pairs, got "
-            f"{_short_repr(value)}; map elements to 2-tuples first, e.g. "
-            "beam.Map(lambda x: (key_of(x), x))", step=label, element=value) from None
-    return k, v
-
-
-def grouping_key_bytes(label: str, key: Any, element: Any) -> bytes:
-    """The deterministic bytes a grouping groups `key` by, or an error naming the step."""
-    try:
-        return coders.encode_key(key)
-    except KeyEncodingError as exc:
-        raise PipelineExecutionError(f"step {label!r}: {exc}", step=label, element=element) from exc
-
-
-def grouping_failure(label: str, exc: BaseException, doing: str = "combining or grouping"
-                     ) -> PipelineExecutionError:
-    """The error for a grouping step whose CombineFn or core failed (every runner raises this)."""
-    return PipelineExecutionError(
-        f"step {label!r} failed while {doing}: {type(exc).__name__}: {exc}; check its CombineFn",
-        step=label)
-
-
-class SideInputReader:
-    """Reads materialised side inputs for a main-input window."""
-
-    def __init__(self, contents: Dict[AsSideInput, Dict[Any, list]]) -> None:
-        self._contents = contents
-        self._cache: Dict[Tuple[int, Any], Any] = {}
-
-    def view(self, side: AsSideInput, main_window: Any) -> Any:
-        """The view (singleton, list, dict, ...) of `side` for the given main-input window."""
-        sw = side_input_window(side.pvalue.windowing.windowfn, main_window)
-        key = (id(side), sw)
-        try:
-            return self._cache[key]
-        except KeyError:
-            pass
-        values = self._contents.get(side, {}).get(sw, [])
-        v = self._cache[key] = side._view(values)
-        return v
-
-
-class SideInputCombiner:
-    """A CombinePerKey's CombineFn whose extra arguments include side inputs, bound per window.
-
-    Every runner computes such a combine's panes through this class: the per-key core groups
-    the values of each key (or, for a lifted combine, the partial accumulators made by
-    `bound(window)` before the shuffle) by window, and the value of a pane of window W is
-    computed with the side inputs read for W (`side_input_window`), as a ParDo reads them.
-    Every CombineFn method gets the side inputs' values in place of the views.
-    """
-
-    def __init__(self, label: str, combine_fn: Any, args: Sequence[Any],
-                 kwargs: Dict[str, Any]) -> None:
-        self.label = label
-        self.combine_fn = combine_fn
-        self.args = tuple(args)
-        self.kwargs = dict(kwargs)
-        #: Where the side inputs are read; set by the runner before the first pane.
-        self.reader: Optional[SideInputReader] = None
-
-    def setup(self) -> None:
-        """Sets up the CombineFn."""
-        self.combine_fn.setup()
-
-    def teardown(self) -> None:
-        """Tears down the CombineFn."""
-        self.combine_fn.teardown()
-
-    def bound(self, window: Any) -> BoundCombineFn:
-        """The CombineFn with the side inputs' values for main-input window `window` bound."""
-        reader = self.reader
-        assert reader is not None, "SideInputCombiner.reader is not set"
-        try:
-            args = tuple(reader.view(a, window) if isinstance(a, AsSideInput) else a
-                         for a in self.args)
-            kwargs = {k: (reader.view(v, window) if isinstance(v, AsSideInput) else v)
-                      for k, v in self.kwargs.items()}
-        except Exception as exc:
-            raise PipelineExecutionError(
-                f"step {self.label!r} could not read its side inputs for window {window!r}: "
-                f"{type(exc).__name__}: {exc}", step=self.label) from exc
-        return BoundCombineFn(self.combine_fn, args, kwargs)
-
-    def combine(self, window: Any, values: Sequence[Any]) -> Any:
-        """The output of a pane of `window` holding `values` (the combine's inputs)."""
-        fn = self.bound(window)
-        try:
-            return combine_values(fn, values)
-        except Exception as exc:
-            raise self._explained(exc, fn, window)
-
-    def finish(self, window: Any, accumulators: Sequence[Any]) -> Any:
-        """The output of a pane of `window` holding partial accumulators made by `bound(window)`."""
-        fn = self.bound(window)
-        try:
-            accs = list(accumulators) or [fn.create_accumulator()]
-            return fn.extract_output(fn.merge_accumulators(accs))
-        except Exception as exc:
-            raise self._explained(exc, fn, window)
-
-    def _explained(self, exc: Exception, fn: BoundCombineFn, window: Any) -> Exception:
-        """`exc`, or an error naming the step and the empty side input the CombineFn was given."""
-        hint = empty_side_input_hint(self.args, self.kwargs, fn.args, fn.kwargs, window)
-        if not hint:
-            return exc
-        err = PipelineExecutionError(
-            f"step {self.label!r} failed while combining a pane of window {window!r}: "
-            f"{type(exc).__name__}: {exc}. {hint}", step=self.label)
-        err.__cause__ = exc
-        return err
-
-
-def empty_side_input_hint(views: Sequence[Any], view_kwargs: Dict[str, Any], args: Sequence[Any],
-                          kwargs: Dict[str, Any], window: Any) -> str:
-    """A hint for an error in user code that was given an EmptySideInput (else "")."""
-    empty = [v for v, a in zip(views, args) if isinstance(a, EmptySideInput)]
-    empty += [v for k, v in view_kwargs.items() if isinstance(kwargs.get(k), EmptySideInput)]
-    if not empty:
-        return ""
-    names = ", ".join(repr(v) for v in empty)
-    return (f"The side input {names} is empty in window {window!r}, so the step got "
-            "pvalue.EmptySideInput() in its place (as in Beam); give the view a default, e.g. "
-            "AsSingleton(pcoll, default_value=...), or test for pvalue.EmptySideInput")
-
-
-def _special_params(fn: Callable[..., Any]) -> Dict[str, _DoFnParam]:
+def special_params(fn: Callable[..., Any]) -> Dict[str, _DoFnParam]:
+    """The special parameters (DoFn.TimestampParam, WindowParam, ...) `fn` declares, by name."""
     try:
         sig = inspect.signature(fn)
     except (TypeError, ValueError):
@@ -228,11 +87,11 @@ class ParDoRunner:
         if isinstance(dofn, _CallableWrapperDoFn):
             self.kind = dofn.kind
             self.fn = dofn.fn
-            special = _special_params(dofn.fn)
+            special = special_params(dofn.fn)
         else:
             self.kind = "dofn"
             self.fn = dofn.process
-            special = _special_params(dofn.process)
+            special = special_params(dofn.process)
         self.special = special
         self.has_side = any(isinstance(a, AsSideInput) for a in self.args) or any(
             isinstance(v, AsSideInput) for v in self.kwargs.values())
@@ -586,147 +445,3 @@ class AssignWindowsRunner:
         out = WindowedValue(wv.value, wv.timestamp_us, windows, wv.pane_info, wv.is_retraction)
         for r in self.receivers.get(None, ()):
             r(out)
-
-
-# ---- fused stages ----------------------------------------------------------------------------
-
-class StepSpec(NamedTuple):
-    """One element-wise step of a fused stage, as plain data a runner can ship to its workers."""
-
-    label: str
-    input: int                                   # id of the input PCollection
-    outputs: Tuple[Tuple[Optional[str], int], ...]  # (output tag, PCollection id)
-    windowfn: Optional[WindowFn]                 # WindowInto: the new WindowFn (else None)
-    dofn: Optional[bytes]                        # ParDo: the serialised DoFn (else None)
-    args: tuple = ()
-    kwargs: Optional[Dict[str, Any]] = None
-    main_tag: Optional[str] = None
-    dead_letter: Optional[Dict[str, Any]] = None
-
-
-def step_spec(node: Any, pickled_dofn: Optional[bytes]) -> StepSpec:
-    """The StepSpec of a ParDo or WindowInto application (`pickled_dofn` from `serialize_dofn`)."""
-    t = node.transform
-    outputs = tuple((tag, pc._id) for tag, pc in node.outputs.items())
-    if pickled_dofn is None:  # WindowInto
-        return StepSpec(node.full_label, node.inputs[0]._id, outputs, t.windowing.windowfn, None)
-    return StepSpec(node.full_label, node.inputs[0]._id, outputs, None, pickled_dofn, tuple(t.args),
-                    dict(t.kwargs), t.main_tag, t.dead_letter)
-
-
-def serialize_dofn(label: str, fn: Any) -> bytes:
-    """The DoFn serialised for its workers, or an error saying how to make it serialisable."""
-    try:
-        return coders.dumps(fn)
-    except Exception as exc:
-        raise PipelineExecutionError(
-            f"step {label!r}: its DoFn cannot be serialised ({type(exc).__name__}: {exc}); keep "
-            "unpicklable objects such as connections out of the DoFn's constructor and create "
-            "them in setup()", step=label) from exc
-
-
-class FusedStage:
-    """A fused tree of element-wise steps run bundle by bundle, with whole-bundle retries.
-
-    Every runner executes ParDo / WindowInto chains through this class (the local runner in
-    its process, the Spark runner inside each task), so lifecycle, retries and metrics are
-    the same everywhere. A bundle's outputs are returned only when the bundle succeeded; a
-    failed attempt's outputs and metric updates (other than `attempted`) are discarded and
-    the stage's DoFn instances torn down, so fused steps fail together (coupled failure).
-    """
-
-    def __init__(self, label: str, steps: Sequence[StepSpec], root: int,
-                 materialized: Sequence[int]) -> None:
-        self.label = label
-        self.steps = tuple(steps)
-        self.root = root
-        self.materialized = tuple(materialized)
-        self.runners: Optional[List[Any]] = None
-
-    def _build(self) -> List[Any]:
-        runners: List[Any] = []
-        for s in self.steps:
-            if s.windowfn is not None:
-                runners.append(AssignWindowsRunner(s.label, s.windowfn))
-            else:
-                assert s.dofn is not None  # a step is a WindowInto or a ParDo
-                runners.append(ParDoRunner(s.label, coders.loads(s.dofn), s.args, s.kwargs or {},
-                                           s.main_tag, s.dead_letter))
-        return runners
-
-    def _wire(self, runners: List[Any], outs: Dict[int, List[WindowedValue]]) -> List[Receiver]:
-        consumers_of: Dict[int, List[Any]] = {}
-        for s, r in zip(self.steps, runners):
-            consumers_of.setdefault(s.input, []).append(r)
-        for s, r in reversed(list(zip(self.steps, runners))):  # consumers bind before producers
-            rec: Dict[Optional[str], List[Any]] = {}
-            for tag, pc in s.outputs:
-                lst = [c.process for c in consumers_of.get(pc, [])]
-                if pc in outs:
-                    lst.append(outs[pc].append)
-                if isinstance(r, ParDoRunner) and tag is not None and tag == r.main_tag:
-                    continue
-                rec[tag] = lst
-            r.receivers = rec
-            r.bind()
-        return [r.process for r in consumers_of.get(self.root, [])]
-
-    def process_bundle(self, bundle: Sequence[WindowedValue], side_inputs: Optional[SideInputReader],
-                       max_attempts: int, committed: MetricsContainer,
-                       attempted: MetricsContainer) -> Dict[int, List[WindowedValue]]:
-        """Runs one bundle through every step (retrying it whole); returns outputs by PCollection id."""
-        attempts = 0
-        while True:
-            attempts += 1
-            container = MetricsContainer()
-            outs: Dict[int, List[WindowedValue]] = {pc: [] for pc in self.materialized}
-            try:
-                if self.runners is None:
-                    self.runners = self._build()
-                runners = self.runners
-                roots = self._wire(runners, outs)
-                with metrics_scope(container, self.label):
-                    for r in runners:
-                        if isinstance(r, ParDoRunner):
-                            r.side_inputs = side_inputs
-                        r.setup()
-                    for r in runners:
-                        r.start_bundle()
-                    if len(roots) == 1:
-                        proc = roots[0]
-                        for wv in bundle:
-                            proc(wv)
-                    else:
-                        for wv in bundle:
-                            for proc in roots:
-                                proc(wv)
-                    for r in runners:
-                        r.finish_bundle()
-            except ElementError as err:
-                attempted.merge(container)
-                self.teardown()
-                if isinstance(err.cause, DeadLetterThresholdError):  # a verdict, not a flaky failure
-                    raise err.cause
-                if attempts >= max_attempts:
-                    hint = f" {err.hint}." if err.hint else ""
-                    raise PipelineExecutionError(
-                        f"step {err.step!r} failed in {err.phase} on element "
-                        f"{_short_repr(err.element)} after {attempts} attempt(s) of its bundle: "
-                        f"{type(err.cause).__name__}: {err.cause}.{hint} Fix the step, or route failing "
-                        "elements to a dead-letter output with .with_exception_handling()",
-                        step=err.step, element=err.element, attempts=attempts) from err.cause
-                _log.warning("bundle of %d elements failed in step %r (attempt %d of %d); retrying: %s",
-                             len(bundle), err.step, attempts, max_attempts, err.cause)
-                continue
-            attempted.merge(container)
-            committed.merge(container)
-            return outs
-
-    def teardown(self) -> None:
-        """Tears down every DoFn instance (a later bundle builds fresh ones)."""
-        if self.runners is None:
-            return
-        with metrics_scope(None, self.label):
-            for r in self.runners:
-                r.teardown()
-        self.runners = None

@@ -1,0 +1,159 @@
+"""Fused stages: a tree of element-wise steps as plain data (`StepSpec`) run bundle by bundle
+with whole-bundle retries (`FusedStage`), the same in every runner's process or task."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
+
+from headrace.errors import DeadLetterThresholdError, ElementError, PipelineExecutionError, _short_repr
+from headrace.metrics.metric import MetricsContainer, metrics_scope
+from headrace.model import coders
+from headrace.model.window import WindowFn
+from headrace.model.windowed import WindowedValue
+from headrace.runners.kit.dofn_runner import AssignWindowsRunner, ParDoRunner, Receiver
+from headrace.runners.kit.side_inputs import SideInputReader
+
+_log = logging.getLogger(__name__)
+
+
+class StepSpec(NamedTuple):
+    """One element-wise step of a fused stage, as plain data a runner can ship to its workers."""
+
+    label: str
+    input: int                                   # id of the input PCollection
+    outputs: Tuple[Tuple[Optional[str], int], ...]  # (output tag, PCollection id)
+    windowfn: Optional[WindowFn]                 # WindowInto: the new WindowFn (else None)
+    dofn: Optional[bytes]                        # ParDo: the serialised DoFn (else None)
+    args: tuple = ()
+    kwargs: Optional[Dict[str, Any]] = None
+    main_tag: Optional[str] = None
+    dead_letter: Optional[Dict[str, Any]] = None
+
+
+def step_spec(node: Any, pickled_dofn: Optional[bytes]) -> StepSpec:
+    """The StepSpec of a ParDo or WindowInto application (`pickled_dofn` from `serialize_dofn`)."""
+    t = node.transform
+    outputs = tuple((tag, pc._id) for tag, pc in node.outputs.items())
+    if pickled_dofn is None:  # WindowInto
+        return StepSpec(node.full_label, node.inputs[0]._id, outputs, t.windowing.windowfn, None)
+    return StepSpec(node.full_label, node.inputs[0]._id, outputs, None, pickled_dofn, tuple(t.args),
+                    dict(t.kwargs), t.main_tag, t.dead_letter)
+
+
+def serialize_dofn(label: str, fn: Any) -> bytes:
+    """The DoFn serialised for its workers, or an error saying how to make it serialisable."""
+    try:
+        return coders.dumps(fn)
+    except Exception as exc:
+        raise PipelineExecutionError(
+            f"step {label!r}: its DoFn cannot be serialised ({type(exc).__name__}: {exc}); keep "
+            "unpicklable objects such as connections out of the DoFn's constructor and create "
+            "them in setup()", step=label) from exc
+
+
+class FusedStage:
+    """A fused tree of element-wise steps run bundle by bundle, with whole-bundle retries.
+
+    Every runner executes ParDo / WindowInto chains through this class (the local runner in
+    its process, the Spark runner inside each task), so lifecycle, retries and metrics are
+    the same everywhere. A bundle's outputs are returned only when the bundle succeeded; a
+    failed attempt's outputs and metric updates (other than `attempted`) are discarded and
+    the stage's DoFn instances torn down, so fused steps fail together (coupled failure).
+    """
+
+    def __init__(self, label: str, steps: Sequence[StepSpec], root: int,
+                 materialized: Sequence[int]) -> None:
+        self.label = label
+        self.steps = tuple(steps)
+        self.root = root
+        self.materialized = tuple(materialized)
+        self.runners: Optional[List[Any]] = None
+
+    def _build(self) -> List[Any]:
+        runners: List[Any] = []
+        for s in self.steps:
+            if s.windowfn is not None:
+                runners.append(AssignWindowsRunner(s.label, s.windowfn))
+            else:
+                assert s.dofn is not None  # a step is a WindowInto or a ParDo
+                runners.append(ParDoRunner(s.label, coders.loads(s.dofn), s.args, s.kwargs or {},
+                                           s.main_tag, s.dead_letter))
+        return runners
+
+    def _wire(self, runners: List[Any], outs: Dict[int, List[WindowedValue]]) -> List[Receiver]:
+        consumers_of: Dict[int, List[Any]] = {}
+        for s, r in zip(self.steps, runners):
+            consumers_of.setdefault(s.input, []).append(r)
+        for s, r in reversed(list(zip(self.steps, runners))):  # consumers bind before producers
+            rec: Dict[Optional[str], List[Any]] = {}
+            for tag, pc in s.outputs:
+                lst = [c.process for c in consumers_of.get(pc, [])]
+                if pc in outs:
+                    lst.append(outs[pc].append)
+                if isinstance(r, ParDoRunner) and tag is not None and tag == r.main_tag:
+                    continue
+                rec[tag] = lst
+            r.receivers = rec
+            r.bind()
+        return [r.process for r in consumers_of.get(self.root, [])]
+
+    def process_bundle(self, bundle: Sequence[WindowedValue], side_inputs: Optional[SideInputReader],
+                       max_attempts: int, committed: MetricsContainer,
+                       attempted: MetricsContainer) -> Dict[int, List[WindowedValue]]:
+        """Runs one bundle through every step (retrying it whole); returns outputs by PCollection id."""
+        attempts = 0
+        while True:
+            attempts += 1
+            container = MetricsContainer()
+            outs: Dict[int, List[WindowedValue]] = {pc: [] for pc in self.materialized}
+            try:
+                if self.runners is None:
+                    self.runners = self._build()
+                runners = self.runners
+                roots = self._wire(runners, outs)
+                with metrics_scope(container, self.label):
+                    for r in runners:
+                        if isinstance(r, ParDoRunner):
+                            r.side_inputs = side_inputs
+                        r.setup()
+                    for r in runners:
+                        r.start_bundle()
+                    if len(roots) == 1:
+                        proc = roots[0]
+                        for wv in bundle:
+                            proc(wv)
+                    else:
+                        for wv in bundle:
+                            for proc in roots:
+                                proc(wv)
+                    for r in runners:
+                        r.finish_bundle()
+            except ElementError as err:
+                attempted.merge(container)
+                self.teardown()
+                if isinstance(err.cause, DeadLetterThresholdError):  # a verdict, not a flaky failure
+                    raise err.cause
+                if attempts >= max_attempts:
+                    hint = f" {err.hint}." if err.hint else ""
+                    raise PipelineExecutionError(
+                        f"step {err.step!r} failed in {err.phase} on element "
+                        f"{_short_repr(err.element)} after {attempts} attempt(s) of its bundle: "
+                        f"{type(err.cause).__name__}: {err.cause}.{hint} Fix the step, or route failing "
+                        "elements to a dead-letter output with .with_exception_handling()",
+                        step=err.step, element=err.element, attempts=attempts) from err.cause
+                _log.warning("bundle of %d elements failed in step %r (attempt %d of %d); retrying: %s",
+                             len(bundle), err.step, attempts, max_attempts, err.cause)
+                continue
+            attempted.merge(container)
+            committed.merge(container)
+            return outs
+
+    def teardown(self) -> None:
+        """Tears down every DoFn instance (a later bundle builds fresh ones)."""
+        if self.runners is None:
+            return
+        with metrics_scope(None, self.label):
+            for r in self.runners:
+                r.teardown()
+        self.runners = None
