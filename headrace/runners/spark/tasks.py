@@ -438,29 +438,27 @@ def _read_parts(env: TaskEnv, label: str, source: Any, parts: Iterator[Any],
 def _partial(env: TaskEnv, label: str, windowing: Windowing, combine_fn_bytes: bytes,
              batches: Callable[[Iterator[Any]], Iterator[Iterable[tuple]]]
              ) -> Callable[[Iterator[Any]], Iterator[Any]]:
-    windowfn = windowing.windowfn
-    merging = windowfn.is_merging()
-    latest = windowing.timestamp_combiner is TimestampCombiner.OUTPUT_AT_LATEST
-
     def run(it: Iterator[Any]) -> Iterator[Any]:
         env.check_earlier_attempt()
         combine_fn = coders.loads(combine_fn_bytes)
         committed = MetricsContainer()
         yield from _guarded(env, label, "combining", _combine_partition(
-            label, it, batches, combine_fn, windowfn, merging, latest, committed))
+            label, it, batches, combine_fn, windowing, committed))
         env.report(committed, committed)
     return run
 
 
 def _combine_partition(label: str, it: Iterator[Any],
                        batches: Callable[[Iterator[Any]], Iterator[Iterable[tuple]]], combine_fn: Any,
-                       windowfn: Any, merging: bool, latest: bool,
-                       committed: MetricsContainer) -> Iterator[Any]:
+                       windowing: Windowing, committed: MetricsContainer) -> Iterator[Any]:
+    windowfn = windowing.windowfn
+    merging = windowfn.is_merging()
+    latest = windowing.timestamp_combiner is TimestampCombiner.OUTPUT_AT_LATEST
     table: Dict[bytes, Tuple[Any, Dict[Any, list]]] = {}
     with metrics_scope(committed, label):
         combine_fn.setup()
         acc = _Accumulator(label, combine_fn, windowfn if merging else None, latest, table)
-        vector = vector_combiner(combine_fn, windowfn, latest)
+        vector = vector_combiner(combine_fn, windowing)
         for batch in batches(it):
             set_current_step(label)
             if type(batch) is VectorBundle:
