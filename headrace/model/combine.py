@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import heapq
-from typing import Any, Callable, Dict, Iterable, List, Optional, Set, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 from headrace.errors import InvalidArgumentError
 
@@ -227,6 +227,14 @@ class SumCombineFn(CombineFn):
     def retract_input(self, acc: Any, element: Any) -> Any:
         return acc - element
 
+    def accumulators_from(self, totals: Sequence[Any], counts: Sequence[int]) -> Sequence[Any]:
+        """The accumulators of groups whose inputs sum to `totals` (`counts` unused): the totals.
+
+        For runners that combine the built-ins outside their CombineFn (vectorised), as do the
+        `accumulators_from` of Count-, Mean-, Min- and MaxCombineFn. A total is Python's `sum`
+        from 0, as `add_input` from `create_accumulator()` makes it (a float sum of -0.0s is 0.0)."""
+        return totals
+
 
 class _ExtremumCombineFn(CombineFn):
     _pick: Callable[[Any, Any], Any]
@@ -247,6 +255,13 @@ class _ExtremumCombineFn(CombineFn):
 
     def extract_output(self, acc: Any) -> Any:
         return type(self)._fn([]) if acc is EMPTY else acc
+
+    def accumulators_from(self, extrema: Sequence[Any], counts: Sequence[int]) -> Sequence[Any]:
+        """The accumulators of groups whose smallest (Min) or largest (Max) inputs are `extrema`.
+
+        Every group has at least one input (`counts`, unused); the accumulator of a group of
+        inputs is its extremum."""
+        return extrema
 
 
 class MinCombineFn(_ExtremumCombineFn):
@@ -300,6 +315,10 @@ class CountCombineFn(CombineFn):
     def retract_input(self, acc: int, element: Any) -> int:
         return acc - 1
 
+    def accumulators_from(self, totals: Sequence[Any], counts: Sequence[int]) -> Sequence[int]:
+        """The accumulators of groups of `counts` inputs (`totals` unused): the counts themselves."""
+        return counts
+
 
 class MeanCombineFn(CombineFn):
     """The arithmetic mean of its inputs (NaN for none)."""
@@ -322,6 +341,13 @@ class MeanCombineFn(CombineFn):
 
     def retract_input(self, acc: Tuple[Any, int], element: Any) -> Tuple[Any, int]:
         return (acc[0] - element, acc[1] - 1)
+
+    def accumulators_from(self, totals: Sequence[Any], counts: Sequence[int]
+                          ) -> Sequence[Tuple[Any, int]]:
+        """The accumulators of groups of `counts` inputs that sum to `totals`: (total, count).
+
+        A total is Python's `sum` from 0, as SumCombineFn's (a float sum of -0.0s is 0.0)."""
+        return list(zip(totals, counts))
 
 
 class ToListCombineFn(CombineFn):

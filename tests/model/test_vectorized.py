@@ -1,7 +1,8 @@
 """Differential tests of headrace.runners.spark.fastpath (evaluate, combine): whatever a compiled
-chain or the vector combiner returns must be exactly what the per-element path computes (same
-values, same Python types, floats bit for bit), or the bundle must fall back (`VectorChain.run`
-returns None).
+chain returns must be exactly what the per-element path computes (same values, same Python
+types, floats bit for bit), or the bundle must fall back (`VectorChain.run` returns None); what
+the vector combiner emits must be the panes of the model itself (`ReduceFnRunner` with the
+same Windowing and CombineFn: windows, timestamps, accumulators; float sums up to rounding).
 Functions with side effects, or that the sandbox cannot describe, must not compile at all."""
 
 from __future__ import annotations
@@ -18,11 +19,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import headrace as beam
-from headrace.model.combine import (CountCombineFn, MaxCombineFn, MeanCombineFn, MinCombineFn,
+from headrace.model.combine import (CombineFn, CountCombineFn, MaxCombineFn, MeanCombineFn, MinCombineFn,
                                     SumCombineFn)
-from headrace.model.time import MIN_TIMESTAMP_MICROS
+from headrace.model.reduce import Element, KeyState, ReduceFnRunner
+from headrace.model.time import MAX_TIMESTAMP_MICROS, MIN_TIMESTAMP_MICROS
 from headrace.model.window import (GLOBAL_WINDOWS_TUPLE, FixedWindows, GlobalWindow, GlobalWindows,
-                                   Sessions)
+                                   Sessions, SlidingWindows, TimestampCombiner, Windowing)
 from headrace.runners.spark.fastpath.combine import vector_combiner
 from headrace.runners.spark.fastpath.evaluate import compile_chain
 
@@ -414,46 +416,71 @@ def test_an_unsupported_column_type_disables_the_chain_and_falls_back():
 # ---- the vector combiner --------------------------------------------------------------------
 
 COMBINE_FNS = [SumCombineFn(), CountCombineFn(), MeanCombineFn(), MinCombineFn(), MaxCombineFn()]
+EARLIEST, LATEST = TimestampCombiner.OUTPUT_AT_EARLIEST, TimestampCombiner.OUTPUT_AT_LATEST
+TIMESTAMP_COMBINERS = [EARLIEST, LATEST]
 
 
-def combine_reference(combine_fn, windowfn, latest, elements):
-    """{(key, window): (acc, ts)} combined element by element, sessions merged by the strict rule."""
-    cells = collections.defaultdict(list)  # key -> [(start, end, acc, ts)]
+def element(value, timestamp_us, window):
+    """One input of the model's ReduceFnRunner (its `Element`)."""
+    return Element(value, timestamp_us, window)
+
+
+class _Accumulators(CombineFn):
+    """`fn` with extract_output deferred: the model's panes carry `fn`'s accumulators."""
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def create_accumulator(self):
+        return self.fn.create_accumulator()
+
+    def add_input(self, acc, value):
+        return self.fn.add_input(acc, value)
+
+    def merge_accumulators(self, accumulators):
+        return self.fn.merge_accumulators(accumulators)
+
+    def extract_output(self, acc):
+        return acc
+
+
+def combine_reference(combine_fn, windowing, elements):
+    """{(key, window): (accumulator, timestamp)}: the model's panes, key by key.
+
+    Each key's (value, timestamp, window) inputs go through `ReduceFnRunner(windowing, ...)`,
+    which merges windows by the WindowFn, accumulates with the CombineFn's `add_input` and
+    `merge_accumulators`, and stamps each pane as the TimestampCombiner says; the watermark
+    then passes the end of time. The panes carry the accumulators (whose `extract_output` the
+    caller compares), so that the vector combiner's accumulator format is checked as well."""
+    inputs = collections.defaultdict(list)
     for (k, v), ts, windows in elements:
         for w in windows:
-            cells[k].append([w, combine_fn.add_input(combine_fn.create_accumulator(), v), ts])
+            inputs[k].append(element(v, ts, w))
+    runner = ReduceFnRunner(windowing, _Accumulators(combine_fn))
     out = {}
-    pick = max if latest else min
-    for k, items in cells.items():
-        groups = collections.defaultdict(list)
-        if type(windowfn) is Sessions:
-            run_end = None
-            for item in sorted(items, key=lambda c: c[0].start_us):
-                if run_end is None or item[0].start_us >= run_end:
-                    run_start, run_end = item[0].start_us, item[0].end_us
-                run_end = max(run_end, item[0].end_us)
-                groups[run_start].append(item)
-            for group in groups.values():
-                start, end = group[0][0].start_us, max(c[0].end_us for c in group)
-                out[(k, (start, end))] = group
-        else:
-            for item in items:
-                groups[item[0]].append(item)
-            for w, group in groups.items():
-                out[(k, _wkey(w))] = group
-    return {kw: (combine_fn.merge_accumulators([c[1] for c in g]), pick(c[2] for c in g))
-            for kw, g in out.items()}
+    for k, items in inputs.items():
+        state = KeyState()
+        panes = runner.process_elements(state, items, MIN_TIMESTAMP_MICROS).panes
+        panes += runner.on_watermark(state, MAX_TIMESTAMP_MICROS).panes
+        assert state.is_empty()
+        for pane in panes:
+            assert pane.pane_info.is_last and not pane.is_retraction
+            assert (k, _wkey(pane.window)) not in out, "one pane per (key, window)"
+            out[(k, _wkey(pane.window))] = (pane.value, pane.timestamp_us)
+    return out
 
 
 def _wkey(w):
     return "global" if isinstance(w, GlobalWindow) else (w.start_us, w.end_us)
 
 
-def run_combiner(combine_fn, windowfn, latest, batches_, limit=100):
-    """Adds each batch's bundle (k, v, t columns) to a vector combiner; {(key, window): (acc, ts)}."""
+def run_combiner(combine_fn, windowfn, timestamp_combiner, batches_, limit=100):
+    """Adds each batch's bundle (k, v, t columns) to a vector combiner; its {(key, window): (acc,
+    ts)} and the model's (`combine_reference`) for the same elements."""
     steps = [("map", lambda r: TV((r["k"], r["v"]), r["t"])), ("window", windowfn)]
+    windowing = Windowing(windowfn, timestamp_combiner=timestamp_combiner)
     chain = compile_chain(steps, False)
-    combiner = vector_combiner(combine_fn, windowfn, latest)
+    combiner = vector_combiner(combine_fn, windowing)
     assert chain is not None and combiner is not None
     combiner.limit = limit
     elements = []
@@ -465,23 +492,26 @@ def run_combiner(combine_fn, windowfn, latest, batches_, limit=100):
     rows = list(combiner.emit(lambda k: repr(k).encode(), lambda kb, k, a, t, w: (k, _wkey(w), a, t)))
     got = {(k, w): (a, t) for k, w, a, t in rows}
     assert len(got) == len(rows), "one row per (key, window)"
-    return got, combine_reference(combine_fn, windowfn, latest, elements)
+    return got, combine_reference(combine_fn, windowing, elements)
 
 
 def assert_same_groups(combine_fn, got, expected, float_values):
+    """The same (key, window)s, timestamps, outputs and accumulators (floats up to rounding)."""
     assert set(got) == set(expected)
     for kw, (acc, ts) in expected.items():
         g_acc, g_ts = got[kw]
-        assert g_ts == ts, kw
+        assert type(g_ts) is int and g_ts == ts, kw
         out, g_out = combine_fn.extract_output(acc), combine_fn.extract_output(g_acc)
         if float_values and type(combine_fn) in (SumCombineFn, MeanCombineFn):
             assert type(g_out) is float and math.isclose(g_out, out, rel_tol=1e-9, abs_tol=1e-9), kw
+            if type(combine_fn) is MeanCombineFn:
+                assert same(g_acc[1], acc[1]), (kw, g_acc, acc)
         else:
             assert same(g_out, out) and same(g_acc, acc), (kw, g_acc, acc)
 
 
 def make_batches(rnd, keys, values, times, n_batches):
-    """Batches of random rows (key from `keys`, value from `values()`, time from `times()`)."""
+    """Batches of random rows (key from `keys`, value from `values()`, time in seconds from `times()`)."""
     out = []
     for _ in range(n_batches):
         n = rnd.randint(0, 60)
@@ -490,22 +520,80 @@ def make_batches(rnd, keys, values, times, n_batches):
         ts = [times() for _ in range(n)]
         kt = pa.string() if isinstance(keys[0], str) else pa.int64()
         vt = pa.float64() if vs and isinstance(vs[0], float) else pa.int64()
-        out.append(batch_of(k=(kt, ks), v=(vt, vs), t=(pa.int64(), ts)))
+        tt = pa.float64() if ts and isinstance(ts[0], float) else pa.int64()
+        out.append(batch_of(k=(kt, ks), v=(vt, vs), t=(tt, ts)))
     return out
 
 
 @pytest.mark.parametrize("combine_fn", COMBINE_FNS, ids=lambda f: type(f).__name__)
 @pytest.mark.parametrize("windowfn", [GlobalWindows(), FixedWindows(60), FixedWindows(100, 30), Sessions(10)],
                          ids=repr)
-@pytest.mark.parametrize("latest", [False, True])
+@pytest.mark.parametrize("timestamp_combiner", TIMESTAMP_COMBINERS, ids=lambda c: c.name)
 @pytest.mark.parametrize("seed", range(3))
-def test_vector_combiner_matches_element_combining_over_ints(combine_fn, windowfn, latest, seed):
+def test_vector_combiner_matches_the_model_over_ints(combine_fn, windowfn, timestamp_combiner, seed):
     """Int values, str or int keys, batches in random order, compaction forced by a small limit."""
     rnd = random.Random(seed)
     keys = ["a", "b", "c", "é", ""] if seed % 2 == 0 else [0, -1, 7, 2**40]
     batches_ = make_batches(rnd, keys, lambda: rnd.randint(-1000, 1000), lambda: rnd.randint(0, 600), 12)
     rnd.shuffle(batches_)
-    got, expected = run_combiner(combine_fn, windowfn, latest, batches_, limit=50)
+    got, expected = run_combiner(combine_fn, windowfn, timestamp_combiner, batches_, limit=50)
+    assert_same_groups(combine_fn, got, expected, False)
+
+
+OFFSET_WINDOWFNS = [FixedWindows(100, 30), FixedWindows(60, -17.5), FixedWindows(7, 3),
+                    FixedWindows(0.25, 0.1), FixedWindows(3600, 3599.999999), Sessions(10), Sessions(0.5)]
+
+
+@pytest.mark.parametrize("combine_fn", COMBINE_FNS, ids=lambda f: type(f).__name__)
+@pytest.mark.parametrize("windowfn", OFFSET_WINDOWFNS, ids=repr)
+@pytest.mark.parametrize("timestamp_combiner", TIMESTAMP_COMBINERS, ids=lambda c: c.name)
+@pytest.mark.parametrize("fractional", [False, True])
+def test_vector_combiner_matches_the_model_with_offsets_and_negative_timestamps(
+        combine_fn, windowfn, timestamp_combiner, fractional):
+    """Fixed windows with offsets (one given negative) and sessions over timestamps either side
+    of zero, in whole or fractional seconds: the windows start where the model puts them."""
+    rnd = random.Random(f"{windowfn!r} {fractional}")
+    if fractional:
+        def times():
+            return rnd.randint(-2_000_000, 2_000_000) / 1000
+    else:
+        def times():
+            return rnd.randint(-700, 700)
+    batches_ = make_batches(rnd, ["a", "b", "c"], lambda: rnd.randint(-1000, 1000), times, 10)
+    got, expected = run_combiner(combine_fn, windowfn, timestamp_combiner, batches_, limit=40)
+    assert_same_groups(combine_fn, got, expected, False)
+    assert any(w[0] < 0 for _, w in got) and any(w[1] > 0 for _, w in got)
+
+
+def test_fixed_windows_with_an_offset_over_negative_timestamps():
+    """FixedWindows(10, offset=3): windows [-17, -7), [-7, 3), [3, 13) (seconds), bounds exact."""
+    us = [-7_000_001, -7_000_000, -1, 2_999_999, 3_000_000, -17_000_000]
+    b = batch_of(k=(pa.string(), ["a"] * 6), v=(pa.int64(), [1, 2, 4, 8, 16, 32]),
+                 t=(pa.float64(), [x / 1e6 for x in us]))
+    got, expected = run_combiner(SumCombineFn(), FixedWindows(10, 3), LATEST, [b])
+    assert_same_groups(SumCombineFn(), got, expected, False)
+    assert got == {("a", (-17_000_000, -7_000_000)): (33, -7_000_001),
+                   ("a", (-7_000_000, 3_000_000)): (14, 2_999_999),
+                   ("a", (3_000_000, 13_000_000)): (16, 3_000_000)}
+
+
+COMBINER_WINDOWFNS = [GlobalWindows(), FixedWindows(1), FixedWindows(5, 2), FixedWindows(3, -1.5),
+                      Sessions(1), Sessions(2.5), Sessions(0.000001)]
+
+
+@PROPERTY
+@given(rows=st.lists(st.tuples(st.sampled_from(["a", "b", ""]), st.integers(-(2**40), 2**40),
+                               st.integers(-10_000_000, 10_000_000)), max_size=80),
+       size=st.integers(1, 30), windowfn=st.sampled_from(COMBINER_WINDOWFNS),
+       combine_fn=st.sampled_from(COMBINE_FNS), timestamp_combiner=st.sampled_from(TIMESTAMP_COMBINERS))
+def test_vector_combiner_matches_the_model(rows, size, windowfn, combine_fn, timestamp_combiner):
+    """Any rows (microsecond times either side of zero), split into batches of any size and
+    compacted often: the same panes as the model's ReduceFnRunner, accumulators exact."""
+    batches_ = [batch_of(k=(pa.string(), [r[0] for r in rows[i:i + size]]),
+                         v=(pa.int64(), [r[1] for r in rows[i:i + size]]),
+                         t=(pa.float64(), [r[2] / 1e6 for r in rows[i:i + size]]))
+                for i in range(0, len(rows), size)]
+    got, expected = run_combiner(combine_fn, windowfn, timestamp_combiner, batches_, limit=8)
     assert_same_groups(combine_fn, got, expected, False)
 
 
@@ -516,7 +604,7 @@ def test_vector_combiner_float_sums_agree_up_to_summation_order(combine_fn, wind
     """Float values: sums and means equal up to rounding (summation order may differ)."""
     rnd = random.Random(7)
     batches_ = make_batches(rnd, ["a", "b"], lambda: rnd.uniform(-1e3, 1e3), lambda: rnd.randint(0, 300), 10)
-    got, expected = run_combiner(combine_fn, windowfn, False, batches_)
+    got, expected = run_combiner(combine_fn, windowfn, EARLIEST, batches_)
     assert_same_groups(combine_fn, got, expected, True)
 
 
@@ -527,7 +615,7 @@ def test_vector_combiner_int_sums_near_2_to_62_are_exact_python_ints(combine_fn)
     big = [2**62 - rnd.randint(0, 1000) for _ in range(40)]
     batches_ = [batch_of(k=(pa.string(), ["a", "b"] * 20), v=(pa.int64(), big[i:] + big[:i]),
                          t=(pa.int64(), [0] * 40)) for i in range(8)]
-    got, expected = run_combiner(combine_fn, GlobalWindows(), False, batches_, limit=30)
+    got, expected = run_combiner(combine_fn, GlobalWindows(), EARLIEST, batches_, limit=30)
     assert_same_groups(combine_fn, got, expected, False)
     total = got[("a", "global")][0]
     assert type(total if type(combine_fn) is SumCombineFn else total[0]) is int
@@ -540,7 +628,7 @@ def test_sessions_exactly_gap_apart_stay_apart_and_closer_ones_merge():
     t = [x / 1e6 for x in us]
     assert [TV(0, x).timestamp_us for x in t] == us
     b = batch_of(k=(pa.string(), ["a"] * 5), v=(pa.int64(), [1, 2, 4, 8, 16]), t=(pa.float64(), t))
-    got, expected = run_combiner(SumCombineFn(), Sessions(10), False, [b])
+    got, expected = run_combiner(SumCombineFn(), Sessions(10), EARLIEST, [b])
     assert_same_groups(SumCombineFn(), got, expected, False)
     assert sorted(got.values()) == [(1, us[0]), (2, us[1]), (12, us[2]), (16, us[4])]
 
@@ -560,7 +648,8 @@ def test_sessions_merge_across_batches_added_in_any_order(seed):
     batches_ = [batch_of(k=(pa.string(), [r[0] for r in rows[i:i + 37]]),
                          v=(pa.int64(), [r[1] for r in rows[i:i + 37]]),
                          t=(pa.float64(), [r[2] for r in rows[i:i + 37]])) for i in range(0, 300, 37)]
-    got, expected = run_combiner(SumCombineFn(), Sessions(10), seed % 2 == 1, batches_, limit=20)
+    got, expected = run_combiner(SumCombineFn(), Sessions(10), TIMESTAMP_COMBINERS[seed % 2], batches_,
+                                 limit=20)
     assert_same_groups(SumCombineFn(), got, expected, False)
 
 
@@ -568,13 +657,15 @@ def test_vector_combiner_refuses_what_it_cannot_combine_exactly():
     """Min/max of floats, bool values and a different WindowFn go down the element path."""
     chain = compile_chain([("map", lambda r: (r["key"], r["f"]))], False)
     bundle = chain.run(ORDINARY)
-    assert not vector_combiner(MinCombineFn(), GlobalWindows(), False).accepts(bundle)
-    assert not vector_combiner(MaxCombineFn(), GlobalWindows(), False).accepts(bundle)
-    assert vector_combiner(SumCombineFn(), GlobalWindows(), False).accepts(bundle)
+    everything = Windowing(GlobalWindows())
+    assert not vector_combiner(MinCombineFn(), everything).accepts(bundle)
+    assert not vector_combiner(MaxCombineFn(), everything).accepts(bundle)
+    assert vector_combiner(SumCombineFn(), everything).accepts(bundle)
     flags = compile_chain([("map", lambda r: (r["key"], r["flag"]))], False).run(ORDINARY)
-    assert not vector_combiner(SumCombineFn(), GlobalWindows(), False).accepts(flags)
-    assert not vector_combiner(SumCombineFn(), FixedWindows(60), False).accepts(bundle)
-    assert vector_combiner(beam.combiners.ToListCombineFn(), GlobalWindows(), False) is None
+    assert not vector_combiner(SumCombineFn(), everything).accepts(flags)
+    assert not vector_combiner(SumCombineFn(), Windowing(FixedWindows(60))).accepts(bundle)
+    assert vector_combiner(beam.combiners.ToListCombineFn(), everything) is None
+    assert vector_combiner(SumCombineFn(), Windowing(SlidingWindows(60, 30))) is None
 
 
 # ---- regressions: wrong answers found in review -------------------------------------------
@@ -597,7 +688,7 @@ def test_int_sums_stay_ints_when_another_bundle_has_float_values():
     ints = batch_of(k=(pa.string(), ["a", "b"]), v=(pa.int64(), [2**60 + 1, 1]), t=(pa.int64(), [0, 0]))
     floats = batch_of(k=(pa.string(), ["b"]), v=(pa.float64(), [0.5]), t=(pa.int64(), [0]))
     chain = compile_chain([("map", lambda r: TV((r["k"], r["v"]), r["t"]))], False)
-    combiner = vector_combiner(SumCombineFn(), GlobalWindows(), False)
+    combiner = vector_combiner(SumCombineFn(), Windowing(GlobalWindows()))
     combiner.add(chain.run(ints))
     assert not combiner.accepts(chain.run(floats))
     rows = {k: a for _, k, a, _, _ in combiner.emit(lambda k: k.encode(), lambda *r: r)}
@@ -613,5 +704,5 @@ def test_a_discarded_sub_expression_that_raises_still_falls_back():
 def test_a_float_sum_of_negative_zeros_is_positive_zero_as_in_python():
     """sum([-0.0, -0.0]) is 0.0 in Python (it starts from 0): the vector combiner agrees."""
     batch = batch_of(k=(pa.string(), ["a", "a"]), v=(pa.float64(), [-0.0, -0.0]), t=(pa.int64(), [0, 1]))
-    got, expected = run_combiner(SumCombineFn(), GlobalWindows(), False, [batch])
+    got, expected = run_combiner(SumCombineFn(), GlobalWindows(), EARLIEST, [batch])
     assert same(got[("a", "global")][0], 0.0) and same(expected[("a", "global")][0], 0.0)

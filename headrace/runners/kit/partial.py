@@ -34,13 +34,13 @@ class PartialCombiner:
     `bound(window)`, when given, is the CombineFn for a window (a combine with side inputs, whose
     CombineFn is bound to each window's side inputs; only with non-merging windows)."""
 
-    def __init__(self, label: str, combine_fn: CombineFn, windowfn: WindowFn, latest: bool,
+    def __init__(self, label: str, combine_fn: CombineFn, windowing: Windowing,
                  bound: Optional[Callable[[BoundedWindow], CombineFn]] = None) -> None:
         self.label = label
         self.combine_fn = combine_fn
-        self.windowfn = windowfn
-        self.merging_fn = windowfn if windowfn.is_merging() else None
-        self.latest = latest
+        windowfn = windowing.windowfn
+        self.merging_fn: Optional[WindowFn] = windowfn if windowfn.is_merging() else None
+        self.latest = keeps_latest(windowing)
         self.bound = bound
         self.fns: Dict[BoundedWindow, CombineFn] = {}
         self.table: Dict[bytes, Tuple[Any, Dict[BoundedWindow, list]]] = {}  # kb -> (key, {w: [acc, ts]})

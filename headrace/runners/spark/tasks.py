@@ -33,7 +33,7 @@ from headrace.model.time import MAX_TIMESTAMP_MICROS, MIN_TIMESTAMP_MICROS
 from headrace.model.window import Sessions, Windowing
 from headrace.model.windowed import WindowedValue
 from headrace.runners.kit.grouping import GroupingCore, grouping_failure, grouping_key_bytes, key_of
-from headrace.runners.kit.partial import PartialCombiner, keeps_latest
+from headrace.runners.kit.partial import PartialCombiner
 from headrace.runners.kit.runtime import relax_gc
 from headrace.runners.kit.side_inputs import SideInputCombiner, SideInputReader
 from headrace.runners.kit.sources import read_failure, to_windowed_value
@@ -324,8 +324,7 @@ def side_partial_combine_fn(env: TaskEnv, label: str, windowing: Windowing, comb
     def run(it: Iterator[WindowedValue]) -> Iterator[Any]:
         env.check_earlier_attempt()
         combiner = _side_combiner(combiner_bytes, sides)
-        partial = PartialCombiner(label, combiner.combine_fn, windowing.windowfn, keeps_latest(windowing),
-                                  bound=combiner.bound)
+        partial = PartialCombiner(label, combiner.combine_fn, windowing, bound=combiner.bound)
         committed = MetricsContainer()
         yield from _guarded(env, label, "combining", _side_partial(label, it, combiner, partial, committed))
         env.report(committed, committed)
@@ -418,27 +417,24 @@ def _read_parts(env: TaskEnv, label: str, source: Any, parts: Iterator[Any],
 def _partial(env: TaskEnv, label: str, windowing: Windowing, combine_fn_bytes: bytes,
              batches: Callable[[Iterator[Any]], Iterator[Iterable[tuple]]]
              ) -> Callable[[Iterator[Any]], Iterator[Any]]:
-    windowfn = windowing.windowfn
-    latest = keeps_latest(windowing)
-
     def run(it: Iterator[Any]) -> Iterator[Any]:
         env.check_earlier_attempt()
         combine_fn = coders.loads(combine_fn_bytes)
         committed = MetricsContainer()
         yield from _guarded(env, label, "combining", _combine_partition(
-            label, it, batches, combine_fn, windowfn, latest, committed))
+            label, it, batches, combine_fn, windowing, committed))
         env.report(committed, committed)
     return run
 
 
 def _combine_partition(label: str, it: Iterator[Any],
                        batches: Callable[[Iterator[Any]], Iterator[Iterable[tuple]]], combine_fn: Any,
-                       windowfn: Any, latest: bool, committed: MetricsContainer) -> Iterator[Any]:
-    merging = windowfn.is_merging()
+                       windowing: Windowing, committed: MetricsContainer) -> Iterator[Any]:
+    merging = windowing.windowfn.is_merging()
     with metrics_scope(committed, label):
         combine_fn.setup()
-        partial = PartialCombiner(label, combine_fn, windowfn, latest)
-        vector = vector_combiner(combine_fn, windowfn, latest)
+        partial = PartialCombiner(label, combine_fn, windowing)
+        vector = vector_combiner(combine_fn, windowing)
         for batch in batches(it):
             set_current_step(label)
             if type(batch) is VectorBundle:

@@ -1,10 +1,17 @@
 """The built-in combines (sum, count, mean, min, max) per key and window over vectorised bundles.
 
 `VectorCombiner` accumulates the evaluated bundles of a partition into (key, window) groups as
-arrays (sort, `reduceat`), compacting them as they grow, and emits one accumulator per group in
-the format of the CombineFn (`SumCombineFn`, `CountCombineFn`, `MeanCombineFn`; `MinCombineFn`
-and `MaxCombineFn` over integers). Sessions are merged with the model's rule: windows
-[t, t + gap) of a key merge when they overlap; windows that merely touch stay apart.
+arrays (sort, `reduceat`), compacting them as they grow, and emits one accumulator per group,
+built by the CombineFn's own `accumulators_from` (`SumCombineFn`, `CountCombineFn`,
+`MeanCombineFn`; `MinCombineFn` and `MaxCombineFn` over integers).
+
+These are numpy twins of model rules, with their parameters taken from the model objects and
+tested against the model (tests/model/test_vectorized.py runs `ReduceFnRunner`): fixed windows
+are [ts - (ts - offset) mod size, + size) with the FixedWindows' `offset_us` and `size_us`
+(`FixedWindows._assign`); a Sessions' proto-sessions [t, t + `gap_size_us`) of a key merge when
+they overlap and stay apart when they merely touch (`merge_overlapping_intervals`); a group keeps
+the latest timestamp under the Windowing's TimestampCombiner.OUTPUT_AT_LATEST and the earliest
+otherwise (`ReduceFnRunner._combine_holds`).
 """
 
 from __future__ import annotations
@@ -17,7 +24,9 @@ import pyarrow.compute as pc
 
 from headrace.model.combine import (CountCombineFn, MaxCombineFn, MeanCombineFn, MinCombineFn,
                                     SumCombineFn)
-from headrace.model.window import GLOBAL_WINDOW, FixedWindows, GlobalWindows, IntervalWindow, Sessions
+from headrace.model.window import (GLOBAL_WINDOW, FixedWindows, GlobalWindows, IntervalWindow,
+                                   Sessions, Windowing)
+from headrace.runners.kit.partial import keeps_latest
 from headrace.runners.spark.fastpath.evaluate import (_FLOAT, _INT, _STR, _TIME_GUARD, _WINDOWFNS, _V,
                                                       VectorBundle)
 from headrace.runners.spark.fastpath.tracer import _I64_MAX
@@ -29,12 +38,11 @@ _COMBINES = {SumCombineFn: "sum", CountCombineFn: "count", MeanCombineFn: "mean"
              MinCombineFn: "min", MaxCombineFn: "max"}
 
 
-def vector_combiner(combine_fn: Any, windowfn: Any, latest: bool) -> Optional["VectorCombiner"]:
-    """A VectorCombiner for a built-in CombineFn and a Global/Fixed/Sessions WindowFn, else None."""
-    what = _COMBINES.get(type(combine_fn))
-    if what is None or type(windowfn) not in _WINDOWFNS:
+def vector_combiner(combine_fn: Any, windowing: Windowing) -> Optional["VectorCombiner"]:
+    """A VectorCombiner for a built-in CombineFn under a Global/Fixed/Sessions windowing, else None."""
+    if type(combine_fn) not in _COMBINES or type(windowing.windowfn) not in _WINDOWFNS:
         return None
-    return VectorCombiner(what, windowfn, latest)
+    return VectorCombiner(combine_fn, windowing)
 
 
 class _Groups(NamedTuple):
@@ -43,17 +51,22 @@ class _Groups(NamedTuple):
     end: np.ndarray    # window end
     acc: np.ndarray    # sum / min / max (int64, float64, or object for ints that could overflow)
     n: np.ndarray      # elements in the group (int64)
-    ts: np.ndarray     # the kept timestamp (earliest, or latest)
+    ts: np.ndarray     # the kept timestamp (the earliest, or the latest)
 
 
 class VectorCombiner:
     """Accumulates vectorised bundles per (key, window) (see the module docstring)."""
 
-    def __init__(self, what: str, windowfn: Any, latest: bool) -> None:
-        self.what = what
-        self.windowfn = windowfn
-        self.merging = type(windowfn) is Sessions
-        self.latest = latest
+    def __init__(self, combine_fn: Any, windowing: Windowing) -> None:
+        self.combine_fn = combine_fn
+        self.what = _COMBINES[type(combine_fn)]
+        self.windowfn = windowfn = windowing.windowfn
+        self.merging = windowfn.is_merging()
+        # The timestamp the model keeps for a group (ReduceFnRunner._combine_holds): the latest
+        # under OUTPUT_AT_LATEST, else the earliest (the reducer that merges the accumulators
+        # stamps OUTPUT_AT_EOW panes at the window's end itself).
+        latest = keeps_latest(windowing)
+        self.keep_ts = np.maximum if latest else np.minimum
         self.chunks: List[_Groups] = []
         self.rows = 0
         self.limit = 1 << 18
@@ -112,6 +125,7 @@ class VectorCombiner:
         return np.asarray(local, np.int64)[enc.indices.to_numpy()]
 
     def _windows(self, ts: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+        """Each timestamp's window bounds, as the WindowFn's `_assign` gives them."""
         fn = self.windowfn
         if type(fn) is GlobalWindows:
             zero = np.zeros(len(ts), np.int64)
@@ -119,6 +133,7 @@ class VectorCombiner:
         if type(fn) is FixedWindows:
             start = ts - np.remainder(ts - fn.offset_us, fn.size_us)
             return start, start + fn.size_us
+        assert isinstance(fn, Sessions)  # the only other WindowFn vector_combiner accepts
         return ts, ts + fn.gap_size_us
 
     def _compact(self) -> None:
@@ -145,7 +160,7 @@ class VectorCombiner:
         red = np.minimum if self.what == "min" else np.maximum if self.what == "max" else np.add
         return _Groups(code[idx], start[idx], np.maximum.reduceat(end, idx), red.reduceat(g.acc[order], idx),
                        np.add.reduceat(g.n[order], idx),
-                       (np.maximum if self.latest else np.minimum).reduceat(g.ts[order], idx))
+                       self.keep_ts.reduceat(g.ts[order], idx))
 
     def emit(self, key_bytes: Callable[[Any], bytes],
              record: Callable[[bytes, Any, Any, int, Any], Any]) -> Iterator[Any]:
@@ -158,13 +173,12 @@ class VectorCombiner:
         self.rows = 0
         acc = g.acc
         if self.what in ("sum", "mean") and acc.dtype == np.float64:
-            acc = acc + 0.0  # Python's sum starts at 0, so a sum of -0.0s is 0.0
-        if self.what == "count":
-            accs: List[Any] = g.n.tolist()
-        elif self.what == "mean":
-            accs = list(zip(acc.tolist(), g.n.tolist()))
-        else:
-            accs = acc.tolist()
+            acc = acc + 0.0  # the model's sums start at 0, so a sum of -0.0s is 0.0
+        # The CombineFn builds its accumulators from each group's total (sum, min or max; a
+        # count's is its count) and count, the counts as a memoryview: a sequence of Python
+        # ints that costs nothing unless the CombineFn reads it.
+        counts = np.ascontiguousarray(g.n, np.int64).data
+        accs = self.combine_fn.accumulators_from(counts if self.what == "count" else acc.tolist(), counts)
         keys = self.keys
         kbs: List[Optional[bytes]] = [None] * len(keys)
         windows: Dict[Tuple[int, int], Any] = {}
