@@ -1,4 +1,5 @@
-"""Runners: the local reference runner and the Spark runner.
+"""Runners: the local reference runner (`local/`) and the Spark runner (`spark/`), both built on
+the runner kit (`kit/`), which holds every concept a runner needs once.
 
 Runner names are looked up in `headrace.pipeline.runner_registry`, which imports a runner's
 module only when its name is first used; `create_runner` and `register_runner` are the
