@@ -22,6 +22,7 @@ import random
 import re
 import shutil
 import uuid
+from abc import ABC, abstractmethod
 from typing import Any, BinaryIO, Iterable, List, Optional, Tuple, cast
 
 from headrace.errors import InvalidArgumentError
@@ -37,12 +38,16 @@ DEFAULT_SHARD_NAME_TEMPLATE = "-SSSSS-of-NNNNN"
 _TEMP_DIR_PREFIX = ".headrace-temp-"
 
 
-class FileFormatWriter:
-    """Writes the records of one file format to an open binary file `fh` (the sink owns the file)."""
+class FileFormatWriter(ABC):
+    """Writes the records of one file format to an open binary file `fh` (the sink owns the file).
+
+    An abstract base class: `write` is abstract; `finish` and `abandon` default to nothing.
+    """
 
     def __init__(self, fh: BinaryIO) -> None:
         self.fh = fh
 
+    @abstractmethod
     def write(self, record: Any) -> None:
         """Writes one record."""
         raise NotImplementedError
@@ -141,13 +146,15 @@ def check_shard_name_template(transform: str, template: str) -> None:
             "use only S (shard number) and N (shard count), e.g. '-SSSSS-of-NNNNN'")
 
 
-class FileBasedSink:
+class FileBasedSink(ABC):
     """Where a write puts its files and how: shard names, shard count, compression, format writer.
 
     `max_records_per_shard` / `max_bytes_per_shard` roll a bundle's file over to a new one when
     it reaches that many records / uncompressed bytes (so they need `num_shards=0`, as a fixed
     shard count decides the files itself); `skip_if_empty` writes no file for an empty input
     (earlier runs' shards are still removed).
+
+    An abstract base class: a format defines `new_writer`.
     """
 
     def __init__(self, transform: str, file_path_prefix: Any, file_name_suffix: str = "",
@@ -189,6 +196,7 @@ class FileBasedSink:
         self._temp_dir_prefix = f"{_TEMP_DIR_PREFIX}{key}-"
         self.temp_dir = os.path.join(self.out_dir, self._temp_dir_prefix + uuid.uuid4().hex)
 
+    @abstractmethod
     def new_writer(self, fh: BinaryIO) -> FileFormatWriter:
         """The format writer for one newly opened temporary file."""
         raise NotImplementedError

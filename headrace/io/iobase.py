@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, List, Protocol, runtime_checkable
 
 from headrace.errors import InvalidArgumentError, PipelineConstructionError
@@ -25,13 +26,19 @@ def batched(items: Iterable[Any], size: int) -> Iterator[List[Any]]:
         yield buf
 
 
-class BoundedSource:
-    """A finite input: `split()` into independent parts, `read(part)` yields values or TimestampedValues."""
+class BoundedSource(ABC):
+    """A finite input: `split()` into independent parts, `read(part)` yields values or TimestampedValues.
 
+    An abstract base class: `split` and `read` are abstract; `read_batches` and `display_name`
+    have defaults.
+    """
+
+    @abstractmethod
     def split(self, desired_parallelism: int) -> List[Any]:
         """Returns picklable parts that together cover the source exactly once."""
         raise NotImplementedError
 
+    @abstractmethod
     def read(self, part: Any) -> Iterable[Any]:
         """Yields the records of one part."""
         raise NotImplementedError

@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import heapq
+from abc import ABC, abstractmethod
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 from headrace.errors import InvalidArgumentError
 
 
-class CombineFn:
-    """An associative, commutative aggregation: create, add, merge, compact and extract accumulators."""
+class CombineFn(ABC):
+    """An associative, commutative aggregation: create, add, merge, compact and extract accumulators.
+
+    An abstract base class: `create_accumulator`, `add_input`, `merge_accumulators` and
+    `extract_output` are abstract; `setup`, `teardown`, `add_inputs`, `compact` and
+    `retract_input` (optional: see `can_retract`) have defaults.
+    """
 
     def setup(self, *args: Any, **kwargs: Any) -> None:
         """Called once per instance before use."""
@@ -17,10 +23,12 @@ class CombineFn:
     def teardown(self, *args: Any, **kwargs: Any) -> None:
         """Called once per instance when it is discarded."""
 
+    @abstractmethod
     def create_accumulator(self, *args: Any, **kwargs: Any) -> Any:
         """Returns a fresh, empty accumulator."""
         raise NotImplementedError(f"{type(self).__name__} must implement create_accumulator")
 
+    @abstractmethod
     def add_input(self, mutable_accumulator: Any, element: Any, *args: Any, **kwargs: Any) -> Any:
         """Returns the accumulator with one more input (may mutate and return the argument)."""
         raise NotImplementedError(f"{type(self).__name__} must implement add_input")
@@ -32,6 +40,7 @@ class CombineFn:
             mutable_accumulator = self.add_input(mutable_accumulator, e, *args, **kwargs)
         return mutable_accumulator
 
+    @abstractmethod
     def merge_accumulators(self, accumulators: Iterable[Any], *args: Any, **kwargs: Any) -> Any:
         """Returns one accumulator combining all of `accumulators` (the first may be mutated)."""
         raise NotImplementedError(f"{type(self).__name__} must implement merge_accumulators")
@@ -40,6 +49,7 @@ class CombineFn:
         """Returns a smaller equivalent accumulator before it is stored or shuffled."""
         return accumulator
 
+    @abstractmethod
     def extract_output(self, accumulator: Any, *args: Any, **kwargs: Any) -> Any:
         """Returns the result for an accumulator."""
         raise NotImplementedError(f"{type(self).__name__} must implement extract_output")
@@ -278,7 +288,7 @@ class MaxCombineFn(_ExtremumCombineFn):
     _fn = staticmethod(max)
 
 
-_BUILTIN_FNS = {sum: SumCombineFn, min: MinCombineFn, max: MaxCombineFn}
+_BUILTIN_FNS: Dict[Any, Callable[[], CombineFn]] = {sum: SumCombineFn, min: MinCombineFn, max: MaxCombineFn}
 
 
 def as_combine_fn(fn: Any, has_args: bool = False) -> CombineFn:

@@ -53,6 +53,7 @@ over it in `headrace.model.triggers.sugar`. Users define leaf triggers by subcla
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from functools import reduce
 from typing import TYPE_CHECKING, Any, Optional, Tuple
 
@@ -99,12 +100,15 @@ def _seconds(micros: int) -> str:
     return str(whole) if not frac else repr(micros / 1e6)
 
 
-class TriggerFn:
+class TriggerFn(ABC):
     """Base class of triggers: an immutable value whose per-window state is plain data.
 
     The per-key core calls `initial_state`, `on_element`, `ready`, `next`, `is_done`,
     `merge_states` and `wakeup`; `restart`, `rewind` and `further` are the spec's merging
     operations. States are tuples (leaves: `(done, data)`), picklable and comparable.
+
+    An abstract base class: the algebra's operations are abstract (LeafTrigger, Done and the
+    composites implement them; users subclass LeafTrigger, not this class).
     """
 
     #: True when the trigger depends on nothing but the watermark (the core then skips
@@ -113,30 +117,37 @@ class TriggerFn:
 
     # ---- the algebra (implemented by leaves and composites) ---------------------------
 
+    @abstractmethod
     def initial_state(self) -> Any:
         """The state of a window no element has reached yet."""
         raise NotImplementedError
 
+    @abstractmethod
     def is_done(self, state: Any) -> bool:
         """True when the trigger has finished (it will never fire again for this window)."""
         raise NotImplementedError
 
+    @abstractmethod
     def ready(self, state: Any, ctx: TriggerContext) -> bool:
         """The ready predicate P_R over the elements summarised by `state` and the times in `ctx`."""
         raise NotImplementedError
 
+    @abstractmethod
     def on_element(self, state: Any, timestamp_us: int, ctx: TriggerContext) -> Any:
         """The state after one more element (event time `timestamp_us`, arriving at ctx's times)."""
         raise NotImplementedError
 
+    @abstractmethod
     def next(self, state: Any, ctx: TriggerContext) -> Any:
         """The state after the trigger fired (the spec's `next`)."""
         raise NotImplementedError
 
+    @abstractmethod
     def restart(self, state: Any) -> Any:
         """The state with every Done tombstone lifted (the spec's `restart`)."""
         raise NotImplementedError
 
+    @abstractmethod
     def reset(self, state: Any) -> Any:
         """`restart(state)` with every element summary cleared: a trigger that has seen nothing yet.
 
@@ -145,14 +156,17 @@ class TriggerFn:
         """
         raise NotImplementedError
 
+    @abstractmethod
     def rewind(self, state: Any, ctx: TriggerContext) -> Any:
         """The state rewound for a merge into `ctx.window` (the spec's `rewind`)."""
         raise NotImplementedError
 
+    @abstractmethod
     def further(self, a: Any, b: Any) -> Any:
         """The further along of two states, element summaries merged (the spec's `further`)."""
         raise NotImplementedError
 
+    @abstractmethod
     def wakeup(self, state: Any, ctx: TriggerContext) -> Tuple[int, int]:
         """(watermark, processing time) at which the trigger may become ready with no new element.
 
@@ -205,7 +219,8 @@ class LeafTrigger(TriggerFn):
       ctx.window (only EndOfWindow does, while the merged window's end is ahead).
 
     Instances must be immutable and comparable (define `__eq__`/`__hash__` or use a frozen
-    dataclass) because windowing strategies are compared.
+    dataclass) because windowing strategies are compared. `is_ready` is abstract (a subclass
+    that does not define it cannot be instantiated); the other hooks have defaults.
     """
 
     def initial_data(self) -> Any:
@@ -216,6 +231,7 @@ class LeafTrigger(TriggerFn):
         """Data after one more element."""
         return data
 
+    @abstractmethod
     def is_ready(self, data: Any, ctx: TriggerContext) -> bool:
         """The leaf's ready predicate over its data."""
         raise NotImplementedError
@@ -376,6 +392,7 @@ class _ProcessingTimeLeaf(LeafTrigger):
             return a
         return a if a < b else b
 
+    @abstractmethod
     def fire_time_us(self, first_arrival_us: int) -> int:
         """The processing time at which the leaf is ready, given the earliest arrival."""
         raise NotImplementedError
