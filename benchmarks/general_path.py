@@ -185,7 +185,7 @@ def table(rows_in: List[Dict[str, Any]], rdd: Optional[Dict[str, Any]]) -> str:
             agree = "(reference)"
         else:
             agree = "yes" if rec["agree"] else "NO: " + ", ".join(rec["differing"])
-        if rec["agree"] and rec["contender"] == "headrace-local" and rec["reference"] != "rdd":
+        if rec.get("beam_reference"):
             agree = "(reference for Beam)"
         rows.append([label, f"{rec['events']:,}", f"{rec['seconds']:.2f}", f"{rec['events_per_s']:,.0f}",
                      x(ratio), f"{rec['peak_mib']:,.0f}", split, agree])
@@ -262,6 +262,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         groups["beam"] = run_group(args, ["headrace-local", "beam"], n_beam, pattern, "headrace-local")
         rows.append(groups["beam"]["beam"])
         local_small = groups["beam"]["headrace-local"]
+        local_small["beam_reference"] = True
         rows.append(local_small)
     elif "beam" in args.contenders and beam_problem:
         rows.append({"contender": "beam", "events": n_beam, "skipped": f"SKIPPED: {beam_problem}"})
