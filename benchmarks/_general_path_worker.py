@@ -1,0 +1,118 @@
+"""One contender of general_path.py, run in its own process so its memory can be measured.
+
+    python benchmarks/_general_path_worker.py --contender headrace-spark|rdd|headrace-local \\
+        --input 'DIR/events-*.jsonl' --output OUT_DIR [--master local[2]] [--shuffle-partitions 4]
+    .venv-beam/bin/python benchmarks/_general_path_worker.py --contender beam --input ... --output ...
+
+Prints one line `RESULT {json}` on stdout: startup_s (SparkSession start-up, or 0) and seconds (the
+job: reading the input, every step, writing every output); on failure {"error": "..."} and exit
+status 1, the traceback on stderr. The job itself is in _general_path_job.py. Each SDK is imported
+only inside its contender's function.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import traceback
+from typing import Tuple
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(1, os.path.dirname(HERE))  # the repo root, in case headrace is not installed
+
+from _general_path_job import build_pipeline, rdd_job  # noqa: E402
+
+CONTENDERS = ("headrace-spark", "rdd", "headrace-local", "beam")
+
+
+def spark_args(args: argparse.Namespace) -> argparse.Namespace:
+    """What _spark_bench_worker.start_spark / spark_conf expect."""
+    return argparse.Namespace(master=args.master, contender=args.contender, pipeline="general",
+                              shuffle_partitions=args.shuffle_partitions,
+                              driver_memory=args.driver_memory)
+
+
+def run_rdd(args: argparse.Namespace) -> Tuple[float, float]:
+    from _spark_bench_worker import start_spark
+
+    t0 = time.perf_counter()
+    spark = start_spark(spark_args(args))
+    t1 = time.perf_counter()
+    rdd_job(spark.sparkContext, args.input, args.output, args.shuffle_partitions)
+    t2 = time.perf_counter()
+    spark.stop()
+    return t1 - t0, t2 - t1
+
+
+def run_beam_model(beam, options, args: argparse.Namespace) -> float:
+    t0 = time.perf_counter()
+    p = beam.Pipeline(options=options)
+    build_pipeline(beam, p, args.input, args.output)
+    p.run().wait_until_finish()
+    return time.perf_counter() - t0
+
+
+def run_headrace_spark(args: argparse.Namespace) -> Tuple[float, float]:
+    """headrace's SparkRunner; a SparkSession with the RDD job's settings is started first (not
+    timed) and the runner's getOrCreate picks it up."""
+    import headrace as beam
+    from headrace.options.pipeline_options import PipelineOptions
+
+    from _spark_bench_worker import spark_conf, start_spark
+
+    t0 = time.perf_counter()
+    start_spark(spark_args(args))
+    startup = time.perf_counter() - t0
+    options = PipelineOptions(runner="SparkRunner", spark_master=args.master,
+                              spark_conf=spark_conf(spark_args(args)))
+    return startup, run_beam_model(beam, options, args)
+
+
+def run_headrace_local(args: argparse.Namespace) -> Tuple[float, float]:
+    import headrace as beam
+    from headrace.options.pipeline_options import PipelineOptions
+
+    return 0.0, run_beam_model(beam, PipelineOptions(["--runner=LocalRunner"]), args)
+
+
+def run_beam(args: argparse.Namespace) -> Tuple[float, float]:
+    """Apache Beam's Python DirectRunner (its defaults)."""
+    import logging
+
+    logging.getLogger().setLevel(logging.ERROR)
+    import apache_beam as beam
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    return 0.0, run_beam_model(beam, PipelineOptions(["--runner=DirectRunner"]), args)
+
+
+RUNS = {"headrace-spark": run_headrace_spark, "rdd": run_rdd, "headrace-local": run_headrace_local,
+        "beam": run_beam}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--contender", required=True, choices=CONTENDERS)
+    ap.add_argument("--input", required=True, help="a glob of JSON-lines files")
+    ap.add_argument("--output", required=True, help="an empty directory for the outputs")
+    ap.add_argument("--master", default="local[2]")
+    ap.add_argument("--shuffle-partitions", type=int, default=4)
+    ap.add_argument("--driver-memory", default="2g")
+    args = ap.parse_args(argv)
+    try:
+        startup, seconds = RUNS[args.contender](args)
+    except BaseException as e:  # the parent shows this in the table and carries on
+        traceback.print_exc()
+        message = f"{type(e).__name__}: {e}".strip().splitlines()[0]
+        print("RESULT " + json.dumps({"error": message}), flush=True)
+        return 1
+    print("RESULT " + json.dumps({"startup_s": startup, "seconds": seconds}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
