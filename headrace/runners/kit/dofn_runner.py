@@ -200,8 +200,15 @@ class ParDoRunner:
     def bind(self) -> None:
         """Specialises `process` for the current receivers (call after setting `receivers`)."""
         self.process = self._general_process  # type: ignore[method-assign]
-        if not (self.simple and self.dead_letter is None and self.kind in ("map", "filter", "flatmap")):
+        dl = self.dead_letter
+        # A Map with a dead-letter output and nothing else (no timeout, subprocess or partial
+        # outputs) also takes the fast path: a failing call goes to `_failed`, as on the general
+        # path, where the plain fast path raises.
+        guarded = (dl is not None and self.kind == "map" and self.subprocess is None
+                   and self.time_limit is None and not dl.get("partial"))
+        if not (self.simple and (dl is None or guarded) and self.kind in ("map", "filter", "flatmap")):
             return
+        failed = self._failed
         fn = self.fn
         main = tuple(self.receivers.get(None, ()))
         label = self.label
@@ -216,6 +223,9 @@ class ParDoRunner:
             try:
                 o = fn(wv.value)
             except Exception as exc:
+                if guarded:
+                    failed(wv, exc)
+                    return
                 raise ElementError(label, wv.value, exc) from exc
             t = type(o)
             if t is TV:
