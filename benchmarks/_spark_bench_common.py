@@ -354,6 +354,16 @@ def _busy_cpu_seconds(t) -> float:
         getattr(t, "steal", 0.0)
 
 
+def add_run_flags(ap: Any) -> None:
+    """The flags every benchmark command that runs contenders in subprocesses takes: --timeout,
+    --wait-idle and --json."""
+    ap.add_argument("--timeout", type=float, default=3600, help="seconds before a run is killed")
+    ap.add_argument("--wait-idle", type=float, default=0, metavar="SECONDS",
+                    help="before each run, wait up to this long for the CPUs to be 90%% idle (on a shared "
+                         "machine)")
+    ap.add_argument("--json", default=None, metavar="PATH", help="write all results to this file")
+
+
 def wait_until_idle(max_wait: float, idle_share: float = 0.9) -> float:
     """Waits (at most `max_wait` seconds) until the CPUs are at least `idle_share` idle over 2 s;
     returns the last busy share measured."""

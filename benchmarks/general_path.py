@@ -48,7 +48,7 @@ sys.path.insert(0, HERE)
 from _bench_env import default_beam_python  # noqa: E402
 from _general_path_job import OUTPUTS, normalised  # noqa: E402
 from _general_path_worker import CONTENDERS  # noqa: E402
-from _spark_bench_common import wait_until_idle  # noqa: E402
+from _spark_bench_common import add_run_flags, wait_until_idle  # noqa: E402
 from spark_windowed_sum import (  # noqa: E402
     BUSY_SHARE, check_beam, fmt_table, machine_description, run_worker, worker_env, x,
 )
@@ -215,11 +215,7 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     ap.add_argument("--data-dir", default=os.path.join(tempfile.gettempdir(), "headrace-general-path"),
                     help="where the input is generated and reused, and outputs are written "
                          "(default: %(default)s)")
-    ap.add_argument("--timeout", type=float, default=3600, help="seconds before a run is killed")
-    ap.add_argument("--wait-idle", type=float, default=0, metavar="SECONDS",
-                    help="before each run, wait up to this long for the CPUs to be 90%% idle (on a shared "
-                         "machine)")
-    ap.add_argument("--json", default=None, metavar="PATH", help="write all results to this file")
+    add_run_flags(ap)
     args = ap.parse_args(argv)
     args.contenders = [c for c in args.only.split(",") if c]
     for c in args.contenders:

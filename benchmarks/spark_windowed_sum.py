@@ -48,7 +48,7 @@ from _bench_env import (  # noqa: E402
 )
 from _spark_bench_common import (  # noqa: E402
     PIPELINE_LABELS, PIPELINES, TreeMemorySampler, kill_tree, prepare_datasets, reference_checksums,
-    wait_until_idle,
+    add_run_flags, wait_until_idle,
 )
 from _spark_bench_worker import CONTENDERS  # noqa: E402
 
@@ -297,11 +297,7 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     ap.add_argument("--runner-starts-spark", action="store_true",
                     help="headrace: let the SparkRunner start Spark inside the timed part instead of "
                          "pre-starting a SparkSession with the same settings")
-    ap.add_argument("--timeout", type=float, default=3600, help="seconds before a run is killed")
-    ap.add_argument("--wait-idle", type=float, default=0, metavar="SECONDS",
-                    help="before each run, wait up to this long for the CPUs to be 90%% idle (on a shared "
-                         "machine)")
-    ap.add_argument("--json", default=None, metavar="PATH", help="write all results to this file")
+    add_run_flags(ap)
     args = ap.parse_args(argv)
     args.contenders = [c for c in args.only.split(",") if c]
     args.pipeline_list = [p for p in args.pipelines.split(",") if p]
