@@ -17,6 +17,7 @@ import glob
 import json
 import os
 import shutil
+import sys
 import threading
 import time
 import zlib
@@ -362,6 +363,20 @@ def add_run_flags(ap: Any) -> None:
                     help="before each run, wait up to this long for the CPUs to be 90%% idle (on a shared "
                          "machine)")
     ap.add_argument("--json", default=None, metavar="PATH", help="write all results to this file")
+
+
+def finish(json_path: Optional[str], results: Dict[str, Any], problems: List[str]) -> int:
+    """Ends a benchmark command: writes `results` (plus the exit status) to `json_path` when given,
+    prints the problems found, and returns the exit status (1 if there were problems)."""
+    status = 1 if problems else 0
+    if json_path:
+        with open(json_path, "w") as fh:
+            json.dump({**results, "exit_status": status}, fh, indent=1, default=str)
+        print(f"\nresults written to {json_path}")
+    if problems:
+        print("\n" + "\n\n".join(problems), file=sys.stderr)
+        print(f"\nFAILED: {len(problems)} problem(s) above", file=sys.stderr)
+    return status
 
 
 def wait_until_idle(max_wait: float, idle_share: float = 0.9) -> float:

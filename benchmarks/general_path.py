@@ -48,7 +48,7 @@ sys.path.insert(0, HERE)
 from _bench_env import default_beam_python  # noqa: E402
 from _general_path_job import OUTPUTS, normalised  # noqa: E402
 from _general_path_worker import CONTENDERS  # noqa: E402
-from _spark_bench_common import add_run_flags, wait_until_idle  # noqa: E402
+from _spark_bench_common import add_run_flags, finish, wait_until_idle  # noqa: E402
 from spark_windowed_sum import (  # noqa: E402
     BUSY_SHARE, check_beam, fmt_table, machine_description, run_worker, worker_env, x,
 )
@@ -292,16 +292,7 @@ outputs agree: all {len(OUTPUTS)} outputs of every run, normalised (records re-s
             diffs = [run["differences"] for run in r["runs"] if run.get("differences")]
             problems.append(f"OUTPUTS DIFFER: {what} vs {LABELS[r['reference']]}:\n"
                             + json.dumps(diffs[0], indent=1)[:3000])
-    status = 1 if problems else 0
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump({"machine": machine, "parameters": vars(args), "results": groups,
-                       "exit_status": status}, fh, indent=1, default=str)
-        print(f"\nresults written to {args.json}")
-    if problems:
-        print("\n" + "\n\n".join(problems), file=sys.stderr)
-        print(f"\nFAILED: {len(problems)} problem(s) above", file=sys.stderr)
-    return status
+    return finish(args.json, {"machine": machine, "parameters": vars(args), "results": groups}, problems)
 
 
 if __name__ == "__main__":

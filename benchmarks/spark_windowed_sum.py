@@ -48,7 +48,7 @@ from _bench_env import (  # noqa: E402
 )
 from _spark_bench_common import (  # noqa: E402
     PIPELINE_LABELS, PIPELINES, TreeMemorySampler, kill_tree, prepare_datasets, reference_checksums,
-    add_run_flags, wait_until_idle,
+    add_run_flags, finish, wait_until_idle,
 )
 from _spark_bench_worker import CONTENDERS  # noqa: E402
 
@@ -466,18 +466,10 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     problems = problems_of([r for recs in results.values() for r in recs.values()]
                            + [r for r in mem.get("runs", []) if not r.get("reused")])
-    status = 1 if problems else 0
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump({"machine": machine, "parameters": vars(args),
-                       "datasets": {str(n): {"path": paths[n], "reference": refs[n]} for n in sorted(sizes)},
-                       "results": results, "targets": checks, "memory_check": mem, "exit_status": status},
-                      fh, indent=1, default=str)
-        print(f"\nresults written to {args.json}")
-    if problems:
-        print("\n" + "\n\n".join(problems), file=sys.stderr)
-        print(f"\nFAILED: {len(problems)} problem(s) above", file=sys.stderr)
-    return status
+    return finish(args.json, {
+        "machine": machine, "parameters": vars(args),
+        "datasets": {str(n): {"path": paths[n], "reference": refs[n]} for n in sorted(sizes)},
+        "results": results, "targets": checks, "memory_check": mem}, problems)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ rest is here, once:
 
 * keying an input element: `key_of` splits `(key, value)` and encodes the key to the
   deterministic bytes it is grouped by (`model.coders.encode_key`), with errors naming the step;
-  `elements_of` makes the core's `Element`s (one per window);
+  the runner then gives the core one `model.reduce.Element` per window of the element;
 * `GroupingCore`: one grouping step's `ReduceFnRunner` and what surrounds each call: panes
   turned into output elements `(key, value)` with their window, timestamp, `PaneInfo` and
   retraction flag; the dropped-data counters (`headrace/dropped_late_elements`,
@@ -27,7 +27,7 @@ from headrace.model import coders
 from headrace.model.combine import CombineFn
 from headrace.model.reduce import Element, KeyState, Pane, ReduceFnRunner, ReduceResult
 from headrace.model.time import MAX_TIMESTAMP_MICROS
-from headrace.model.window import BoundedWindow, Windowing
+from headrace.model.window import Windowing
 from headrace.model.windowed import PANE_INFO_UNKNOWN, WindowedValue
 
 DROPPED_LATE = "dropped_late_elements"
@@ -67,12 +67,6 @@ def key_of(label: str, kv: Any) -> Tuple[Any, Any, bytes]:
         return k, v, coders.encode_key(k)
     except KeyEncodingError:
         return k, v, grouping_key_bytes(label, k, kv)  # raises the error naming the step
-
-
-def elements_of(value: Any, timestamp_us: int, windows: Tuple[BoundedWindow, ...],
-                is_retraction: bool) -> List[Element]:
-    """The core's inputs for one element: one `Element` per window."""
-    return [Element(value, timestamp_us, w, is_retraction) for w in windows]
 
 
 def grouping_failure(label: str, exc: BaseException, doing: str = "combining or grouping"

@@ -15,7 +15,7 @@ from typing import Any, Callable, Dict, Iterable, Iterator, Optional, Tuple
 
 from headrace.model.combine import CombineFn
 from headrace.model.window import BoundedWindow, TimestampCombiner, WindowFn, Windowing
-from headrace.runners.kit.grouping import grouping_key_bytes, split_kv
+from headrace.runners.kit.grouping import grouping_key_bytes, key_of, split_kv
 
 #: `record(key bytes, key, accumulator, timestamp, window)`: what `PartialCombiner.emit` yields.
 Record = Callable[[bytes, Any, Any, int, BoundedWindow], Any]
@@ -56,10 +56,6 @@ class PartialCombiner:
             fn = self.fns[window] = self.bound(window)
         return fn
 
-    def _windows_of(self, kv: Any) -> Dict[BoundedWindow, list]:
-        k, _ = split_kv(self.label, kv)
-        kb = grouping_key_bytes(self.label, k, kv)
-        return self.table.setdefault(kb, (k, {}))[1]
 
     def add_all(self, triples: Iterable[Tuple[Any, int, Tuple[BoundedWindow, ...]]]) -> None:
         """Accumulates a batch of (kv, timestamp, windows)."""
@@ -106,10 +102,10 @@ class PartialCombiner:
                 limits[id(windows)] = max(_MERGE_EVERY, 2 * len(windows))
 
     def _add_all_bound(self, triples: Iterable[Tuple[Any, int, Tuple[BoundedWindow, ...]]]) -> None:
-        latest = self.latest
+        label, table, latest = self.label, self.table, self.latest
         for kv, ts, wins in triples:
-            windows = self._windows_of(kv)
-            v = kv[1]
+            k, v, kb = key_of(label, kv)
+            windows = table.setdefault(kb, (k, {}))[1]
             for w in wins:
                 fn = self._fn(w)
                 cell = windows.get(w)
