@@ -24,6 +24,7 @@ from headrace.errors import PipelineExecutionError
 from headrace.io.iobase import Read
 from headrace.pipeline.pipeline import AppliedPTransform, Pipeline
 from headrace.pipeline.pvalue import AsSideInput, PCollection
+from headrace.runners.kit.side_inputs import replace_views
 from headrace.runners.kit.stage import FusedStage, StepSpec, serialize_dofn, step_spec
 from headrace.testing.test_stream import TestStream
 from headrace.transforms.core import (
@@ -125,11 +126,8 @@ class Stage:
             t = n.transform
             spec = step_spec(n, serialize_dofn(n.full_label, t.fn) if isinstance(t, ParDo) else None)
             if arg is not None and n.side_inputs:
-                swap = arg
-                spec = spec._replace(
-                    args=tuple(swap(a) if isinstance(a, AsSideInput) else a for a in spec.args),
-                    kwargs={k: swap(v) if isinstance(v, AsSideInput) else v
-                            for k, v in (spec.kwargs or {}).items()})
+                args, kwargs = replace_views(spec.args, spec.kwargs or {}, arg)
+                spec = spec._replace(args=args, kwargs=kwargs)
             steps.append(spec)
         return FusedStage(self.label, steps, self.root._id, [pc._id for pc in self.outputs])
 

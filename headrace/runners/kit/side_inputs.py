@@ -4,7 +4,7 @@ window)."""
 
 from __future__ import annotations
 
-from typing import Any, Dict, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 from headrace.errors import PipelineExecutionError
 from headrace.model.combine import BoundCombineFn, combine_values
@@ -64,10 +64,7 @@ class SideInputCombiner:
         reader = self.reader
         assert reader is not None, "SideInputCombiner.reader is not set"
         try:
-            args = tuple(reader.view(a, window) if isinstance(a, AsSideInput) else a
-                         for a in self.args)
-            kwargs = {k: (reader.view(v, window) if isinstance(v, AsSideInput) else v)
-                      for k, v in self.kwargs.items()}
+            args, kwargs = replace_views(self.args, self.kwargs, lambda view: reader.view(view, window))
         except Exception as exc:
             raise PipelineExecutionError(
                 f"step {self.label!r} could not read its side inputs for window {window!r}: "
@@ -113,3 +110,10 @@ def empty_side_input_hint(views: Sequence[Any], view_kwargs: Dict[str, Any], arg
     return (f"The side input {names} is empty in window {window!r}, so the step got "
             "pvalue.EmptySideInput() in its place (as in Beam); give the view a default, e.g. "
             "AsSingleton(pcoll, default_value=...), or test for pvalue.EmptySideInput")
+
+
+def replace_views(args: Sequence[Any], kwargs: Dict[str, Any], swap: Callable[[AsSideInput], Any]
+                  ) -> Tuple[Tuple[Any, ...], Dict[str, Any]]:
+    """`args` and `kwargs` with every side-input view replaced by `swap(view)`."""
+    return (tuple(swap(a) if isinstance(a, AsSideInput) else a for a in args),
+            {k: swap(v) if isinstance(v, AsSideInput) else v for k, v in kwargs.items()})

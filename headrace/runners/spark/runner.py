@@ -13,9 +13,9 @@ from headrace.metrics.metric import MetricResults, MetricsContainer
 from headrace.model import coders
 from headrace.options.pipeline_options import LocalRunnerOptions, SparkRunnerOptions
 from headrace.pipeline.pipeline import AppliedPTransform, Pipeline, PipelineResult, PipelineState
-from headrace.pipeline.pvalue import AsSideInput, PCollection
+from headrace.pipeline.pvalue import PCollection
 from headrace.runners.kit import plan as planning
-from headrace.runners.kit.side_inputs import SideInputCombiner
+from headrace.runners.kit.side_inputs import SideInputCombiner, replace_views
 from headrace.runners.kit.stage import FusedStage
 from headrace.runners.spark.fastpath import columnar_chain
 from headrace.runners.spark import pyspark_compat
@@ -169,9 +169,8 @@ class _Translation:
         lifted = (windowing.trigger.watermark_only and not node.inputs[0].may_contain_retractions
                   and not windowing.windowfn.is_merging())
         sides, portable = self._broadcast_sides(node.side_inputs)
-        swap = lambda a: portable[id(a)] if isinstance(a, AsSideInput) else a  # noqa: E731
-        combiner = SideInputCombiner(node.full_label, t.combine_fn, tuple(swap(a) for a in t.args),
-                                     {k: swap(v) for k, v in t.kwargs.items()})
+        args, kwargs = replace_views(t.args, t.kwargs, lambda view: portable[id(view)])
+        combiner = SideInputCombiner(node.full_label, t.combine_fn, args, kwargs)
         self._label(node.full_label)
         self._build_grouping(node, None, (coders.dumps(combiner), sides, lifted))
 
