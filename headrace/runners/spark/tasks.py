@@ -533,9 +533,7 @@ def _reduce_all(grouping: GroupingCore, it: Iterator[Any], size: int, follow: bo
             t = MIN_TIMESTAMP_MICROS
         if kb != current or len(chunk) >= size:
             if chunk:
-                if chunk_wm > wm:
-                    grouping.on_watermark(key, state, chunk_wm, _PROCESSING_TIME, out)
-                grouping.process(key, state, chunk, chunk_wm, _PROCESSING_TIME, out, late)
+                _feed(grouping, key, state, chunk, wm, chunk_wm, out, late)
                 wm = chunk_wm
                 chunk = []
             if kb != current:
@@ -550,12 +548,19 @@ def _reduce_all(grouping: GroupingCore, it: Iterator[Any], size: int, follow: bo
                 late = [] if late is not None else None
         chunk.append(Element(v, ts, w, r))
     if chunk:
-        if chunk_wm > wm:
-            grouping.on_watermark(key, state, chunk_wm, _PROCESSING_TIME, out)
-        grouping.process(key, state, chunk, chunk_wm, _PROCESSING_TIME, out, late)
+        _feed(grouping, key, state, chunk, wm, chunk_wm, out, late)
     if current is not None:
         grouping.on_watermark(key, state, MAX_TIMESTAMP_MICROS, _PROCESSING_TIME, out)
     yield from _records(out, late)
+
+
+def _feed(grouping: GroupingCore, key: Any, state: KeyState, chunk: List[Element], wm: int, chunk_wm: int,
+          out: List[WindowedValue], late: Optional[List[WindowedValue]]) -> None:
+    """Hands a chunk of a key's sorted records to the core, the watermark first moved from `wm` to
+    the chunk's first time `chunk_wm`."""
+    if chunk_wm > wm:
+        grouping.on_watermark(key, state, chunk_wm, _PROCESSING_TIME, out)
+    grouping.process(key, state, chunk, chunk_wm, _PROCESSING_TIME, out, late)
 
 
 def _records(out: List[WindowedValue], late: Optional[List[WindowedValue]]) -> Iterator[Any]:
