@@ -7,7 +7,7 @@
     dofn_runner.py  one element-wise step: `ParDoRunner` (DoFn lifecycle, parameters, side
                     inputs, tagged outputs, dead letters), `AssignWindowsRunner`, `ErrorInfo`
     isolation.py    a DoFn call under a time limit or in a child process
-    side_inputs.py  `SideInputReader`, `SideInputCombiner`
+    side_inputs.py  `SideInputReader`, `SideInputCombiner`, `replace_views`
     grouping.py     keying a grouping's input, `GroupingCore` (the per-key core and its
                     outputs, dropped-data metrics, late-data output), grouping errors
     partial.py      the map side of a lifted combine: `PartialCombiner`
