@@ -298,11 +298,13 @@ def sessions_of_user(kv: Tuple[str, Iterable[Tuple[int, int]]]) -> Iterator[Sess
 def rdd_job(sc: Any, input_pattern: str, output_dir: str, partitions: int) -> None:
     """The same job by hand on PySpark RDDs; the parsed lines and the sessions, each read by
     several outputs, are cached as a Spark user would."""
-    def save(rdd: Any, name: str) -> None:
-        rdd.coalesce(OUTPUTS[name]).saveAsTextFile(os.path.join(output_dir, name))
+    def save(rdd: Any, name: str, shuffle: bool = False) -> None:
+        rdd.coalesce(OUTPUTS[name], shuffle=shuffle).saveAsTextFile(os.path.join(output_dir, name))
 
     parsed = sc.textFile(input_pattern).mapPartitions(parse_partition).cache()
-    save(parsed.filter(lambda t: not t[0]).map(lambda t: t[1]), "dead_letters")
+    # shuffle=True: a narrow coalesce(1) would run its whole upstream, the parse of every line, as
+    # one task on one core (Spark pulls a coalesce up through narrow dependencies)
+    save(parsed.filter(lambda t: not t[0]).map(lambda t: t[1]), "dead_letters", shuffle=True)
     events = parsed.filter(lambda t: t[0]).map(lambda t: t[1])
 
     sessions = events.map(user_activity).groupByKey(partitions).flatMap(sessions_of_user).cache()
