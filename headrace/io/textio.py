@@ -117,14 +117,127 @@ class _TextSource(BoundedSource):
         return parts
 
     def read(self, part: Tuple[str, int, int]) -> Iterable[Any]:
+        for block in self._blocks(part):
+            yield from block
+
+    def read_batches(self, part: Tuple[str, int, int], size: int) -> Iterable[List[Any]]:
+        """The lines of one part in lists of about `size` (whole buffers of the file: lines are
+        split and decoded a buffer at a time)."""
+        if type(self).read is not _TextSource.read:  # a subclass's records (ReadFromJson's values)
+            yield from super().read_batches(part, size)
+            return
+        pending: List[Any] = []
+        for block in self._blocks(part):
+            if not pending and len(block) >= size:
+                yield block
+                continue
+            pending.extend(block)
+            if len(pending) >= size:
+                yield pending
+                pending = []
+        if pending:
+            yield pending
+
+    def _blocks(self, part: Tuple[str, int, int]) -> Iterator[List[Any]]:
+        """The decoded records of a part, a list per buffer read."""
         coder = self.coder
         fast = type(coder) is StrUtf8Coder
         decode = coder.decode
-        for k, raw in enumerate(self._records(part)):
-            try:
-                yield raw.decode("utf-8") if fast else decode(raw)
-            except Exception as exc:
-                raise self._undecodable(part, k, raw, exc) from None
+        if self.delimiter is not None or self.escapechar is not None:
+            block: List[Any] = []
+            for k, raw in enumerate(self._records(part)):
+                try:
+                    block.append(raw.decode("utf-8") if fast else decode(raw))
+                except Exception as exc:
+                    raise self._undecodable(part, k, raw, exc) from None
+                if len(block) >= 1024:
+                    yield block
+                    block = []
+            if block:
+                yield block
+            return
+        k = 0  # the index in the part of the block's first line
+        for data in self._line_buffers(part):
+            if fast:
+                try:
+                    lines: List[Any] = data.decode("utf-8").split("\n")
+                except UnicodeDecodeError:
+                    lines = []  # find and report the undecodable line below
+                else:
+                    ended = data.endswith(b"\n")
+                    if ended:
+                        lines.pop()  # empty: after the last newline
+                    if self.strip:
+                        if b"\r" in data:  # a CR before the newline goes too (not on a last line without one)
+                            tail = [] if ended else lines[-1:]
+                            lines = [ln[:-1] if ln[-1:] == "\r" else ln
+                                     for ln in (lines if ended else lines[:-1])] + tail
+                    elif ended:
+                        lines = [ln + "\n" for ln in lines]
+                    else:  # the file's last line, without a newline, stays so
+                        lines = [ln + "\n" for ln in lines[:-1]] + lines[-1:]
+                    yield lines
+                    k += len(lines)
+                    continue
+            ended = data.endswith(b"\n")
+            raws = data.split(b"\n")
+            if ended:
+                raws.pop()
+            out: List[Any] = []
+            for j, raw in enumerate(raws):
+                if ended or j < len(raws) - 1:  # the line had a newline
+                    if not self.strip:
+                        raw += b"\n"
+                    elif raw[-1:] == b"\r":
+                        raw = raw[:-1]
+                try:
+                    out.append(raw.decode("utf-8") if fast else decode(raw))
+                except Exception as exc:
+                    raise self._undecodable(part, k + j, raw, exc) from None
+            yield out
+            k += len(out)
+
+    def _line_buffers(self, part: Tuple[str, int, int]) -> Iterator[bytes]:
+        """The part's lines as buffers of whole lines, each ending in b'\\n' but perhaps the
+        file's last line; header lines skipped."""
+        path, start, end = part
+        with open_for_read(path, compression_of(path, self.compression_type)) as fh:
+            base = start  # the file offset of `rest` (then `data`): where the next line starts
+            if start > 0:
+                fh.seek(start - 1)
+                skipped = fh.readline()  # finish the line that straddles the split start
+                base = start - 1 + len(skipped)
+            skip = self.skip if start == 0 else 0
+            rest = b""
+            while True:
+                if end >= 0 and base >= end:  # the next line starts at or after the part's end
+                    return
+                chunk = fh.read(_CHUNK)
+                last = not chunk
+                data = rest + chunk if rest else chunk
+                if last:
+                    if not data:
+                        return
+                    cut = len(data)
+                else:
+                    cut = data.rfind(b"\n") + 1
+                if end >= 0 and base + cut > end:
+                    # the lines that start before `end`: up to the first newline at or after end - 1
+                    nl = data.find(b"\n", max(0, end - 1 - base))
+                    if 0 <= nl < cut:
+                        cut = nl + 1
+                        last = True
+                rest = data[cut:]
+                data = data[:cut]
+                base += cut
+                while skip and data:
+                    nl = data.find(b"\n")
+                    data = data[nl + 1:] if nl >= 0 else b""
+                    skip -= 1
+                if data:
+                    yield data
+                if last:
+                    return
 
     def _records(self, part: Tuple[str, int, int]) -> Iterator[bytes]:
         """The raw records of a part (without their line end or delimiter when stripping)."""

@@ -258,3 +258,52 @@ def test_read_from_text_missing_file_raises_at_construction(tmp_path):
         beam.ReadFromText(str(tmp_path / "missing.txt"))
     with pytest.raises(PipelineConstructionError):
         beam.ReadFromText(str(tmp_path / "nothing-*.txt"))
+
+
+def _reference_lines(data: bytes, strip: bool, skip: int):
+    """The records of a file as Python's binary readline gives them (a CR before the newline goes
+    when stripping; a last line without a newline is kept as it is)."""
+    out = []
+    pos = 0
+    while pos < len(data):
+        nl = data.find(b"\n", pos)
+        end = len(data) if nl < 0 else nl + 1
+        raw = data[pos:end]
+        if strip and raw.endswith(b"\n"):
+            raw = raw[:-2] if raw.endswith(b"\r\n") else raw[:-1]
+        out.append(raw.decode("utf-8"))
+        pos = end
+    return out[skip:]
+
+
+@pytest.mark.parametrize("strip", [True, False], ids=["strip", "keep-newlines"])
+def test_read_from_text_byte_ranges_read_every_line_once(tmp_path, monkeypatch, strip):
+    # Runner-free: the source's parts read in turn must give the file's lines, whatever the byte
+    # ranges and the read buffer's size (shrunk here so lines straddle buffer boundaries).
+    from hypothesis import given, settings, strategies as st
+
+    import headrace.io.textio as textio
+
+    monkeypatch.setattr(textio, "_CHUNK", 7)
+    line = st.text(alphabet="ab\r é€", max_size=12)
+
+    @settings(max_examples=300, deadline=None)
+    @given(lines=st.lists(line, max_size=12), final_newline=st.booleans(),
+           cuts=st.lists(st.integers(min_value=0, max_value=200), max_size=5))
+    def check(lines, final_newline, cuts):
+        data = "\n".join(lines).encode("utf-8") + (b"\n" if final_newline and lines else b"")
+        path = tmp_path / "f.txt"
+        path.write_bytes(data)
+        source = beam.io.ReadFromText(str(path), strip_trailing_newlines=strip)._source
+        bounds = sorted({0, len(data), *(c for c in cuts if c < len(data))})
+        got = []
+        for start, end in zip(bounds, bounds[1:]):
+            got += list(source.read((str(path), start, end)))
+        assert got == _reference_lines(data, strip, 0)
+        whole = [x for batch in source.read_batches((str(path), 0, -1), 3) for x in batch]
+        assert whole == _reference_lines(data, strip, 0)
+        if lines:
+            skipping = beam.io.ReadFromText(str(path), strip_trailing_newlines=strip, skip_header_lines=2)
+            assert list(skipping._source.read((str(path), 0, -1))) == _reference_lines(data, strip, 2)
+
+    check()

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any, Iterator, List
 
 from headrace.errors import PipelineExecutionError
-from headrace.io.iobase import BoundedSource, batched
+from headrace.io.iobase import BoundedSource
 from headrace.model.time import MIN_TIMESTAMP_MICROS
 from headrace.model.window import GLOBAL_WINDOWS_TUPLE
 from headrace.model.windowed import TimestampedValue, WindowedValue
@@ -28,7 +28,8 @@ def read_failure(label: str, part: Any, exc: BaseException) -> PipelineExecution
 def read_bundles(label: str, source: BoundedSource, part: Any, size: int) -> Iterator[List[WindowedValue]]:
     """The elements of one part of `source`, in bundles of at most `size`; errors name the step."""
     try:
-        for chunk in batched(source.read(part), size):
-            yield [to_windowed_value(v) for v in chunk]
+        for batch in source.read_batches(part, size):
+            for i in range(0, len(batch), size):
+                yield [to_windowed_value(v) for v in batch[i:i + size]]
     except Exception as exc:
         raise read_failure(label, part, exc) from exc

@@ -193,8 +193,9 @@ def read_fn(env: TaskEnv, label: str, source: Any) -> Callable[[Iterator[Any]], 
     """Read: each record of the RDD is one part of the BoundedSource."""
     def run(parts: Iterator[Any]) -> Iterator[WindowedValue]:
         env.check_earlier_attempt()
-        for v in _read_parts(env, label, source, parts):
-            yield to_windowed_value(v)
+        for batch in _read_parts(env, label, source, parts, env.bundle_size):
+            for v in batch:
+                yield to_windowed_value(v)
     return run
 
 
