@@ -49,6 +49,8 @@ class _Translation:
                                  max(1, int(lo.max_bundle_attempts)), self.temp_dir)
         self.rdds: Dict[PCollection, Any] = {}
         self.uses: Dict[PCollection, int] = {}
+        self.consumers: Dict[PCollection, List[planning.Unit]] = {}
+        self.keyed: Dict[PCollection, Any] = {}  # a grouping's input -> its shuffle records, made upstream
         self.persisted: List[Any] = []
         self.broadcasts: List[Any] = []
         self.current_label = ""
@@ -84,6 +86,7 @@ class _Translation:
         for u in units:
             for pc in list(u.inputs) + [s.pvalue for s in u.side_inputs]:
                 self.uses[pc] = self.uses.get(pc, 0) + 1
+                self.consumers.setdefault(pc, []).append(u)
 
     def build(self) -> List[Any]:
         units = planning.plan(self.pipeline, "Spark runner", _KINDS, _WHY_NOT)
@@ -197,9 +200,11 @@ class _Translation:
         retractions = source.may_contain_retractions
         fn_bytes = coders.dumps(combine_fn) if combine_fn is not None else None
         lifted = fn_bytes is not None and windowing.trigger.watermark_only and not retractions
-        upstream = self.rdds[source]
+        upstream: Any = self.rdds.get(source)  # None when the shuffle records come from `self.keyed`
         columnar = self._columnar_source(source) if lifted else None
-        if side_combine is not None:
+        if source in self.keyed:  # the producing stage made the shuffle records (`_map_sides`)
+            keyed = self.keyed[source]
+        elif side_combine is not None:
             combiner_bytes, sides, side_lifted = side_combine
             keyed = upstream.mapPartitions(
                 tasks.side_partial_combine_fn(self.env, label, windowing, combiner_bytes, sides)
@@ -209,11 +214,8 @@ class _Translation:
             parts, read_label, bounded, fused = columnar
             keyed = parts.mapPartitions(tasks.columnar_partial_fn(
                 self.env, read_label, bounded, fused, label, windowing, fn_bytes))
-        elif lifted:
-            assert fn_bytes is not None
-            keyed = upstream.mapPartitions(tasks.partial_combine_fn(self.env, label, windowing, fn_bytes))
         else:
-            keyed = upstream.mapPartitions(tasks.key_fn(self.env, label, windowing.windowfn.is_merging()))
+            keyed = upstream.mapPartitions(tasks.map_side_fn(self.env, self._map_side(node)))
         grouped = keyed.repartitionAndSortWithinPartitions(self.parallelism, tasks.partition_of)
         late_tag = getattr(node.transform, "late_tag", None)
         late_pc = node.outputs.get(late_tag) if late_tag else None
@@ -223,6 +225,31 @@ class _Translation:
             self._set(node.outputs[None], out)
         else:
             self._set_outputs(out, [(node.outputs[None], 0), (late_pc, 1)])
+
+    def _map_side(self, node: AppliedPTransform) -> tasks.MapSide:
+        """The map side of a grouping without side inputs: partial accumulators when its
+        combine is lifted (a watermark-only trigger, no retractions), else keyed elements."""
+        source = node.inputs[0]
+        windowing = source.windowing
+        t = node.transform
+        if (isinstance(t, CombinePerKey) and windowing.trigger.watermark_only
+                and not source.may_contain_retractions):
+            return tasks.PartialSide(node.full_label, windowing, coders.dumps(t.combine_fn))
+        return tasks.KeySide(node.full_label, windowing.windowfn.is_merging())
+
+    def _map_sides(self, outs: List[PCollection]) -> Dict[int, tasks.MapSide]:
+        """The map sides that a multi-output stage runs for outputs a grouping alone reads (by
+        output id): the persisted stage output then holds the grouping's shuffle records, and
+        partial accumulators rather than elements for a lifted combine."""
+        sides: Dict[int, tasks.MapSide] = {}
+        for pc in outs:
+            users = self.consumers.get(pc, [])
+            if len(users) != 1 or not isinstance(users[0], planning.Primitive):
+                continue
+            u = users[0]
+            if u.kind == planning.GROUPING and not u.node.side_inputs:
+                sides[pc._id] = self._map_side(u.node)
+        return sides
 
     def _columnar_source(self, pc: PCollection) -> Optional[Tuple[Any, str, Any, FusedStage]]:
         """(parts RDD, read label, source, stage) when `pc` is Read -> plain steps (read once)."""
@@ -236,13 +263,19 @@ class _Translation:
         parts, read_label, source = self.reads[root]
         return parts, read_label, source, fused
 
-    def _set_outputs(self, rdd: Any, outputs: List[Tuple[PCollection, int]], packed: bool = False) -> None:
+    def _set_outputs(self, rdd: Any, outputs: List[Tuple[PCollection, int]], packed: bool = False,
+                     keyed: Tuple[int, ...] = ()) -> None:
         """Splits an RDD of (index, element) records, or of (index, tasks.pack(elements)) when
-        `packed`, into one RDD per output PCollection."""
+        `packed`, into one RDD per output PCollection; the outputs whose ids are in `keyed` hold
+        their grouping's shuffle records (`self.keyed`)."""
         rdd = self._materialize(rdd)
         for pc, i in outputs:
             mine = rdd.filter(lambda r, i=i: r[0] == i)
-            self._set(pc, mine.flatMap(tasks.unpack) if packed else mine.map(lambda r: r[1]))
+            mine = mine.flatMap(tasks.unpack) if packed else mine.map(lambda r: r[1])
+            if pc._id in keyed:
+                self.keyed[pc] = mine
+            else:
+                self._set(pc, mine)
 
     def _build_stage(self, stage: planning.Stage) -> None:
         label = stage.label
@@ -258,8 +291,9 @@ class _Translation:
             self._set(outs[0], upstream.mapPartitions(tasks.stage_fn(self.env, fused, bcast, None)))
         else:
             index = {pc._id: i for i, pc in enumerate(outs)}
-            rdd = upstream.mapPartitions(tasks.stage_fn(self.env, fused, bcast, index))
-            self._set_outputs(rdd, [(pc, index[pc._id]) for pc in outs], packed=True)
+            sides = self._map_sides(outs)
+            rdd = upstream.mapPartitions(tasks.stage_fn(self.env, fused, bcast, index, sides))
+            self._set_outputs(rdd, [(pc, index[pc._id]) for pc in outs], packed=True, keyed=tuple(sides))
 
     def _collect_side(self, pc: PCollection) -> Dict[Any, list]:
         """Materialises a side input on the driver as {window: [values]} (to broadcast)."""

@@ -14,6 +14,7 @@ attempts (Spark's retries are for crashed workers and lost executors).
 from __future__ import annotations
 
 import base64
+import contextlib
 import copy
 import os
 import pickle
@@ -32,7 +33,8 @@ from headrace.model.reduce import Element, KeyState
 from headrace.model.time import MAX_TIMESTAMP_MICROS, MIN_TIMESTAMP_MICROS
 from headrace.model.window import Sessions, Windowing
 from headrace.model.windowed import WindowedValue
-from headrace.runners.kit.grouping import GroupingCore, grouping_failure, grouping_key_bytes, key_of
+from headrace.runners.kit.grouping import (GroupingCore, grouping_errors, grouping_failure,
+                                           grouping_key_bytes, key_of)
 from headrace.runners.kit.partial import PartialCombiner
 from headrace.runners.kit.runtime import relax_gc
 from headrace.runners.kit.side_inputs import SideInputCombiner, SideInputReader
@@ -201,13 +203,19 @@ def read_fn(env: TaskEnv, label: str, source: Any) -> Callable[[Iterator[Any]], 
 
 # ---- fused element-wise stages -------------------------------------------------------------
 
-def stage_fn(env: TaskEnv, stage: FusedStage, sides: Optional[Any],
-             tagged: Optional[Dict[int, int]]) -> Callable[[Iterator[WindowedValue]], Iterator[Any]]:
+def stage_fn(env: TaskEnv, stage: FusedStage, sides: Optional[Any], tagged: Optional[Dict[int, int]],
+             map_sides: Optional[Dict[int, "MapSide"]] = None
+             ) -> Callable[[Iterator[WindowedValue]], Iterator[Any]]:
     """Runs a fused stage over a partition, bundle by bundle.
 
     `sides` is a broadcast of {side index: {window: [values]}}; `tagged` maps the stage's
     output PCollection ids to indexes when it has several outputs (records are then
     (index, pack(elements of one bundle))); with one output, records are its elements.
+    `map_sides` (with `tagged`) gives, for an output that a grouping alone reads, that
+    grouping's map side (`MapSide`): the output's records are then the grouping's shuffle
+    records (keyed elements, or partial accumulators made over the whole partition), so the
+    stage's task does the grouping's map-side work in the same pass and a persisted multi-output
+    stage keeps those records instead of the elements.
     """
     def run(it: Iterator[WindowedValue]) -> Iterator[Any]:
         env.check_earlier_attempt()
@@ -217,19 +225,30 @@ def stage_fn(env: TaskEnv, stage: FusedStage, sides: Optional[Any],
                                          for a in list(s.args) + list((s.kwargs or {}).values())])
         committed, attempted = MetricsContainer(), MetricsContainer()
         only = stage.materialized[0] if tagged is None else None
+        grouping = MetricsContainer()  # the groupings' map sides: once per partition, not per attempt
+        mapped = {pc: side.start(grouping) for pc, side in (map_sides or {}).items()}
         try:
             for bundle in batched(it, env.bundle_size):
                 outs = stage.process_bundle(bundle, reader, env.max_attempts, committed, attempted)
                 if only is not None:
                     yield from outs[only]
-                else:  # one record per output and bundle: consumers unpickle only their own
-                    for pc, lst in outs.items():
-                        if lst:
-                            yield (tagged[pc], pack(lst))  # type: ignore[index]
+                    continue
+                for pc, lst in outs.items():  # a record per output and bundle: readers unpickle their own
+                    side = mapped.get(pc)
+                    if side is not None and lst:
+                        lst = side.add(lst)
+                    if lst:
+                        yield (tagged[pc], pack(lst))  # type: ignore[index]
+            for pc, side in mapped.items():
+                rest = side.finish()
+                for i in range(0, len(rest), env.bundle_size):
+                    yield (tagged[pc], pack(rest[i:i + env.bundle_size]))  # type: ignore[index]
         except PipelineExecutionError as exc:
             raise env.fail(exc) from exc
         finally:
             stage.teardown()
+        committed.merge(grouping)
+        attempted.merge(grouping)
         env.report(committed, attempted)
     return run
 
@@ -288,20 +307,97 @@ def _sort_time(merging: bool, ts: int, window: Any) -> int:
     return ts
 
 
+class MapSide:
+    """A grouping's map side: turns a partition's elements into its shuffle records, records
+    ((key bytes, sort time, retraction), (key, value, timestamp, window)). Picklable; a task
+    calls `start` (a fresh copy for the partition), `add` per batch of elements and `finish`."""
+
+    label: str
+
+    def start(self, committed: MetricsContainer) -> "MapSide":
+        """A copy for one partition; metrics of the grouping's own code go to `committed`."""
+        raise NotImplementedError
+
+    def add(self, elements: List[WindowedValue]) -> List[Any]:
+        """The records of these elements to send now."""
+        raise NotImplementedError
+
+    def finish(self) -> List[Any]:
+        """The records to send at the end of the partition."""
+        return []
+
+
+class KeySide(MapSide):
+    """GroupByKey / unlifted CombinePerKey: each element keyed, once per window."""
+
+    def __init__(self, label: str, merging: bool) -> None:
+        self.label = label
+        self.merging = merging
+
+    def start(self, committed: MetricsContainer) -> "KeySide":
+        return self
+
+    def add(self, elements: List[WindowedValue]) -> List[Any]:
+        label, merging = self.label, self.merging
+        out = []
+        for wv in elements:
+            k, v, kb = key_of(label, wv.value)
+            ts = wv.timestamp_us
+            r = wv.is_retraction
+            for w in wv.windows:
+                out.append(((kb, _sort_time(merging, ts, w), r), (k, v, ts, w)))
+        return out
+
+
+class PartialSide(MapSide):
+    """Lifted CombinePerKey: one partial accumulator per key and window of the partition
+    (`kit.partial.PartialCombiner`), sent at the end; the CombineFn is set up and torn down
+    around the partition and its failures name the grouping."""
+
+    def __init__(self, label: str, windowing: Windowing, combine_fn_bytes: bytes) -> None:
+        self.label = label
+        self.windowing = windowing
+        self.combine_fn_bytes = combine_fn_bytes
+        self.partial: Optional[PartialCombiner] = None
+        self.committed: Optional[MetricsContainer] = None
+
+    def start(self, committed: MetricsContainer) -> "PartialSide":
+        side = PartialSide(self.label, self.windowing, self.combine_fn_bytes)
+        side.committed = committed
+        combine_fn = coders.loads(self.combine_fn_bytes)
+        with _combining(self.label, committed):
+            combine_fn.setup()
+        side.partial = PartialCombiner(self.label, combine_fn, self.windowing)
+        return side
+
+    def add(self, elements: List[WindowedValue]) -> List[Any]:
+        assert self.partial is not None
+        with _combining(self.label, self.committed):
+            self.partial.add_all([(wv.value, wv.timestamp_us, wv.windows) for wv in elements])
+        return []
+
+    def finish(self) -> List[Any]:
+        assert self.partial is not None
+        partial = self.partial
+        merging = self.windowing.windowfn.is_merging()
+        with _combining(self.label, self.committed):
+            out = list(partial.emit(lambda kb, k, a, ts, w: ((kb, _sort_time(merging, ts, w), False),
+                                                            (k, a, ts, w))))
+            partial.combine_fn.teardown()
+        return out
+
+
+@contextlib.contextmanager
+def _combining(label: str, committed: Optional[MetricsContainer]) -> Iterator[None]:
+    """Runs a grouping's own code under its label's metrics; a failure there is the grouping's
+    error (`kit.grouping.grouping_failure`)."""
+    with metrics_scope(committed, label), grouping_errors(label, "combining"):
+        yield
+
+
 def key_fn(env: TaskEnv, label: str, merging: bool) -> Callable[[Iterator[WindowedValue]], Iterator[Any]]:
     """GroupByKey / unlifted CombinePerKey, map side: ((key bytes, time, retraction), record)."""
-    def run(it: Iterator[WindowedValue]) -> Iterator[Any]:
-        env.check_earlier_attempt()
-        try:
-            for wv in it:
-                k, v, kb = key_of(label, wv.value)
-                ts = wv.timestamp_us
-                r = wv.is_retraction
-                for w in wv.windows:
-                    yield ((kb, _sort_time(merging, ts, w), r), (k, v, ts, w))
-        except PipelineExecutionError as exc:
-            raise env.fail(exc) from exc
-    return run
+    return map_side_fn(env, KeySide(label, merging))
 
 
 def partial_combine_fn(env: TaskEnv, label: str, windowing: Windowing,
@@ -312,9 +408,23 @@ def partial_combine_fn(env: TaskEnv, label: str, windowing: Windowing,
     at the end), merging their accumulators with `merge_accumulators`. Each accumulator carries
     the timestamp the TimestampCombiner would keep (earliest, or latest for OUTPUT_AT_LATEST).
     """
-    def triples(it: Iterator[WindowedValue]) -> Iterator[Iterable[tuple]]:
-        yield ((wv.value, wv.timestamp_us, wv.windows) for wv in it)
-    return _partial(env, label, windowing, combine_fn_bytes, triples)
+    return map_side_fn(env, PartialSide(label, windowing, combine_fn_bytes))
+
+
+def map_side_fn(env: TaskEnv, side: MapSide) -> Callable[[Iterator[WindowedValue]], Iterator[Any]]:
+    """A grouping's map side over a partition of elements (see `MapSide`)."""
+    def run(it: Iterator[WindowedValue]) -> Iterator[Any]:
+        env.check_earlier_attempt()
+        committed = MetricsContainer()
+        try:
+            mine = side.start(committed)
+            for bundle in batched(it, env.bundle_size):
+                yield from mine.add(bundle)
+            yield from mine.finish()
+        except PipelineExecutionError as exc:
+            raise env.fail(exc) from exc
+        env.report(committed, committed)
+    return run
 
 
 def side_partial_combine_fn(env: TaskEnv, label: str, windowing: Windowing, combiner_bytes: bytes,
