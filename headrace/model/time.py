@@ -42,6 +42,11 @@ class Timestamp:
     __slots__ = ("micros",)
 
     def __init__(self, seconds: Union[int, float] = 0, micros: int = 0) -> None:
+        if type(seconds) is int and type(micros) is int:  # the common case, e.g. Timestamp(micros=t)
+            m = seconds * _MICROS + micros
+            if MIN_TIMESTAMP_MICROS <= m <= MAX_TIMESTAMP_MICROS:
+                self.micros = m
+                return
         if not isinstance(seconds, (int, float)) or isinstance(seconds, bool):
             raise TypeError(
                 f"Timestamp(seconds=...) takes an int or float number of seconds, got {seconds!r}; "

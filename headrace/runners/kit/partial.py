@@ -11,16 +11,19 @@ OUTPUT_AT_LATEST (the core then derives the pane's timestamp from it as from an 
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Iterable, Iterator, Optional, Tuple
+from operator import itemgetter
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
 from headrace.model.combine import CombineFn
-from headrace.model.window import BoundedWindow, TimestampCombiner, WindowFn, Windowing
+from headrace.model.window import (BoundedWindow, IntervalWindow, Sessions, TimestampCombiner, WindowFn,
+                                   Windowing)
 from headrace.runners.kit.grouping import grouping_key_bytes, key_of, split_kv
 
 #: `record(key bytes, key, accumulator, timestamp, window)`: what `PartialCombiner.emit` yields.
 Record = Callable[[bytes, Any, Any, int, BoundedWindow], Any]
 
 _MERGE_EVERY = 64  # a key's windows are merged when their number passes this (then doubles)
+_start = itemgetter(0)
 
 
 def keeps_latest(windowing: Windowing) -> bool:
@@ -32,7 +35,15 @@ class PartialCombiner:
     """Adds (kv, timestamp, windows) triples into one accumulator per key and window.
 
     `bound(window)`, when given, is the CombineFn for a window (a combine with side inputs, whose
-    CombineFn is bound to each window's side inputs; only with non-merging windows)."""
+    CombineFn is bound to each window's side inputs; only with non-merging windows).
+
+    With `Sessions` (whose merge joins overlapping intervals, a result independent of the order
+    of merging), a key's inputs are kept as (start, end, timestamp, value) until there are many
+    of them (more than its sessions), then swept in order of window start into merged
+    sessions, each one's inputs added with `add_input` (no window object, dictionary entry or
+    `merge_accumulators` call per element); accumulated sessions take part in later sweeps and
+    are merged with `merge_accumulators` only when a session spans two sweeps.
+    """
 
     def __init__(self, label: str, combine_fn: CombineFn, windowing: Windowing,
                  bound: Optional[Callable[[BoundedWindow], CombineFn]] = None) -> None:
@@ -47,6 +58,11 @@ class PartialCombiner:
         self.kb_of: Dict[Tuple[type, Any], bytes] = {}
         self.by_str: Dict[str, Dict[BoundedWindow, list]] = {}
         self.limits: Dict[int, int] = {}
+        self.sessions = type(windowfn) is Sessions and bound is None
+        #: with `sessions`: key bytes -> [key, pending inputs, merged sessions], both lists of
+        #: (window start, window end, timestamp, value or accumulator, whether an accumulator)
+        self.swept: Dict[bytes, list] = {}
+        self.swept_by_str: Dict[str, list] = {}
 
     def _fn(self, window: BoundedWindow) -> CombineFn:
         if self.bound is None:
@@ -61,6 +77,9 @@ class PartialCombiner:
         """Accumulates a batch of (kv, timestamp, windows)."""
         if self.bound is not None:
             self._add_all_bound(triples)
+            return
+        if self.sessions:
+            self._add_all_sessions(triples)
             return
         label, table, kb_of, limits = self.label, self.table, self.kb_of, self.limits
         create, add = self.combine_fn.create_accumulator, self.combine_fn.add_input
@@ -101,6 +120,66 @@ class PartialCombiner:
                 self._merge(windows)
                 limits[id(windows)] = max(_MERGE_EVERY, 2 * len(windows))
 
+    def _entry(self, kv: Any) -> Tuple[Any, list]:
+        """(value, the key's swept entry) of one input."""
+        label = self.label
+        try:
+            k, v = kv
+        except (TypeError, ValueError):
+            k, v = split_kv(label, kv)  # raises the error naming the step
+        if type(k) is str:
+            entry = self.swept_by_str.get(k)
+            if entry is None:
+                kb = grouping_key_bytes(label, k, kv)
+                entry = self.swept_by_str[k] = self.swept.setdefault(kb, [k, [], []])
+            return v, entry
+        kb = grouping_key_bytes(label, k, kv)
+        entry = self.swept.get(kb)
+        if entry is None:
+            entry = self.swept[kb] = [k, [], []]
+        return v, entry
+
+    def _add_all_sessions(self, triples: Iterable[Tuple[Any, int, Tuple[BoundedWindow, ...]]]) -> None:
+        entry_of = self._entry
+        for kv, ts, wins in triples:
+            v, entry = entry_of(kv)
+            pending = entry[1]
+            for w in wins:
+                pending.append((w.start_us, w.end_us, ts, v, False))  # type: ignore[attr-defined]
+            if len(pending) > _MERGE_EVERY and len(pending) > len(entry[2]):
+                self._sweep(entry)
+
+    def _sweep(self, entry: list) -> None:
+        """Merges a key's pending inputs and its sessions into sessions (see the class doc)."""
+        fn, latest = self.combine_fn, self.latest
+        create, add, merge = fn.create_accumulator, fn.add_input, fn.merge_accumulators
+        items: List[tuple] = entry[1]
+        items += entry[2]
+        items.sort(key=_start)
+        out: List[tuple] = []
+        cur_s = cur_e = cur_ts = 0
+        accs: List[Any] = []
+        values: List[Any] = []
+        for s, e, ts, x, is_acc in items:
+            if s < cur_e and (accs or values):
+                if e > cur_e:
+                    cur_e = e
+                if (ts > cur_ts) if latest else (ts < cur_ts):
+                    cur_ts = ts
+            else:
+                if accs or values:
+                    out.append((cur_s, cur_e, cur_ts, _combined(create, add, merge, accs, values), True))
+                    accs, values = [], []
+                cur_s, cur_e, cur_ts = s, e, ts
+            if is_acc:
+                accs.append(x)
+            else:
+                values.append(x)
+        if accs or values:
+            out.append((cur_s, cur_e, cur_ts, _combined(create, add, merge, accs, values), True))
+        entry[1] = []
+        entry[2] = out
+
     def _add_all_bound(self, triples: Iterable[Tuple[Any, int, Tuple[BoundedWindow, ...]]]) -> None:
         label, table, latest = self.label, self.table, self.latest
         for kv, ts, wins in triples:
@@ -130,6 +209,17 @@ class PartialCombiner:
 
     def emit(self, record: Record) -> Iterator[Any]:
         """Yields `record(key bytes, key, compacted accumulator, timestamp, window)` per group."""
+        if self.sessions:
+            compact = self.combine_fn.compact
+            for kb, entry in self.swept.items():
+                if entry[1]:
+                    self._sweep(entry)
+                k = entry[0]
+                for s, e, ts, acc, _ in entry[2]:
+                    yield record(kb, k, compact(acc), ts, IntervalWindow._of(s, e))
+            self.swept = {}
+            self.swept_by_str = {}
+            return
         for kb, (k, windows) in self.table.items():
             if self.merging_fn is not None:
                 self._merge(windows)
@@ -139,3 +229,12 @@ class PartialCombiner:
         self.by_str = {}
         self.limits = {}
 
+
+
+def _combined(create: Callable[[], Any], add: Callable[[Any, Any], Any],
+              merge: Callable[[Iterable[Any]], Any], accs: List[Any], values: List[Any]) -> Any:
+    """One accumulator of earlier accumulators and new inputs."""
+    acc = accs[0] if len(accs) == 1 else (merge(accs) if accs else create())
+    for v in values:
+        acc = add(acc, v)
+    return acc

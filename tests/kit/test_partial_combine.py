@@ -1,0 +1,84 @@
+"""The map side of a lifted combine (`runners.kit.partial.PartialCombiner`) with Sessions.
+
+Sessions take a sweep path (inputs kept per key, sorted by window start and merged in one pass);
+every other merging WindowFn takes the general path (a dictionary of windows per key, merged with
+the WindowFn's own merge). A Sessions subclass takes the general path, so it is the reference
+here: both must give the same sessions per key, with the same accumulated inputs and kept
+timestamps, whatever the order and batching of the inputs.
+"""
+
+from __future__ import annotations
+
+from hypothesis import given, settings, strategies as st
+
+import headrace as beam
+from headrace.model.window import IntervalWindow, Sessions, TimestampCombiner, Windowing
+from headrace.runners.kit.partial import PartialCombiner
+
+
+class _GeneralSessions(Sessions):
+    """Sessions by the general merging path (the partial combiner sweeps only exact Sessions)."""
+
+
+class _Collect(beam.CombineFn):
+    """Accumulates the sorted inputs (so any merge order gives the same accumulator)."""
+
+    def create_accumulator(self):
+        return []
+
+    def add_input(self, acc, v):
+        acc.append(v)
+        return acc
+
+    def merge_accumulators(self, accs):
+        out = []
+        for a in accs:
+            out.extend(a)
+        return out
+
+    def extract_output(self, acc):
+        return sorted(acc)
+
+    def compact(self, acc):
+        return sorted(acc)
+
+
+def _partials(windowfn, combiner, batches, latest):
+    windowing = Windowing(windowfn, timestamp_combiner=(TimestampCombiner.OUTPUT_AT_LATEST if latest
+                                                        else TimestampCombiner.OUTPUT_AT_EARLIEST))
+    partial = PartialCombiner("Combine", combiner, windowing)
+    for batch in batches:
+        partial.add_all([((k, v), ts, windowfn._assign(None, ts, (None,) * copies))
+                         for k, v, ts, copies in batch])
+    out = list(partial.emit(lambda kb, k, a, ts, w: (k, w.start_us, w.end_us, ts, a)))
+    return sorted(out, key=repr)
+
+
+_event = st.tuples(st.sampled_from(["a", "b", 7, ("t", 1)]), st.integers(0, 9),
+                   st.integers(-50, 400), st.sampled_from([1, 1, 1, 2]))
+
+
+@settings(max_examples=300, deadline=None)
+@given(batches=st.lists(st.lists(_event, max_size=40), max_size=6), gap=st.integers(1, 30),
+       latest=st.booleans())
+def test_sessions_sweep_gives_the_general_path_sessions(batches, gap, latest):
+    swept = _partials(Sessions(gap / 1e6), _Collect(), batches, latest)
+    general = _partials(_GeneralSessions(gap / 1e6), _Collect(), batches, latest)
+    assert swept == general
+
+
+def test_sessions_sweep_spans_sweeps_of_one_key():
+    # More inputs per key than a sweep holds: sessions built by earlier sweeps merge with later
+    # inputs (an input joining two sessions merges their accumulators).
+    fn = beam.combiners.CountCombineFn()
+    windowing = Windowing(Sessions(15 / 1e6))
+    partial = PartialCombiner("Count", fn, windowing)
+    # ts 0, 20, 40, ... (separate sessions), then 10, 30, 50, ... joining them all into one.
+    evens = [(("k", 1), t, (IntervalWindow._of(t, t + 15),)) for t in range(0, 4000, 20)]
+    odds = [(("k", 1), t, (IntervalWindow._of(t, t + 15),)) for t in range(10, 4000, 20)]
+    for chunk in range(0, len(evens), 7):
+        partial.add_all(evens[chunk:chunk + 7])
+    for chunk in range(0, len(odds), 7):
+        partial.add_all(odds[chunk:chunk + 7])
+    out = list(partial.emit(lambda kb, k, a, ts, w: (k, w.start_us, w.end_us, ts, a)))
+    assert out == [("k", 0, 4005, 0, 400)]
