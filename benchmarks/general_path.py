@@ -145,7 +145,8 @@ def run_group(args: argparse.Namespace, contenders: List[str], n: int, pattern: 
                 r["differences"] = differences(outputs, ref_out)
                 agree = "outputs agree" if not r["differences"] else \
                     f"OUTPUTS DIFFER: {', '.join(r['differences'])}"
-            print(f"{r['seconds']:.2f}s, {n / r['seconds']:,.0f} events/s, peak {r['peak_mib']:,.0f} MiB, "
+            print(f"{r['seconds']:.2f}s, {n / r['seconds']:,.0f} events/s, {r['cpu_s']:.1f} CPU s, "
+                  f"peak {r['peak_mib']:,.0f} MiB, "
                   f"{agree}; other processes used {r['others_cpu_share']:.0%} of the CPUs")
     for r, outputs in pending:
         r["differences"] = differences(outputs, ref_out) if ref_out is not None else None
@@ -156,6 +157,7 @@ def run_group(args: argparse.Namespace, contenders: List[str], n: int, pattern: 
         by_proc = max(ok, key=lambda r: r["peak_mib"])["peak_by_process_mib"]
         rec.update(seconds=statistics.median(r["seconds"] for r in ok),
                    startup_s=statistics.median(r["startup_s"] for r in ok),
+                   cpu_s=statistics.median(r["cpu_s"] for r in ok),
                    peak_mib=max(r["peak_mib"] for r in ok), peak_by_process_mib=by_proc,
                    others_cpu_share=max(r["others_cpu_share"] for r in ok),
                    outputs=ok[-1]["outputs"], reference=reference,
@@ -172,10 +174,10 @@ def table(rows_in: List[Dict[str, Any]], rdd: Optional[Dict[str, Any]]) -> str:
     for rec in rows_in:
         label = LABELS[rec["contender"]]
         if "skipped" in rec:
-            rows.append([label, f"{rec['events']:,}"] + ["-"] * 5 + [rec["skipped"]])
+            rows.append([label, f"{rec['events']:,}"] + ["-"] * 6 + [rec["skipped"]])
             continue
         if "error" in rec:
-            rows.append([label, f"{rec['events']:,}"] + ["-"] * 5 + [f"ERROR: {rec['error'][:100]}"])
+            rows.append([label, f"{rec['events']:,}"] + ["-"] * 6 + [f"ERROR: {rec['error'][:100]}"])
             continue
         ratio = rec["events_per_s"] / rdd["events_per_s"] if rdd and "events_per_s" in rdd else None
         split = "/".join(f"{rec['peak_by_process_mib'].get(k, 0):,.0f}" for k in ("driver", "jvm", "workers"))
@@ -188,10 +190,10 @@ def table(rows_in: List[Dict[str, Any]], rdd: Optional[Dict[str, Any]]) -> str:
         if rec.get("beam_reference"):
             agree = "(reference for Beam)"
         rows.append([label, f"{rec['events']:,}", f"{rec['seconds']:.2f}", f"{rec['events_per_s']:,.0f}",
-                     x(ratio), f"{rec['peak_mib']:,.0f}", split, agree])
-    header = ["contender", "events", "seconds", "events/s", "vs RDD job", "peak MiB",
+                     x(ratio), f"{rec['cpu_s']:.1f}", f"{rec['peak_mib']:,.0f}", split, agree])
+    header = ["contender", "events", "seconds", "events/s", "vs RDD job", "CPU s", "peak MiB",
               "driver/JVM/workers MiB", "outputs agree"]
-    return fmt_table(rows, header, right={1, 2, 3, 4, 5, 6})
+    return fmt_table(rows, header, right={1, 2, 3, 4, 5, 6, 7})
 
 
 def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
@@ -271,6 +273,8 @@ seconds: the job alone: reading the JSON lines, every step, writing every output
   excluded: each Spark contender starts its SparkSession first, with the same settings).
 vs RDD job: events/s over the hand-written RDD job's on {args.events:,} events (Beam and the
   headrace-local run it is compared with ran on {n_beam:,} events).
+CPU s: user + system CPU seconds of the whole run's process tree (Spark start-up included), the
+  median; less sensitive than seconds to other processes on the machine.
 peak MiB: the largest sum of RSS over the run's process tree (driver Python + JVM + Python workers),
   sampled every 50 ms, split as driver/JVM/workers at that peak; pages shared between forked Python
   workers count in each.

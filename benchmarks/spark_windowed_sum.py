@@ -146,6 +146,7 @@ def run_worker(cmd: List[str], env: Dict[str, str], timeout: float) -> Dict[str,
     if "error" in res:
         res["stderr_tail"] = "\n".join(stderr.strip().splitlines()[-30:])
     res.update(wall_s=wall, peak_mib=sampler.peak / MIB, load_before=load,
+               cpu_s=sum(sampler.cpu_seconds.values()),
                others_cpu_share=sampler.others_cpu_share,
                peak_by_process_mib={k: v / MIB for k, v in sampler.at_peak.items()},
                max_processes=sampler.max_processes, memory_samples=sampler.samples)
