@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import os
 from itertools import chain, compress, repeat, starmap
+from operator import attrgetter
 from types import GeneratorType
 from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
@@ -44,6 +45,11 @@ COLUMNAR = os.environ.get("HEADRACE_COLUMNAR", "1") != "0"
 KINDS = ("map", "maptuple", "flatmap", "flatmaptuple", "filter")
 
 _ITERABLES = frozenset((list, tuple, GeneratorType))
+_VALUE = attrgetter("value")
+_TIMESTAMP = attrgetter("timestamp_us")
+_WINDOWS = attrgetter("windows")
+_PANE = attrgetter("pane_info")
+_RETRACTION = attrgetter("is_retraction")
 
 
 class Abandon(Exception):
@@ -74,14 +80,14 @@ class Columns(NamedTuple):
     def of_elements(elements: Sequence[WindowedValue]) -> "Columns":
         """WindowedValues as a bundle of columns (exact: panes and retractions kept)."""
         n = len(elements)
-        panes: Optional[List[PaneInfo]] = [wv.pane_info for wv in elements]
+        panes: Optional[List[PaneInfo]] = list(map(_PANE, elements))
         if panes and panes[0] is PANE_INFO_UNKNOWN and panes.count(PANE_INFO_UNKNOWN) == n:
             panes = None
-        retractions: Optional[List[bool]] = [wv.is_retraction for wv in elements]
+        retractions: Optional[List[bool]] = list(map(_RETRACTION, elements))
         if not any(retractions):  # type: ignore[arg-type]
             retractions = None
-        return Columns([wv.value for wv in elements], [wv.timestamp_us for wv in elements],
-                       [wv.windows for wv in elements], panes, retractions)
+        return Columns(list(map(_VALUE, elements)), list(map(_TIMESTAMP, elements)),
+                       list(map(_WINDOWS, elements)), panes, retractions)
 
     @staticmethod
     def empty() -> "Columns":
@@ -165,14 +171,18 @@ def _outputs(out: List[Any], cols: Columns) -> Columns:
     """`out` as the values of `cols` (whose other lists are parallel to it), as the per-element
     path wraps outputs: a TimestampedValue sets the timestamp; a TaggedOutput or WindowedValue
     abandons the run."""
+    types = set(map(type, out))
     stamped = False
-    for t in set(map(type, out)):
+    for t in types:
         if t is TimestampedValue:
             stamped = True
         elif t is TaggedOutput or issubclass(t, WindowedValue):
             raise Abandon(f"a step returned a {t.__name__}")
     if not stamped:
         return Columns(out, cols.ts, cols.windows, cols.panes, cols.retractions)
+    if len(types) == 1:
+        return Columns(list(map(_VALUE, out)), list(map(_TIMESTAMP, out)), cols.windows, cols.panes,
+                       cols.retractions)
     TV = TimestampedValue
     values = [o.value if type(o) is TV else o for o in out]
     ts = [o.timestamp_us if type(o) is TV else t for o, t in zip(out, cols.ts)]
@@ -304,7 +314,11 @@ class StagePlan:
             if isinstance(r, ParDoRunner):
                 r.receivers = {}  # finish_bundle of a wrapper yields nothing (else: abandoned)
                 r.finish_bundle()
-        return {pc: data.get(pc, _EMPTY) for pc in self.materialized}
+        outs: Dict[int, _Data] = {}
+        for pc in self.materialized:  # fresh lists: the caller may change them
+            d = data.get(pc, _EMPTY)
+            outs[pc] = _Data(Columns([], [], []), []) if d is _EMPTY else d
+        return outs
 
 
 def _run_dofn(runner: Any, elements: Iterable[WindowedValue],

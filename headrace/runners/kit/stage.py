@@ -123,7 +123,8 @@ class FusedStage:
         """Runs one bundle through every step (retrying it whole); returns outputs by PCollection id."""
         plan = self._columnar_plan()
         if plan is not None:
-            outs = self._run_columnar(plan, _Data(None, list(bundle)), side_inputs, committed, attempted)
+            elements = bundle if type(bundle) is list else list(bundle)
+            outs = self._run_columnar(plan, _Data(None, elements), side_inputs, committed, attempted)
             if outs is not None:
                 return {pc: d.elements() for pc, d in outs.items()}
         return self._process_elements(bundle, side_inputs, max_attempts, committed, attempted)
