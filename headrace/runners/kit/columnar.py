@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import os
 from itertools import chain, compress, repeat, starmap
-from operator import attrgetter
 from types import GeneratorType
 from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
@@ -45,11 +44,6 @@ COLUMNAR = os.environ.get("HEADRACE_COLUMNAR", "1") != "0"
 KINDS = ("map", "maptuple", "flatmap", "flatmaptuple", "filter")
 
 _ITERABLES = frozenset((list, tuple, GeneratorType))
-_VALUE = attrgetter("value")
-_TIMESTAMP = attrgetter("timestamp_us")
-_WINDOWS = attrgetter("windows")
-_PANE = attrgetter("pane_info")
-_RETRACTION = attrgetter("is_retraction")
 
 
 class Abandon(Exception):
@@ -80,14 +74,14 @@ class Columns(NamedTuple):
     def of_elements(elements: Sequence[WindowedValue]) -> "Columns":
         """WindowedValues as a bundle of columns (exact: panes and retractions kept)."""
         n = len(elements)
-        panes: Optional[List[PaneInfo]] = list(map(_PANE, elements))
+        panes: Optional[List[PaneInfo]] = [wv.pane_info for wv in elements]
         if panes and panes[0] is PANE_INFO_UNKNOWN and panes.count(PANE_INFO_UNKNOWN) == n:
             panes = None
-        retractions: Optional[List[bool]] = list(map(_RETRACTION, elements))
+        retractions: Optional[List[bool]] = [wv.is_retraction for wv in elements]
         if not any(retractions):  # type: ignore[arg-type]
             retractions = None
-        return Columns(list(map(_VALUE, elements)), list(map(_TIMESTAMP, elements)),
-                       list(map(_WINDOWS, elements)), panes, retractions)
+        return Columns([wv.value for wv in elements], [wv.timestamp_us for wv in elements],
+                       [wv.windows for wv in elements], panes, retractions)
 
     @staticmethod
     def empty() -> "Columns":
@@ -181,8 +175,8 @@ def _outputs(out: List[Any], cols: Columns) -> Columns:
     if not stamped:
         return Columns(out, cols.ts, cols.windows, cols.panes, cols.retractions)
     if len(types) == 1:
-        return Columns(list(map(_VALUE, out)), list(map(_TIMESTAMP, out)), cols.windows, cols.panes,
-                       cols.retractions)
+        return Columns([o.value for o in out], [o.timestamp_us for o in out], cols.windows,
+                       cols.panes, cols.retractions)
     TV = TimestampedValue
     values = [o.value if type(o) is TV else o for o in out]
     ts = [o.timestamp_us if type(o) is TV else t for o, t in zip(out, cols.ts)]
