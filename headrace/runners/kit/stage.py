@@ -11,10 +11,13 @@ from headrace.metrics.metric import MetricsContainer, metrics_scope
 from headrace.model import coders
 from headrace.model.window import WindowFn
 from headrace.model.windowed import WindowedValue
+from headrace.runners.kit import columnar
+from headrace.runners.kit.columnar import Columns, StagePlan, _Data
 from headrace.runners.kit.dofn_runner import AssignWindowsRunner, ParDoRunner, Receiver
 from headrace.runners.kit.side_inputs import SideInputReader
 
 _log = logging.getLogger(__name__)
+_UNCOMPILED = object()
 
 
 class StepSpec(NamedTuple):
@@ -60,6 +63,12 @@ class FusedStage:
     the same everywhere. A bundle's outputs are returned only when the bundle succeeded; a
     failed attempt's outputs and metric updates (other than `attempted`) are discarded and
     the stage's DoFn instances torn down, so fused steps fail together (coupled failure).
+
+    A bundle's first attempt runs breadth-first over lists (`kit.columnar.StagePlan`, compiled
+    once per instance on the worker) when the stage has steps that qualify; if that run raises
+    or meets anything unusual, its outputs are dropped, its metric updates count as attempted
+    only, the DoFn instances are torn down, and the bundle runs element by element as if
+    nothing had happened (the abandoned run is not one of its attempts).
     """
 
     def __init__(self, label: str, steps: Sequence[StepSpec], root: int,
@@ -69,6 +78,16 @@ class FusedStage:
         self.root = root
         self.materialized = tuple(materialized)
         self.runners: Optional[List[Any]] = None
+        self._plan: Any = _UNCOMPILED
+
+    def __getstate__(self) -> Dict[str, Any]:
+        state = dict(self.__dict__)
+        state.pop("_plan", None)  # compiled on the worker, from the runners it builds
+        return state
+
+    def __setstate__(self, state: Dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self.__dict__.setdefault("_plan", _UNCOMPILED)
 
     def _build(self) -> List[Any]:
         runners: List[Any] = []
@@ -102,6 +121,62 @@ class FusedStage:
                        max_attempts: int, committed: MetricsContainer,
                        attempted: MetricsContainer) -> Dict[int, List[WindowedValue]]:
         """Runs one bundle through every step (retrying it whole); returns outputs by PCollection id."""
+        plan = self._columnar_plan()
+        if plan is not None:
+            elements = bundle if type(bundle) is list else list(bundle)
+            outs = self._run_columnar(plan, _Data(None, elements), side_inputs, committed, attempted)
+            if outs is not None:
+                return {pc: d.elements() for pc, d in outs.items()}
+        return self._process_elements(bundle, side_inputs, max_attempts, committed, attempted)
+
+    def process_columns(self, bundle: Columns, side_inputs: Optional[SideInputReader],
+                        max_attempts: int, committed: MetricsContainer,
+                        attempted: MetricsContainer) -> Dict[int, Columns]:
+        """`process_bundle` on a bundle of columns, returning columns (shared lists: never
+        change them in place)."""
+        plan = self._columnar_plan()
+        if plan is not None:
+            outs = self._run_columnar(plan, _Data(bundle, None), side_inputs, committed, attempted)
+            if outs is not None:
+                return {pc: d.columns() for pc, d in outs.items()}
+        elements = self._process_elements(bundle.elements(), side_inputs, max_attempts, committed,
+                                          attempted)
+        return {pc: Columns.of_elements(lst) for pc, lst in elements.items()}
+
+    def _columnar_plan(self) -> Optional[StagePlan]:
+        if not columnar.COLUMNAR:
+            return None
+        if self._plan is _UNCOMPILED:
+            if self.runners is None:
+                self.runners = self._build()
+            self._plan = StagePlan.compile(self.steps, self.root, self.materialized, self.runners)
+        return self._plan  # type: ignore[no-any-return]
+
+    def _run_columnar(self, plan: StagePlan, root: _Data, side_inputs: Optional[SideInputReader],
+                      committed: MetricsContainer, attempted: MetricsContainer
+                      ) -> Optional[Dict[int, _Data]]:
+        """The columnar run of a bundle's first attempt, or None when it was abandoned."""
+        container = MetricsContainer()
+        try:
+            with metrics_scope(container, self.label):
+                if self.runners is None:
+                    self.runners = self._build()
+                outs = plan.run(self.runners, root, side_inputs)
+        except Exception as exc:
+            attempted.merge(container)
+            self.teardown()
+            _log.debug("stage %r: columnar run abandoned (%s: %s); running the bundle element by "
+                       "element", self.label, type(exc).__name__, exc)
+            return None
+        attempted.merge(container)
+        committed.merge(container)
+        return outs
+
+    def _process_elements(self, bundle: Sequence[WindowedValue],
+                          side_inputs: Optional[SideInputReader], max_attempts: int,
+                          committed: MetricsContainer,
+                          attempted: MetricsContainer) -> Dict[int, List[WindowedValue]]:
+        """The per-element path: each element depth-first through the fused tree, with retries."""
         attempts = 0
         while True:
             attempts += 1

@@ -1,56 +1,36 @@
 """Columnar bundles: the fast path for chains of plain Map / FlatMap / Filter / WindowInto steps.
 
-A bundle is held as three parallel lists (values, timestamps in microseconds, window tuples)
-instead of one WindowedValue per element, and each step runs over the whole list at once
-(`[fn(v) for v in values]`). Only steps whose behaviour is fully described by their function
-qualify: Map, MapTuple, FlatMap, Filter and WindowInto without side inputs, extra arguments,
-DoFn parameters or a dead-letter output (their DoFns have no lifecycle of their own).
+A bundle is held as parallel lists (`kit.columnar.Columns`) instead of one WindowedValue per
+element, and each step runs over the whole list at once with the kit's list operations
+(`kit.columnar.map_columns` and its siblings, which the fused stages' columnar run uses too).
+Only steps whose behaviour is fully described by their function qualify: Map, MapTuple,
+FlatMap, Filter and WindowInto without side inputs, extra arguments, DoFn parameters or a
+dead-letter output (their DoFns have no lifecycle of their own).
 
 The fast path never decides anything the per-element path would decide differently: when a
 function raises, or returns something other than plain values or TimestampedValues (a
-TaggedOutput, a WindowedValue), `ColumnarChain.run` returns None and the caller runs the
-bundle through `FusedStage.process_bundle`, which gives the usual retries, errors and
-outputs. Metric updates of such an abandoned attempt count as attempted only; the abandoned
-attempt itself is not one of the bundle's `--max_bundle_attempts`.
+TaggedOutput, a WindowedValue, a FlatMap's str / bytes / dict), `ColumnarChain.run` returns
+None and the caller runs the bundle through `FusedStage.process_bundle`, which gives the usual
+retries, errors and outputs. Metric updates of such an abandoned attempt count as attempted
+only; the abandoned attempt itself is not one of the bundle's `--max_bundle_attempts`.
 """
 
 from __future__ import annotations
 
-from typing import Any, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, List, Optional, Sequence, Tuple
 
 from headrace.metrics.metric import CURRENT, MetricsContainer, metrics_scope
 from headrace.model import coders
-from headrace.model.time import MIN_TIMESTAMP_MICROS
-from headrace.model.window import GLOBAL_WINDOWS_TUPLE
-from headrace.model.windowed import TimestampedValue, WindowedValue
 from headrace.pipeline.dofn import _CallableWrapperDoFn
-from headrace.pipeline.pvalue import TaggedOutput
+from headrace.runners.kit.columnar import (
+    Columns, filter_columns, flatmap_columns, map_columns, window_columns,
+)
 from headrace.runners.kit.dofn_runner import special_params
 from headrace.runners.kit.stage import StepSpec
 
 _KINDS = ("map", "maptuple", "flatmap", "filter")
 
-
-class Columns(NamedTuple):
-    """One bundle as parallel lists: values, timestamps (microseconds) and window tuples."""
-
-    values: List[Any]
-    ts: List[int]
-    windows: List[tuple]
-
-    @staticmethod
-    def of_records(records: List[Any]) -> "Columns":
-        """A source's records (values or TimestampedValues) as a bundle in the global window."""
-        n = len(records)
-        if any(type(r) is TimestampedValue for r in records):
-            ts = [r.timestamp_us if type(r) is TimestampedValue else MIN_TIMESTAMP_MICROS for r in records]
-            values = [r.value if type(r) is TimestampedValue else r for r in records]
-            return Columns(values, ts, [GLOBAL_WINDOWS_TUPLE] * n)
-        return Columns(records, [MIN_TIMESTAMP_MICROS] * n, [GLOBAL_WINDOWS_TUPLE] * n)
-
-    def elements(self) -> List[WindowedValue]:
-        """The bundle as WindowedValues (for the per-element path)."""
-        return [WindowedValue(v, t, w) for v, t, w in zip(self.values, self.ts, self.windows)]
+__all__ = ["ColumnarChain", "Columns", "columnar_chain", "plain_steps"]
 
 
 def plain_steps(steps: Sequence[StepSpec], root: int) -> Optional[List[Tuple[str, Any, str]]]:
@@ -107,45 +87,16 @@ class ColumnarChain:
             committed.merge(container)
         return out
 
-    def _run(self, cols: Columns) -> Optional[Columns]:
-        values, ts, windows = cols
+    def _run(self, cols: Columns) -> Columns:
         current = CURRENT
         for kind, fn, label in self.ops:
             current.step = label
             if kind == "window":
-                windows = [fn(v, t, w) for v, t, w in zip(values, ts, windows)]
-                continue
-            if kind == "filter":
-                keep = [bool(fn(v)) for v in values]
-                if not all(keep):
-                    values = [v for v, k in zip(values, keep) if k]
-                    ts = [t for t, k in zip(ts, keep) if k]
-                    windows = [w for w, k in zip(windows, keep) if k]
-                continue
-            if kind == "map":
-                out = [fn(v) for v in values]
-            elif kind == "maptuple":
-                out = [fn(*v) for v in values]
-            else:  # flatmap
-                results = [fn(v) for v in values]
-                if any(r is None or isinstance(r, (str, bytes, dict)) for r in results):
-                    return None  # the per-element path treats these specially
-                lists = [list(r) for r in results]
-                out = [o for lst in lists for o in lst]
-                ts = [t for lst, t in zip(lists, ts) for _ in lst]
-                windows = [w for lst, w in zip(lists, windows) for _ in lst]
-            types = set(map(type, out))
-            if TimestampedValue in types:
-                if len(types) != 1:
-                    return None
-                values = [o.value for o in out]
-                ts = [o.timestamp_us for o in out]
-            elif any(not _plain(t) for t in types):
-                return None
+                cols = window_columns(fn, cols)
+            elif kind == "filter":
+                cols = filter_columns(fn, cols)
+            elif kind in ("map", "maptuple"):
+                cols = map_columns(fn, cols, star=kind == "maptuple")
             else:
-                values = out
-        return Columns(values, ts, windows)
-
-
-def _plain(t: type) -> bool:
-    return not (issubclass(t, WindowedValue) or t is TaggedOutput)
+                cols = flatmap_columns(fn, cols)
+        return cols
