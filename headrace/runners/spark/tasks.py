@@ -19,6 +19,7 @@ import copy
 import os
 import pickle
 import zlib
+from itertools import repeat
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
 import cloudpickle
@@ -229,14 +230,17 @@ def stage_fn(env: TaskEnv, stage: FusedStage, sides: Optional[Any], tagged: Opti
         mapped = {pc: side.start(grouping) for pc, side in (map_sides or {}).items()}
         try:
             for bundle in batched(it, env.bundle_size):
-                outs = stage.process_bundle(bundle, reader, env.max_attempts, committed, attempted)
                 if only is not None:
-                    yield from outs[only]
+                    yield from stage.process_bundle(bundle, reader, env.max_attempts, committed,
+                                                    attempted)[only]
                     continue
-                for pc, lst in outs.items():  # a record per output and bundle: readers unpickle their own
+                cols = stage.process_columns(Columns.of_elements(bundle), reader, env.max_attempts,
+                                             committed, attempted)
+                for pc, out in cols.items():  # a record per output and bundle: readers unpickle their own
+                    if not out.values:
+                        continue
                     side = mapped.get(pc)
-                    if side is not None and lst:
-                        lst = side.add(lst)
+                    lst = side.add(out) if side is not None else out.elements()
                     if lst:
                         yield (tagged[pc], pack(lst))  # type: ignore[index]
             for pc, side in mapped.items():
@@ -318,7 +322,7 @@ class MapSide:
         """A copy for one partition; metrics of the grouping's own code go to `committed`."""
         raise NotImplementedError
 
-    def add(self, elements: List[WindowedValue]) -> List[Any]:
+    def add(self, elements: Columns) -> List[Any]:
         """The records of these elements to send now."""
         raise NotImplementedError
 
@@ -337,14 +341,13 @@ class KeySide(MapSide):
     def start(self, committed: MetricsContainer) -> "KeySide":
         return self
 
-    def add(self, elements: List[WindowedValue]) -> List[Any]:
+    def add(self, elements: Columns) -> List[Any]:
         label, merging = self.label, self.merging
         out = []
-        for wv in elements:
-            k, v, kb = key_of(label, wv.value)
-            ts = wv.timestamp_us
-            r = wv.is_retraction
-            for w in wv.windows:
+        retractions = elements.retractions or repeat(False)
+        for kv, ts, windows, r in zip(elements.values, elements.ts, elements.windows, retractions):
+            k, v, kb = key_of(label, kv)
+            for w in windows:
                 out.append(((kb, _sort_time(merging, ts, w), r), (k, v, ts, w)))
         return out
 
@@ -370,10 +373,10 @@ class PartialSide(MapSide):
         side.partial = PartialCombiner(self.label, combine_fn, self.windowing)
         return side
 
-    def add(self, elements: List[WindowedValue]) -> List[Any]:
+    def add(self, elements: Columns) -> List[Any]:
         assert self.partial is not None
         with _combining(self.label, self.committed):
-            self.partial.add_all([(wv.value, wv.timestamp_us, wv.windows) for wv in elements])
+            self.partial.add_all(zip(elements.values, elements.ts, elements.windows))
         return []
 
     def finish(self) -> List[Any]:
@@ -419,7 +422,7 @@ def map_side_fn(env: TaskEnv, side: MapSide) -> Callable[[Iterator[WindowedValue
         try:
             mine = side.start(committed)
             for bundle in batched(it, env.bundle_size):
-                yield from mine.add(bundle)
+                yield from mine.add(Columns.of_elements(bundle))
             yield from mine.finish()
         except PipelineExecutionError as exc:
             raise env.fail(exc) from exc
