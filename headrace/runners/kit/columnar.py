@@ -35,7 +35,7 @@ from headrace.model.window import GLOBAL_WINDOWS_TUPLE
 from headrace.model.windowed import PANE_INFO_UNKNOWN, PaneInfo, TimestampedValue, WindowedValue
 from headrace.pipeline.dofn import _CallableWrapperDoFn
 from headrace.pipeline.pvalue import TaggedOutput
-from headrace.runners.kit.dofn_runner import AssignWindowsRunner, ParDoRunner
+from headrace.runners.kit.dofn_runner import AssignWindowsRunner, ParDoRunner, start_bundle
 
 #: Whether fused stages try the columnar run first (tests and benchmarks switch it off).
 COLUMNAR = os.environ.get("HEADRACE_COLUMNAR", "1") != "0"
@@ -272,12 +272,7 @@ class StagePlan:
         """Runs one bundle (the root PCollection's elements) through every step; returns the
         materialised outputs by PCollection id. Raises whatever stops it (the caller falls back
         to the per-element path): call inside the attempt's metrics scope."""
-        for r in runners:
-            if isinstance(r, ParDoRunner):
-                r.side_inputs = side_inputs
-            r.setup()
-        for r in runners:
-            r.start_bundle()
+        start_bundle(runners, side_inputs)
         data: Dict[int, _Data] = {self.root: root}
         current = CURRENT
         for i, kind, src, main, others in self.ops:

@@ -399,6 +399,17 @@ class ParDoRunner:
         return WindowedValue(o, wv.timestamp_us, wv.windows, wv.pane_info, wv.is_retraction)
 
 
+def start_bundle(runners: Sequence[Any], side_inputs: Optional[SideInputReader]) -> None:
+    """Starts a bundle on a fused stage's runners: side inputs given to the ParDos, each set up
+    (once) and then each started, in step order."""
+    for r in runners:
+        if isinstance(r, ParDoRunner):
+            r.side_inputs = side_inputs
+        r.setup()
+    for r in runners:
+        r.start_bundle()
+
+
 def outputs_iter(result: Any) -> Any:
     """The outputs of a call as an iterable (nothing for None), or TypeError for a str/bytes/dict."""
     if result is None:

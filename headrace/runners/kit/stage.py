@@ -13,7 +13,7 @@ from headrace.model.window import WindowFn
 from headrace.model.windowed import WindowedValue
 from headrace.runners.kit import columnar
 from headrace.runners.kit.columnar import Columns, StagePlan, _Data
-from headrace.runners.kit.dofn_runner import AssignWindowsRunner, ParDoRunner, Receiver
+from headrace.runners.kit.dofn_runner import AssignWindowsRunner, ParDoRunner, Receiver, start_bundle
 from headrace.runners.kit.side_inputs import SideInputReader
 
 _log = logging.getLogger(__name__)
@@ -188,12 +188,7 @@ class FusedStage:
                 runners = self.runners
                 roots = self._wire(runners, outs)
                 with metrics_scope(container, self.label):
-                    for r in runners:
-                        if isinstance(r, ParDoRunner):
-                            r.side_inputs = side_inputs
-                        r.setup()
-                    for r in runners:
-                        r.start_bundle()
+                    start_bundle(runners, side_inputs)
                     if len(roots) == 1:
                         proc = roots[0]
                         for wv in bundle:
