@@ -199,16 +199,18 @@ class _Translation:
         windowing = source.windowing
         retractions = source.may_contain_retractions
         fn_bytes = coders.dumps(combine_fn) if combine_fn is not None else None
-        lifted = fn_bytes is not None and windowing.trigger.watermark_only and not retractions
+        lifted = fn_bytes is not None and self._lifted(node)
         upstream: Any = self.rdds.get(source)  # None when the shuffle records come from `self.keyed`
         columnar = self._columnar_source(source) if lifted else None
         if source in self.keyed:  # the producing stage made the shuffle records (`_map_sides`)
             keyed = self.keyed[source]
         elif side_combine is not None:
             combiner_bytes, sides, side_lifted = side_combine
-            keyed = upstream.mapPartitions(
-                tasks.side_partial_combine_fn(self.env, label, windowing, combiner_bytes, sides)
-                if side_lifted else tasks.key_fn(self.env, label, windowing.windowfn.is_merging()))
+            if side_lifted:
+                side = tasks.side_partial_combine_fn(self.env, label, windowing, combiner_bytes, sides)
+            else:
+                side = tasks.map_side_fn(self.env, tasks.KeySide(label, windowing.windowfn.is_merging()))
+            keyed = upstream.mapPartitions(side)
         elif columnar is not None:
             assert fn_bytes is not None  # columnar only when lifted
             parts, read_label, bounded, fused = columnar
@@ -226,14 +228,22 @@ class _Translation:
         else:
             self._set_outputs(out, [(node.outputs[None], 0), (late_pc, 1)])
 
+    @staticmethod
+    def _lifted(node: AppliedPTransform) -> bool:
+        """Whether a grouping is a combine lifted before its shuffle: a CombinePerKey without
+        side inputs, with a watermark-only trigger and no retractions coming in (the map side
+        then sends partial accumulators, and the reduce side takes them as such)."""
+        source = node.inputs[0]
+        return (isinstance(node.transform, CombinePerKey) and not node.side_inputs
+                and source.windowing.trigger.watermark_only and not source.may_contain_retractions)
+
     def _map_side(self, node: AppliedPTransform) -> tasks.MapSide:
         """The map side of a grouping without side inputs: partial accumulators when its
-        combine is lifted (a watermark-only trigger, no retractions), else keyed elements."""
-        source = node.inputs[0]
-        windowing = source.windowing
+        combine is lifted, else keyed elements."""
+        windowing = node.inputs[0].windowing
         t = node.transform
-        if (isinstance(t, CombinePerKey) and windowing.trigger.watermark_only
-                and not source.may_contain_retractions):
+        if self._lifted(node):
+            assert isinstance(t, CombinePerKey)
             return tasks.PartialSide(node.full_label, windowing, coders.dumps(t.combine_fn))
         return tasks.KeySide(node.full_label, windowing.windowfn.is_merging())
 

@@ -382,12 +382,17 @@ class PartialSide(MapSide):
     def finish(self) -> List[Any]:
         assert self.partial is not None
         partial = self.partial
-        merging = self.windowing.windowfn.is_merging()
         with _combining(self.label, self.committed):
-            out = list(partial.emit(lambda kb, k, a, ts, w: ((kb, _sort_time(merging, ts, w), False),
-                                                            (k, a, ts, w))))
+            out = list(partial.emit(_partial_record(self.windowing.windowfn.is_merging())))
             partial.combine_fn.teardown()
         return out
+
+
+def _partial_record(merging: bool) -> Callable[[bytes, Any, Any, int, Any], tuple]:
+    """The shuffle record of a partial accumulator (a `PartialCombiner.emit` record function)."""
+    def record(kb: bytes, k: Any, a: Any, ts: int, w: Any) -> tuple:
+        return ((kb, _sort_time(merging, ts, w), False), (k, a, ts, w))
+    return record
 
 
 @contextlib.contextmanager
@@ -396,22 +401,6 @@ def _combining(label: str, committed: Optional[MetricsContainer]) -> Iterator[No
     error (`kit.grouping.grouping_failure`)."""
     with metrics_scope(committed, label), grouping_errors(label, "combining"):
         yield
-
-
-def key_fn(env: TaskEnv, label: str, merging: bool) -> Callable[[Iterator[WindowedValue]], Iterator[Any]]:
-    """GroupByKey / unlifted CombinePerKey, map side: ((key bytes, time, retraction), record)."""
-    return map_side_fn(env, KeySide(label, merging))
-
-
-def partial_combine_fn(env: TaskEnv, label: str, windowing: Windowing,
-                       combine_fn_bytes: bytes) -> Callable[[Iterator[WindowedValue]], Iterator[Any]]:
-    """Lifted CombinePerKey, map side: one accumulator per key and window of the partition.
-
-    For a merging WindowFn the windows of each key are merged as they accumulate (and once more
-    at the end), merging their accumulators with `merge_accumulators`. Each accumulator carries
-    the timestamp the TimestampCombiner would keep (earliest, or latest for OUTPUT_AT_LATEST).
-    """
-    return map_side_fn(env, PartialSide(label, windowing, combine_fn_bytes))
 
 
 def map_side_fn(env: TaskEnv, side: MapSide) -> Callable[[Iterator[WindowedValue]], Iterator[Any]]:
@@ -434,7 +423,7 @@ def side_partial_combine_fn(env: TaskEnv, label: str, windowing: Windowing, comb
                             sides: Any) -> Callable[[Iterator[WindowedValue]], Iterator[Any]]:
     """Lifted CombinePerKey with side inputs, map side: one accumulator per key and window of the
     partition, made by the CombineFn with the side inputs of that window (`SideInputCombiner`).
-    Only for non-merging windows, which are final here. Records as `partial_combine_fn`'s."""
+    Only for non-merging windows, which are final here. Records as `PartialSide`'s."""
     def run(it: Iterator[WindowedValue]) -> Iterator[Any]:
         env.check_earlier_attempt()
         combiner = _side_combiner(combiner_bytes, sides)
@@ -558,9 +547,7 @@ def _combine_partition(label: str, it: Iterator[Any],
                 batch = zip(batch.values(), batch.ts_array().tolist(), batch.window_tuples())
             partial.add_all(batch)
 
-        def record(kb: bytes, k: Any, a: Any, ts: int, w: Any) -> tuple:
-            return ((kb, _sort_time(merging, ts, w), False), (k, a, ts, w))
-
+        record = _partial_record(merging)
         yield from partial.emit(record)
         if vector is not None:
             yield from vector.emit(lambda k: grouping_key_bytes(label, k, k),
