@@ -230,13 +230,19 @@ def stage_fn(env: TaskEnv, stage: FusedStage, sides: Optional[Any], tagged: Opti
         mapped = {pc: side.start(grouping) for pc, side in (map_sides or {}).items()}
         try:
             for bundle in batched(it, env.bundle_size):
-                if only is not None:
-                    yield from stage.process_bundle(bundle, reader, env.max_attempts, committed,
-                                                    attempted)[only]
+                if not mapped:  # every output as elements
+                    outs = stage.process_bundle(bundle, reader, env.max_attempts, committed, attempted)
+                    if only is not None:
+                        yield from outs[only]
+                        continue
+                    for pc, lst in outs.items():  # a record per output and bundle: readers unpickle their own
+                        if lst:
+                            yield (tagged[pc], pack(lst))  # type: ignore[index]
                     continue
+                # a map side takes its output's lists as they are (no WindowedValues for them)
                 cols = stage.process_columns(Columns.of_elements(bundle), reader, env.max_attempts,
                                              committed, attempted)
-                for pc, out in cols.items():  # a record per output and bundle: readers unpickle their own
+                for pc, out in cols.items():
                     if not out.values:
                         continue
                     side = mapped.get(pc)
