@@ -7,7 +7,7 @@ import shutil
 import tempfile
 from typing import Any, Dict, List, Optional, Tuple
 
-from headrace.errors import PipelineExecutionError, UnsupportedArgumentError
+from headrace.errors import PipelineExecutionError
 from headrace.io.iobase import Read, batched
 from headrace.metrics.metric import MetricResults, MetricsContainer
 from headrace.model import coders
@@ -383,10 +383,16 @@ class SparkRunner:
 
     def run_pipeline(self, pipeline: Pipeline, options: Any) -> PipelineResult:
         """Executes the pipeline as Spark jobs and returns its result."""
-        if options is not None and getattr(options, "streaming", False):
-            raise UnsupportedArgumentError(
-                "pipeline option --streaming: the Spark runner runs bounded pipelines as batch "
-                "jobs (its streaming runner does not exist yet); drop --streaming, or run an "
-                "unbounded pipeline on the LocalRunner")
         spark = self._spark if self._spark is not None else sessions.get_session(options)
+        if _is_streaming(pipeline, options):
+            from headrace.runners.spark.streaming.runner import SparkStreamingRunner
+            return SparkStreamingRunner(spark).run(pipeline, options)
         return _Translation(spark, pipeline, options).run()
+
+
+def _is_streaming(pipeline: Pipeline, options: Any) -> bool:
+    """Whether a pipeline runs as a streaming query: --streaming, or an unbounded source."""
+    if options is not None and getattr(options, "streaming", False):
+        return True
+    return any(not pc.is_bounded for n in pipeline.primitives() if not n.inputs
+               for pc in n.outputs.values())

@@ -1,0 +1,1 @@
+"""The Spark streaming runner: unbounded pipelines as Structured Streaming queries (`runner`)."""

@@ -1,0 +1,242 @@
+"""The streaming runner's watermarks and micro-batch schedule: Dataflow's, computed by headrace.
+
+Spark gives a streaming query one global watermark and no per-key holds, so the streaming
+runner does not use Spark's watermark for semantics. This module, pure Python and run on the
+driver, owns every watermark instead (seed 002; the local runner's executor does the same in
+one process):
+
+* each source reports its own watermark, a function of its position (a TestStream's script
+  position, a bounded source's "emitted yet?");
+* a grouping's input watermark is the minimum over its input PCollections, and its output
+  watermark is that, held back by the holds of its keys (`ReduceFnRunner.output_hold_us`),
+  never moving back; element-wise steps and Flatten pass watermarks on;
+* the holds are kept as a multiset per grouping (`Counter` hold -> number of keys), updated
+  from the deltas the stateful operators report after each micro-batch (a key reports its
+  hold when it changes), so the minimum is known without visiting the keys.
+
+Every micro-batch's offset (Spark's offset log) carries the watermarks the batch must use
+(`w`, the groupings' input watermarks; `w_prev`, the previous batch's), the processing time
+(`pt`) and the Spark clock value stamped on the batch's rows (`clock`). A replayed batch reads
+its offset back from the log, so it sees exactly the same values.
+
+Scheduling follows the local runner's settle loop: after a batch, if a grouping's input
+watermark would move, or a key's processing-time wakeup is due, the next batch is a *round*
+(no new input; it delivers the new watermarks and fires timers); only when nothing would move
+does a source advance (a TestStream by one event, as the local runner steps it). So a script
+gives the same panes as on the local runner, and a live stream gets each watermark advance one
+batch after the data that moved it.
+
+The Spark clock: stateful operators wake keys with Spark event-time timers, which fire when
+Spark's watermark passes them. The source stamps every row with `clock` (a column Spark
+watermarks with zero delay), so in batch n+1 Spark's watermark is batch n's stamp. The stamp
+is at least the largest source watermark after batch n (so a key whose timer is due at any
+grouping's watermark in batch n+1 is woken) and grows by at least 1 every batch (so a timer at
+"this batch's clock + 1" means "wake me next batch"). It is only a wake-up clock: a woken key
+re-checks its timers against its grouping's own watermark.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
+
+from headrace.model.time import MAX_TIMESTAMP_MICROS, MIN_TIMESTAMP_MICROS
+from headrace.testing.test_stream import ElementEvent, ProcessingTimeEvent, WatermarkEvent
+
+MIN = MIN_TIMESTAMP_MICROS
+MAX = MAX_TIMESTAMP_MICROS
+
+# The Spark clock is in milliseconds, inside the range of Spark's TimestampType (years 1 to
+# 9999), which headrace's range (int64 microseconds) exceeds: times are shifted and clamped.
+# Spark's watermark starts at 0, which stands for MIN here.
+_CLOCK_SHIFT_MS = 100_000_000_000_000     # ~3170 years: event times from 1200 BC map above 0
+CLOCK_MAX_MS = 250_000_000_000_000        # +infinity; below 9999-12-31 (253,402,300,800,000 ms)
+_CLOCK_LIMIT_MS = 253_000_000_000_000     # the clock grows past CLOCK_MAX_MS by 1 a batch up to here
+
+
+def to_clock(micros: int) -> int:
+    """The Spark clock value (ms) at or after event time `micros`: `t <= w` implies
+    `to_clock(t) <= to_clock(w)`, so a timer due at a watermark is due at its clock."""
+    if micros <= MIN:
+        return 0
+    if micros >= MAX:
+        return CLOCK_MAX_MS
+    ms = -((-micros) // 1000) + _CLOCK_SHIFT_MS  # ceiling
+    return min(max(ms, 0), CLOCK_MAX_MS)
+
+
+class Node(NamedTuple):
+    """One planned unit as the watermark graph sees it."""
+
+    kind: str                   # SOURCE, TEST_STREAM, STAGE, PASS or GROUPING (below)
+    ref: int                    # a source's or a grouping's index (-1 for the others)
+    inputs: Tuple[int, ...]     # input PCollection ids
+    outputs: Tuple[int, ...]    # output PCollection ids (a TestStream: in the order of `tags`)
+    tags: Tuple[Optional[str], ...] = ()   # a TestStream's output tags
+
+
+SOURCE = "source"            # Create / Read: all elements in the first batch, then +infinity
+TEST_STREAM = "test_stream"  # a scripted source (one event per batch)
+STAGE = "stage"              # fused element-wise steps
+PASS = "pass"                # Flatten, Reshuffle
+GROUPING = "grouping"        # GroupByKey / CombinePerKey
+
+
+class BatchState:
+    """What the driver knows after a micro-batch: the holds and processing-time wakeups of
+    every grouping's keys (multisets), and the committed metrics (picklable)."""
+
+    def __init__(self, n_groupings: int) -> None:
+        self.n = -1
+        self.holds: List[Counter] = [Counter() for _ in range(n_groupings)]
+        self.ptimes: List[Counter] = [Counter() for _ in range(n_groupings)]
+        self.metrics: Any = None
+
+    def apply(self, kind: str, g: int, old: int, new: int) -> None:
+        """Applies one key's report: its hold ("hold") or wakeup ("pt") moved from old to new
+        (MAX: none)."""
+        bag = self.holds[g] if kind == "hold" else self.ptimes[g]
+        if old != MAX:
+            left = bag[old] - 1
+            if left > 0:
+                bag[old] = left
+            else:
+                del bag[old]
+        if new != MAX:
+            bag[new] += 1
+
+    def min_hold(self, g: int) -> int:
+        """The earliest hold of grouping g's keys (MAX: none)."""
+        bag = self.holds[g]
+        return min(bag) if bag else MAX
+
+    def min_ptime(self, g: int) -> int:
+        """The earliest processing-time wakeup of grouping g's keys (MAX: none)."""
+        bag = self.ptimes[g]
+        return min(bag) if bag else MAX
+
+
+class Coordinator:
+    """Computes the watermarks and the next offset of a streaming pipeline (see the module doc).
+
+    `nodes` are the planned units in dependency order; `scripts[i]` is the event list of
+    source i when it is a TestStream (None for Create / Read); `virtual_time` is True when
+    processing time is a TestStream's virtual clock (else the wall clock at planning)."""
+
+    def __init__(self, nodes: Sequence[Node], scripts: Sequence[Optional[List[Any]]],
+                 n_groupings: int) -> None:
+        self.nodes = tuple(nodes)
+        self.scripts = list(scripts)
+        self.n_groupings = n_groupings
+        self.virtual_time = any(s is not None for s in scripts)
+        self._streams = [i for i, s in enumerate(scripts) if s is not None]
+
+    # ---- offsets ----------------------------------------------------------------------
+
+    def initial_offset(self) -> Dict[str, Any]:
+        """The offset before the first batch (nothing read, every watermark at the start)."""
+        g = self.n_groupings
+        return {"n": -1, "pos": [0] * len(self.scripts), "pt": 0, "rr": 0,
+                "w": [MIN] * g, "o": [MIN] * g, "clock": 0}
+
+    def next_offset(self, start: Dict[str, Any], state: BatchState, wall_us: int
+                    ) -> Optional[Dict[str, Any]]:
+        """The end offset of the next batch after the batch that ended at `start` (whose
+        reports made `state`), or None when there is nothing to do (the stream is idle, or
+        finished)."""
+        pos = list(start["pos"])
+        in_wm, out_wm = self.watermarks(pos, state, start["o"])
+        pt = start["pt"] if self.virtual_time else max(start["pt"], wall_us)
+        due = any(state.min_ptime(g) <= pt for g in range(self.n_groupings))
+        if in_wm == list(start["w"]) and not due:
+            moved = self._advance(pos, start)
+            if moved is None:
+                return None
+            pos, rr, pt = moved
+        else:
+            rr = start["rr"]
+        end = {"n": start["n"] + 1, "pos": pos, "pt": pt, "rr": rr, "w": in_wm, "o": out_wm}
+        # The next batch's grouping watermarks are at most these (holds only lower them).
+        top = max(self.watermarks(pos, None, out_wm)[0], default=MIN)
+        end["clock"] = min(max(to_clock(top), start["clock"] + 1), _CLOCK_LIMIT_MS)
+        return end
+
+    def _advance(self, pos: List[int], start: Dict[str, Any]
+                 ) -> Optional[Tuple[List[int], int, int]]:
+        """Moves the sources on by one step: the bounded sources emit everything (first
+        batch), else the next TestStream (round robin) performs one event; None if none can."""
+        pt = start["pt"]
+        moved = False
+        for i, s in enumerate(self.scripts):
+            if s is None and pos[i] == 0:
+                pos[i] = 1
+                moved = True
+        if moved:
+            return pos, start["rr"], pt
+        n = len(self._streams)
+        for k in range(n):
+            i = self._streams[(start["rr"] + k) % n]
+            script = self.scripts[i]
+            assert script is not None
+            if pos[i] <= len(script):  # len(script): the final "every output to +infinity"
+                if pos[i] < len(script) and isinstance(script[pos[i]], ProcessingTimeEvent):
+                    pt = pt + script[pos[i]].advance_by.micros
+                pos[i] += 1
+                return pos, (start["rr"] + k + 1) % n, pt
+        return None
+
+    # ---- watermarks ---------------------------------------------------------------------
+
+    def source_watermarks(self, pos: Sequence[int]) -> Dict[int, int]:
+        """The watermark of every source output PCollection at source positions `pos`."""
+        wms: Dict[int, int] = {}
+        for node in self.nodes:
+            if node.kind == SOURCE:
+                for pc in node.outputs:
+                    wms[pc] = MAX if pos[node.ref] else MIN
+            elif node.kind == TEST_STREAM:
+                script = self.scripts[node.ref]
+                assert script is not None
+                done = pos[node.ref]
+                for pc, tag in zip(node.outputs, node.tags):
+                    wms[pc] = _script_watermark(script, done, tag)
+        return wms
+
+    def watermarks(self, pos: Sequence[int], state: Optional[BatchState], prev_out: Sequence[int]
+                   ) -> Tuple[List[int], List[int]]:
+        """(input watermark, output watermark) of every grouping, at source positions `pos`
+        with the holds in `state` (None: without holds); output watermarks never go below
+        `prev_out`."""
+        wm = self.source_watermarks(pos)
+        g_in = [MIN] * self.n_groupings
+        g_out = list(prev_out)
+        for node in self.nodes:
+            if node.kind in (SOURCE, TEST_STREAM):
+                continue
+            w = min((wm[pc] for pc in node.inputs), default=MAX)
+            if node.kind == GROUPING:
+                g_in[node.ref] = w
+                hold = state.min_hold(node.ref) if state is not None else MAX
+                w = max(min(w, hold), prev_out[node.ref])
+                g_out[node.ref] = w
+            for pc in node.outputs:
+                wm[pc] = w
+        return g_in, g_out
+
+
+def _script_watermark(script: List[Any], done: int, tag: Optional[str]) -> int:
+    """The watermark of TestStream output `tag` after the first `done` events of `script`
+    (`done == len(script) + 1`: after the final step, which moves every output to +infinity)."""
+    if done > len(script):
+        return MAX
+    w = MIN
+    for e in script[:done]:
+        if isinstance(e, WatermarkEvent) and e.tag == tag:
+            w = max(w, e.new_watermark.micros)
+    return w
+
+
+def script_elements(script: List[Any], start: int, end: int) -> List[Tuple[Optional[str], List[Any]]]:
+    """The element events among events [start, end) of a TestStream script: (tag, values)."""
+    return [(e.tag, list(e.timestamped_values)) for e in script[start:min(end, len(script))]
+            if isinstance(e, ElementEvent)]

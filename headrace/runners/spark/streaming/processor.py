@@ -1,0 +1,249 @@
+"""The stateful operator of the streaming runner: the groupings of one level as one
+`transformWithState` processor, running the shared per-key core (`kit.grouping.GroupingCore`).
+
+Rows arrive grouped by (`kind`, `key`) and sorted, so each partition first sees its control row
+(`rows.CTL`: this batch's watermarks and processing time, see `coordinator`), then pass-through
+rows, then the keys of the groupings. For a key, one call:
+
+1. loads the key's state (one value: the user key, its `KeyState`, the watermark its core last
+   saw, its registered Spark timer, and the hold and wakeup it last reported);
+2. catches its core up to the previous batch's watermark (the local runner tells every key of
+   a grouping when the watermark moves; here a key hears of it when next visited), hands it the
+   new elements bundle by bundle at that watermark, then moves it to this batch's watermark and
+   fires its due processing-time triggers, as one settle pass of the local runner does;
+3. saves the state, re-registers its Spark timer if its next wakeup changed, and reports to the
+   driver how its hold and processing-time wakeup changed.
+
+Spark timers only wake keys up: a key's timer is at the Spark clock of its next event-time
+wakeup, or at the next batch's clock when it waits for processing time or for a watermark that
+the Spark clock (the largest source watermark) already passed but its grouping's has not.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Iterator, List, Optional, Tuple
+
+from headrace.errors import PipelineExecutionError
+from headrace.metrics.metric import MetricsContainer, metrics_scope
+from headrace.model import coders
+from headrace.model.reduce import Element, KeyState
+from headrace.model.time import MAX_TIMESTAMP_MICROS
+from headrace.model.window import Windowing
+from headrace.model.windowed import WindowedValue
+from headrace.runners.kit.grouping import GroupingCore, grouping_errors, key_of
+from headrace.runners.spark.streaming import rows
+from headrace.runners.spark.streaming.coordinator import to_clock
+from headrace.runners.spark.tasks import pack
+
+MAX = MAX_TIMESTAMP_MICROS
+
+
+class GroupingSpec:
+    """One grouping as the processor needs it (picklable)."""
+
+    def __init__(self, index: int, label: str, windowing: Windowing, combine_fn: Optional[bytes],
+                 main_pc: int, late_pc: Optional[int], input_retractions: bool) -> None:
+        self.index = index
+        self.label = label
+        self.windowing = windowing
+        self.combine_fn = combine_fn
+        self.main_pc = main_pc
+        self.late_pc = late_pc
+        self.input_retractions = input_retractions
+
+    def core(self) -> GroupingCore:
+        """A fresh GroupingCore for this grouping (its CombineFn set up)."""
+        fn = coders.loads(self.combine_fn) if self.combine_fn is not None else None
+        if fn is not None:
+            fn.setup()
+        return GroupingCore(self.label, self.windowing, fn, late_output=self.late_pc is not None,
+                            input_retractions=self.input_retractions)
+
+
+class _KeyRecord:
+    """A key's stored state (pickled into one ValueState cell)."""
+
+    __slots__ = ("key", "state", "seen", "timer", "hold", "ptime")
+
+    def __init__(self, key: Any, state: KeyState, seen: int) -> None:
+        self.key = key
+        self.state = state
+        self.seen = seen          # the input watermark its core last saw
+        self.timer: Optional[int] = None   # its registered Spark timer (clock ms)
+        self.hold = MAX           # the hold it last reported
+        self.ptime = MAX          # the processing-time wakeup it last reported
+
+    def __getstate__(self) -> Tuple[Any, ...]:
+        return (self.key, self.state, self.seen, self.timer, self.hold, self.ptime)
+
+    def __setstate__(self, s: Tuple[Any, ...]) -> None:
+        self.key, self.state, self.seen, self.timer, self.hold, self.ptime = s
+
+
+def processor(specs: Dict[int, GroupingSpec], forward_key: bytes, env: Any) -> Any:
+    """The StatefulProcessor running `specs` (by grouping index), for `transformWithState`;
+    the partition whose control key is `forward_key` passes the control row on."""
+    from pyspark.sql.streaming.stateful_processor import StatefulProcessor
+
+    class HeadraceGroupings(StatefulProcessor):  # type: ignore[misc]
+        """headrace groupings as one transformWithState processor (see the module doc)."""
+
+        def init(self, handle: Any) -> None:
+            from pyspark.sql.types import BinaryType, StructField, StructType
+            self.handle = handle
+            self.cell = handle.getValueState("key_state", StructType([StructField("b", BinaryType())]))
+            self.ctl: Optional[rows.Control] = None
+            self.cores: Dict[int, GroupingCore] = {}
+
+        def handleInputRows(self, key: Any, rows_: Any, timerValues: Any) -> Iterator[Any]:
+            return _guard(self._input(key, rows_))
+
+        def handleExpiredTimer(self, key: Any, timerValues: Any, expiredTimerInfo: Any
+                               ) -> Iterator[Any]:
+            return _guard(self._visit(rows.grouping_of(bytes(key[1])), self._control(), {},
+                                      expiredTimerInfo.getExpiryTimeInMs()))
+
+        def _input(self, key: Any, rows_: Any) -> Iterator[rows.Row]:
+            kind, kb = key[0], bytes(key[1])
+            if kind == rows.CTL:
+                for r in rows_:
+                    self.ctl = rows.loads(bytes(r.payload))
+                    if kb == forward_key:  # one partition passes the control row on
+                        yield (rows.PASS, rows.CTL_PC, b"", 0, 0, bytes(r.payload))
+                return
+            if kind == rows.PASS:
+                for r in rows_:
+                    yield (rows.PASS, r.pc, b"", r.bundle, r.seq, bytes(r.payload))
+                return
+            ctl = self._control()
+            g = rows.grouping_of(kb)
+            batches: Dict[int, List[Tuple[int, WindowedValue]]] = {}
+            for r in rows_:
+                for wv in _unpack(bytes(r.payload)):
+                    batches.setdefault(r.bundle, []).append((r.seq, wv))
+            yield from self._visit(g, ctl, batches, None)
+
+        def close(self) -> None:
+            for core in self.cores.values():
+                fn = core.core.combine_fn
+                if fn is not None:
+                    fn.teardown()
+
+        # ---- one key ------------------------------------------------------------------
+
+        def _control(self) -> rows.Control:
+            if self.ctl is None:
+                raise PipelineExecutionError(
+                    "headrace streaming: a stateful operator's partition got no control row before "
+                    "its keys; this is a bug in the runner (the query's partitioning changed?)")
+            return self.ctl
+
+        def _core(self, g: int) -> GroupingCore:
+            core = self.cores.get(g)
+            if core is None:
+                core = self.cores[g] = specs[g].core()
+            return core
+
+        def _visit(self, g: int, ctl: rows.Control, batches: Dict[int, List[Tuple[int, WindowedValue]]],
+                   expired: Optional[int]) -> Iterator[Any]:
+            spec = specs[g]
+            core = self._core(g)
+            rec = self._load()
+            prev, cur, pt = ctl.w_prev[g], ctl.w[g], ctl.pt
+            out: List[WindowedValue] = []
+            late: Optional[List[WindowedValue]] = [] if spec.late_pc is not None else None
+            metrics = MetricsContainer()
+            with metrics_scope(metrics, spec.label), grouping_errors(spec.label):
+                if rec is not None and rec.seen < prev and not rec.state.is_empty():
+                    core.on_watermark(rec.key, rec.state, prev, pt, out)
+                    rec.seen = prev
+                for bundle in sorted(batches):
+                    items = sorted(batches[bundle], key=lambda x: x[0])
+                    elements: List[Element] = []
+                    for _, wv in items:
+                        k, v, _kb = key_of(spec.label, wv.value)
+                        if rec is None:
+                            rec = _KeyRecord(k, KeyState(), prev)
+                        ts, r = wv.timestamp_us, wv.is_retraction
+                        for w in wv.windows:
+                            elements.append(Element(v, ts, w, r))
+                    assert rec is not None
+                    core.process(rec.key, rec.state, elements, prev, pt, out, late)
+                if rec is None:  # a timer of a key whose state is gone
+                    return
+                if cur > rec.seen:
+                    core.on_watermark(rec.key, rec.state, cur, pt, out)
+                    rec.seen = cur
+                if core.next_processing_time(rec.state, cur, pt) <= pt:
+                    core.on_processing_time(rec.key, rec.state, pt, cur, out)
+            yield from self._settle(g, spec, core, rec, ctl, expired)
+            seq = 0
+            for pc, lst in ((spec.main_pc, out), (spec.late_pc, late)):
+                for wv in lst or ():
+                    yield (rows.PASS, pc, b"", ctl.n, seq, pack([wv]))
+                    seq += 1
+            if metrics.cells:
+                yield (rows.PASS, rows.REPORT_PC, b"", 0, 0, rows.dumps(("metrics", metrics)))
+
+        def _settle(self, g: int, spec: GroupingSpec, core: GroupingCore, rec: _KeyRecord,
+                    ctl: rows.Control, expired: Optional[int]) -> Iterator[Any]:
+            """Saves the key (or forgets it), moves its Spark timer, reports hold and wakeup."""
+            state = rec.state
+            cur, pt = ctl.w[g], ctl.pt
+            if state.is_empty():
+                hold = ptime = MAX
+                timer = None
+            else:
+                hold = core.output_hold(state)
+                ptime = core.next_processing_time(state, cur, pt)
+                nxt = core.core.next_event_time_us(state, cur, pt)
+                timer = to_clock(nxt) if nxt < MAX else None
+                if ptime < MAX or (timer is not None and timer <= ctl.clock):
+                    timer = ctl.clock + 1   # next batch
+            if rec.timer != timer:
+                if rec.timer is not None and rec.timer != expired:
+                    self.handle.deleteTimer(rec.timer)
+                if timer is not None:
+                    self.handle.registerTimer(timer)
+                rec.timer = timer
+            if hold != rec.hold:
+                yield (rows.PASS, rows.REPORT_PC, b"", 0, 0, rows.dumps(("hold", g, rec.hold, hold)))
+                rec.hold = hold
+            if ptime != rec.ptime:
+                yield (rows.PASS, rows.REPORT_PC, b"", 0, 0, rows.dumps(("pt", g, rec.ptime, ptime)))
+                rec.ptime = ptime
+            if state.is_empty():
+                self.cell.clear()
+            else:
+                self.cell.update((coders.dumps(rec),))
+
+        def _load(self) -> Optional[_KeyRecord]:
+            if not self.cell.exists():
+                return None
+            row = self.cell.get()
+            return coders.loads(bytes(row[0])) if row is not None else None
+
+    def _guard(gen: Iterator[rows.Row]) -> Iterator[Any]:
+        try:
+            for t in gen:
+                yield _as_row(t)
+        except PipelineExecutionError as exc:
+            raise env.fail(exc) from exc
+
+    return HeadraceGroupings()
+
+
+_ROW: Any = None
+
+
+def _as_row(t: rows.Row) -> Any:
+    global _ROW
+    if _ROW is None:
+        from pyspark.sql import Row
+        _ROW = Row(*rows.COLUMNS)
+    return _ROW(*t)
+
+
+def _unpack(payload: bytes) -> List[WindowedValue]:
+    import pickle
+    return pickle.loads(payload)  # type: ignore[no-any-return]

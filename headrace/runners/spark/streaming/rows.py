@@ -1,0 +1,91 @@
+"""The rows of a streaming query: one schema for everything that flows between its operators.
+
+A pipeline runs as one Structured Streaming query in which every PCollection shares one stream
+of rows (a *multiplexed* stream): each operator handles the rows of the PCollections it reads
+and passes the others on, so a PCollection read by several branches is computed once and no
+stateful operator is duplicated. Columns:
+
+* `kind`  routing at the next stateful operator: CTL (a control row, sorted first in every
+  partition), KEYED (an element for a grouping, `key` = grouping index + key bytes), PASS
+  (everything else: elements for later operators, reports for the driver);
+* `pc`    the PCollection id of an element, or CTL_PC / REPORT_PC;
+* `key`   the grouping key (KEYED), a partition key (CTL, PASS), else empty;
+* `bundle`, `seq`  the element's bundle and its place in it (a grouping takes each bundle of a
+  key in one call, in order, as the local runner does);
+* `payload` the pickled element (`pack([WindowedValue])`), control values or a report.
+"""
+
+from __future__ import annotations
+
+import pickle
+import struct
+from typing import Any, Dict, List, Tuple
+
+CTL = 0
+KEYED = 1
+PASS = 2
+
+CTL_PC = -1
+REPORT_PC = -2
+
+SCHEMA_DDL = "kind int, pc int, key binary, bundle long, seq long, payload binary"
+SOURCE_DDL = SCHEMA_DDL + ", clock timestamp"
+COLUMNS = ("kind", "pc", "key", "bundle", "seq", "payload")
+
+Row = Tuple[int, int, bytes, int, int, bytes]
+
+
+def spark_schema() -> Any:
+    """The rows' StructType (pyspark is imported only here)."""
+    from pyspark.sql.types import BinaryType, IntegerType, LongType, StructField, StructType
+    return StructType([StructField("kind", IntegerType()), StructField("pc", IntegerType()),
+                       StructField("key", BinaryType()), StructField("bundle", LongType()),
+                       StructField("seq", LongType()), StructField("payload", BinaryType())])
+
+
+def grouping_key(g: int, key_bytes: bytes) -> bytes:
+    """The `key` column of an element for grouping `g` (its index, then the key's bytes)."""
+    return struct.pack(">H", g) + key_bytes
+
+
+def grouping_of(key: bytes) -> int:
+    """The grouping index of a KEYED row's key."""
+    return int(struct.unpack_from(">H", key)[0])
+
+
+def dumps(obj: Any) -> bytes:
+    """Pickles a control value or a report."""
+    return pickle.dumps(obj, pickle.HIGHEST_PROTOCOL)
+
+
+def loads(data: bytes) -> Any:
+    """Unpickles what `dumps` made."""
+    return pickle.loads(data)
+
+
+class Control:
+    """What every operator of one micro-batch must know, from the batch's offset (replay-stable):
+    batch number `n`, the groupings' input watermarks before (`w_prev`) and in (`w`) this batch,
+    their output watermarks (`o`), the processing time `pt`, and the Spark clock of this batch
+    (`clock`, Spark's watermark in it) and of the next (`stamp`)."""
+
+    __slots__ = ("n", "w_prev", "w", "o", "pt", "clock", "stamp")
+
+    def __init__(self, n: int, w_prev: List[int], w: List[int], o: List[int], pt: int, clock: int,
+                 stamp: int) -> None:
+        self.n = n
+        self.w_prev = w_prev
+        self.w = w
+        self.o = o
+        self.pt = pt
+        self.clock = clock
+        self.stamp = stamp
+
+    @classmethod
+    def between(cls, start: Dict[str, Any], end: Dict[str, Any]) -> "Control":
+        """The control values of the batch from offset `start` to offset `end`."""
+        return cls(end["n"], list(start["w"]), list(end["w"]), list(end["o"]), end["pt"],
+                   start["clock"], end["clock"])
+
+    def __reduce__(self) -> Any:
+        return (Control, (self.n, self.w_prev, self.w, self.o, self.pt, self.clock, self.stamp))

@@ -1,0 +1,333 @@
+"""The Spark streaming runner: an unbounded pipeline as one Structured Streaming query.
+
+The query, from the plan of `runners.kit.plan`:
+
+    headrace_stream source (every headrace source; rows stamped with the Spark clock)
+      .withWatermark("clock", "0 seconds").drop("clock")
+      .mapInArrow(level 0)                       stages reading source outputs; keys for level 1
+      .groupBy("kind", "key").transformWithState(groupings of level 1, EventTime)
+      .mapInArrow(level 1)                       ...
+      ...
+      .writeStream.foreachBatch(sink)            reports -> the driver's state after the batch
+
+A grouping's level is one more than the level its input is made at; a stage's or a Flatten's
+is its inputs'. All PCollections travel in one multiplexed stream of rows (`rows`), so a
+PCollection read by several branches is computed once. The watermarks and the batch schedule
+are the coordinator's (`coordinator`), not Spark's: Spark's watermark is only the clock that
+wakes keys up (see `coordinator` and `processor`).
+
+State lives in Spark's state store (RocksDB provider), offsets and the driver's per-batch state
+under the checkpoint location, so a restarted query replays an unfinished batch exactly.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+import threading
+from typing import Any, Dict, List, Optional, Set, Tuple
+
+from headrace.errors import PipelineExecutionError, UnsupportedArgumentError
+from headrace.metrics.metric import MetricResults, MetricsContainer
+from headrace.model import coders
+from headrace.options.pipeline_options import LocalRunnerOptions, SparkRunnerOptions
+from headrace.pipeline.pipeline import Pipeline, PipelineResult, PipelineState
+from headrace.runners.kit import plan as planning
+from headrace.runners.spark import tasks
+from headrace.runners.spark.streaming import rows
+from headrace.runners.spark.streaming.coordinator import (
+    GROUPING, PASS, SOURCE, STAGE, TEST_STREAM, Coordinator, Node,
+)
+from headrace.runners.spark.streaming.processor import GroupingSpec, processor
+from headrace.runners.spark.streaming.source import SOURCE_NAME, RunFiles, SourcePlan, data_source_class
+from headrace.runners.spark.streaming.stages import LevelSpec, LevelUnit, level_fn
+from headrace.testing.test_stream import TestStream
+from headrace.transforms.core import CombinePerKey, Create
+
+_log = logging.getLogger(__name__)
+
+_ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+
+
+class StreamPlan(SourcePlan):
+    """Everything the query's parts need, stored in the run directory (picklable)."""
+
+    def __init__(self, coordinator: Coordinator, sources: List[Tuple[str, Any, Dict[Optional[str], int]]],
+                 levels: List[LevelSpec], groupings: List[Dict[int, GroupingSpec]],
+                 partitions: int, bundle_size: int) -> None:
+        super().__init__(coordinator, sources, bundle_size)
+        self.levels = levels
+        self.groupings = groupings      # per level (index 0 unused): {grouping index: spec}
+        self.partitions = partitions
+
+
+def build_plan(pipeline: Pipeline, bundle_size: int, max_attempts: int, partitions: int,
+               ctl_keys: Tuple[bytes, ...]) -> StreamPlan:
+    """Plans `pipeline` as a streaming query (see the module doc); errors name the step."""
+    units = planning.plan(pipeline, "Spark streaming runner")
+    level_of: Dict[int, int] = {}        # pc id -> level it is made at
+    nodes: List[Node] = []
+    sources: List[Tuple[str, Any, Dict[Optional[str], int]]] = []
+    by_level: Dict[int, List[LevelUnit]] = {}
+    g_specs: Dict[int, Dict[int, GroupingSpec]] = {}
+    g_inputs: Dict[int, List[Tuple[int, int, str]]] = {}   # level -> (pc, grouping index, label)
+    n_groupings = 0
+    readers: Dict[int, Set[int]] = {}     # pc -> levels that read it (stages: own level)
+    for u in units:
+        if u.side_inputs:
+            raise UnsupportedArgumentError(
+                f"step {u.label!r} reads a side input, which the Spark streaming runner does not "
+                "support yet; run the pipeline on the LocalRunner, or on the Spark runner as a "
+                "bounded (batch) pipeline")
+        if isinstance(u, planning.Stage):
+            lv = level_of[u.root._id]
+            fused = u.fused()
+            outs = tuple(pc._id for pc in u.outputs)
+            by_level.setdefault(lv, []).append(LevelUnit(u.label, (u.root._id,), outs, fused))
+            readers.setdefault(u.root._id, set()).add(lv)
+            for pc in outs:
+                level_of[pc] = lv
+            nodes.append(Node(STAGE, -1, (u.root._id,), outs))
+            continue
+        node = u.node
+        t = node.transform
+        if u.kind == planning.SOURCE:
+            if not isinstance(t, Create):
+                raise UnsupportedArgumentError(
+                    f"step {u.label!r}: the Spark streaming runner reads Create and TestStream "
+                    "sources so far; run bounded reads on the Spark runner in batch mode")
+            out = node.outputs[None]
+            nodes.append(Node(SOURCE, len(sources), (), (out._id,)))
+            sources.append(("create", list(t.values), {None: out._id}))
+            level_of[out._id] = 0
+        elif u.kind == planning.TEST_STREAM:
+            assert isinstance(t, TestStream)
+            outs_by_tag = {pc.tag: pc._id for pc in node.outputs.values()}
+            tags = tuple(sorted(outs_by_tag, key=lambda tg: (tg is not None, str(tg))))
+            nodes.append(Node(TEST_STREAM, len(sources), (), tuple(outs_by_tag[tg] for tg in tags), tags))
+            sources.append(("test_stream", list(t._events), outs_by_tag))
+            for pc in outs_by_tag.values():
+                level_of[pc] = 0
+        elif u.kind == planning.GROUPING:
+            src = node.inputs[0]
+            lv = level_of[src._id] + 1
+            g = n_groupings
+            n_groupings += 1
+            late_tag = getattr(t, "late_tag", None)
+            late_pc = node.outputs.get(late_tag) if late_tag else None
+            fn = coders.dumps(t.combine_fn) if isinstance(t, CombinePerKey) else None
+            spec = GroupingSpec(g, u.label, src.windowing, fn, node.outputs[None]._id,
+                                late_pc._id if late_pc is not None else None,
+                                src.may_contain_retractions)
+            g_specs.setdefault(lv, {})[g] = spec
+            g_inputs.setdefault(lv - 1, []).append((src._id, g, u.label))
+            readers.setdefault(src._id, set()).add(lv)
+            outs = tuple(pc._id for pc in u.outputs)
+            for pc in outs:
+                level_of[pc] = lv
+            nodes.append(Node(GROUPING, g, (src._id,), outs))
+        else:  # Flatten, Reshuffle: pass elements on
+            ins = tuple(pc._id for pc in u.inputs)
+            lv = max((level_of[pc] for pc in ins), default=0)
+            out_id = node.outputs[None]._id
+            by_level.setdefault(lv, []).append(LevelUnit(u.label, ins, (out_id,), None))
+            for pc in ins:
+                readers.setdefault(pc, set()).add(lv)
+            level_of[out_id] = lv
+            nodes.append(Node(PASS, -1, ins, (out_id,)))
+    top = max([0] + list(g_specs))
+    levels: List[LevelSpec] = []
+    for lv in range(top + 1):
+        keyed: Dict[int, List[Tuple[int, str]]] = {}
+        for pc, g, label in g_inputs.get(lv, ()):
+            keyed.setdefault(pc, []).append((g, label))
+        later = frozenset(pc for pc, lvs in readers.items()
+                          if level_of.get(pc, 0) <= lv and any(x > lv for x in lvs)
+                          and pc not in keyed)
+        levels.append(LevelSpec(tuple(by_level.get(lv, ())), {k: tuple(v) for k, v in keyed.items()},
+                                later, ctl_keys if lv < top else None, bundle_size, max_attempts))
+    coordinator = Coordinator(nodes, [s[1] if s[0] == "test_stream" else None for s in sources],
+                              n_groupings)
+    groupings = [g_specs.get(lv, {}) for lv in range(top + 1)]
+    return StreamPlan(coordinator, sources, levels, groupings, partitions, bundle_size)
+
+
+def partition_keys(spark: Any, n: int) -> Tuple[bytes, ...]:
+    """One control key per partition of a stateful operator with `n` partitions: key i lands in
+    partition i (Spark hash-partitions a grouping by Murmur3 of its columns, pmod n)."""
+    from pyspark.sql import functions as F
+    cand = spark.range(0, 64 * n + 64).select(
+        F.col("id"), F.expr(f"pmod(hash(0, unhex(lpad(hex(id), 8, '0'))), {n})").alias("p"))
+    found: Dict[int, bytes] = {}
+    for r in cand.collect():
+        if r.p not in found:
+            found[r.p] = int(r.id).to_bytes(4, "big")
+    if len(found) < n:
+        raise PipelineExecutionError(f"could not find control keys for {n} partitions")
+    return tuple(found[i] for i in range(n))
+
+
+class StreamingPipelineResult(PipelineResult):
+    """A running streaming query's result: wait for it, cancel it, read its metrics."""
+
+    def __init__(self, query: Any, files: RunFiles, n_groupings: int, checkpoint: str) -> None:
+        super().__init__(PipelineState.RUNNING)
+        self.query = query
+        self.files = files
+        self.n_groupings = n_groupings
+        self.checkpoint = checkpoint
+        self._lock = threading.Lock()
+
+    @property
+    def state(self) -> PipelineState:
+        """RUNNING while the query runs; DONE, FAILED or CANCELLED after."""
+        self._refresh()
+        return self._state
+
+    def _refresh(self) -> None:
+        if self._state != PipelineState.RUNNING:
+            return
+        if self.query.isActive:
+            return
+        exc = self.query.exception()
+        if exc is None:
+            self._state = PipelineState.DONE
+        else:
+            self._state = PipelineState.FAILED
+            self._error = _pipeline_error(exc)
+
+    def wait_until_finish(self, duration: Optional[float] = None) -> PipelineState:
+        """Blocks until the query ends (or `duration` seconds pass); raises its error if it failed."""
+        try:
+            if duration is None:
+                self.query.awaitTermination()
+            else:
+                self.query.awaitTermination(duration)
+        except Exception as exc:
+            self._state = PipelineState.FAILED
+            self._error = _pipeline_error(exc)
+        self._refresh()
+        if self._error is not None:
+            raise self._error
+        return self._state
+
+    def cancel(self) -> PipelineState:
+        """Stops the query (a restart with the same checkpoint location resumes it)."""
+        if self.query.isActive:
+            self.query.stop()
+            self._state = PipelineState.CANCELLED
+        return self.state
+
+    def metrics(self) -> Any:
+        """The committed metrics of every batch so far (attempted: also failed bundle attempts)."""
+        last = _last_batch(self.files)
+        state = self.files.batch_state(last, self.n_groupings) if last >= 0 else None
+        if state is None or state.metrics is None:
+            return MetricResults(MetricsContainer(), MetricsContainer())
+        committed, attempted = state.metrics
+        return MetricResults(committed, attempted)
+
+
+def _last_batch(files: RunFiles) -> int:
+    best = -1
+    if os.path.isdir(files.batches):
+        for name in os.listdir(files.batches):
+            if name.endswith(".pkl") and name[:-4].lstrip("-").isdigit():
+                best = max(best, int(name[:-4]))
+    return best
+
+
+def _pipeline_error(exc: BaseException) -> BaseException:
+    """A failed query's error as the step's PipelineExecutionError (decoded from the task's)."""
+    if isinstance(exc, PipelineExecutionError):
+        return exc
+    payload = tasks.decode_failure(str(exc))
+    if payload is None:
+        text = str(exc).strip().splitlines()
+        return PipelineExecutionError(
+            f"the streaming query failed: {type(exc).__name__}: {text[0] if text else ''}")
+    cls = payload.get("type", PipelineExecutionError)
+    return cls(payload["message"], step=payload["step"], element=payload["element"],  # type: ignore[no-any-return]
+               attempts=payload["attempts"])
+
+
+def make_sink(run_dir: str, n_groupings: int) -> Any:
+    """The foreachBatch function: runs the batch (one action), folds its reports into the driver's
+    state after the previous batch and stores it as the state after this one."""
+    files = RunFiles(run_dir)
+
+    def sink(df: Any, batch_id: int) -> None:
+        got = df.collect()
+        ctl: Optional[rows.Control] = None
+        reports = []
+        for r in got:
+            if r.pc == rows.CTL_PC:
+                ctl = rows.loads(bytes(r.payload))
+            elif r.pc == rows.REPORT_PC:
+                reports.append(rows.loads(bytes(r.payload)))
+        if ctl is None:
+            raise PipelineExecutionError(
+                f"headrace streaming: batch {batch_id} carried no control row (a bug in the runner)")
+        prev = files.batch_state(ctl.n - 1, n_groupings)
+        if prev is None:
+            raise PipelineExecutionError(
+                f"headrace streaming: the driver's state after batch {ctl.n - 1} is missing from "
+                f"{files.batches}; the checkpoint directory is incomplete")
+        state = prev
+        state.n = ctl.n
+        committed, attempted = state.metrics or (MetricsContainer(), MetricsContainer())
+        for rep in reports:
+            if rep[0] == "metrics":
+                committed.merge(rep[1])
+                attempted.merge(rep[2] if len(rep) > 2 else rep[1])
+            else:
+                kind, g, old, new = rep
+                state.apply(kind, g, old, new)
+        state.metrics = (committed, attempted)
+        files.write_batch_state(ctl.n, state)
+
+    return sink
+
+
+class SparkStreamingRunner:
+    """Runs an unbounded pipeline as one Spark Structured Streaming query (see the module doc)."""
+
+    def __init__(self, spark: Any) -> None:
+        self.spark = spark
+
+    def run(self, pipeline: Pipeline, options: Any, *, wait: bool = True) -> StreamingPipelineResult:
+        """Builds and starts the query; with `wait`, runs it to the end of its input."""
+        spark = self.spark
+        so = options.view_as(SparkRunnerOptions)
+        lo = options.view_as(LocalRunnerOptions)
+        checkpoint = getattr(so, "checkpoint_location", None) or tempfile.mkdtemp(
+            prefix="headrace-stream-")
+        _log.info("headrace streaming: checkpoint location %s", checkpoint)
+        spark.conf.set("spark.sql.streaming.stateStore.providerClass", _ROCKSDB)
+        spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "false")
+        n = int(spark.conf.get("spark.sql.shuffle.partitions"))
+        keys = partition_keys(spark, n)
+        plan = build_plan(pipeline, max(1, int(lo.bundle_size)), max(1, int(lo.max_bundle_attempts)),
+                          n, keys)
+        files = RunFiles(checkpoint)
+        files.write_plan(plan)
+        spark.dataSource.register(data_source_class())
+        df = (spark.readStream.format(SOURCE_NAME).option("run_dir", checkpoint).load()
+              .withWatermark("clock", "0 seconds").drop("clock"))
+        schema = rows.spark_schema()
+        env = tasks.TaskEnv(None, None, plan.bundle_size, max(1, int(lo.max_bundle_attempts)),
+                            os.path.join(checkpoint, "headrace", "failures"))
+        for lv, spec in enumerate(plan.levels):
+            if lv > 0:
+                df = df.groupBy("kind", "key").transformWithState(
+                    processor(plan.groupings[lv], keys[0], env), schema, "Append", "EventTime")
+            df = df.mapInArrow(level_fn(spec, env), schema)
+        writer = (df.writeStream.foreachBatch(make_sink(checkpoint, plan.coordinator.n_groupings))
+                  .option("checkpointLocation", os.path.join(checkpoint, "spark"))
+                  .trigger(availableNow=True))
+        query = writer.start()
+        result = StreamingPipelineResult(query, files, plan.coordinator.n_groupings, checkpoint)
+        if wait:
+            result.wait_until_finish()
+        return result

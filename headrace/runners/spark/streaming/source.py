@@ -1,0 +1,178 @@
+"""The streaming query's one Spark source: every headrace source of the pipeline, multiplexed.
+
+A Python data source (`DataSourceStreamReader`, with admission control and AvailableNow) whose
+offsets are the coordinator's (`coordinator.Coordinator.next_offset`): source positions, the
+watermarks and processing time of the batch, and the Spark clock. `latestOffset` decides the
+next batch from the driver's state after the previous one (a file the sink wrote for that
+batch, `RunFiles.batch_state`), so it runs the local runner's settle loop one micro-batch at a
+time. `read` emits the batch's elements (a Create's values in the first batch, a TestStream
+event's elements) and its control row, every row stamped with the batch's Spark clock.
+
+The reader runs in a Python process Spark starts on the driver; it finds the pipeline's plan
+and the driver's state in the run directory (`RunFiles`), whose path is the source's option.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import pickle
+import time
+from typing import Any, Dict, Iterator, List, Optional, Tuple
+
+from headrace.model.windowed import WindowedValue
+from headrace.model.window import GLOBAL_WINDOWS_TUPLE
+from headrace.runners.kit.sources import to_windowed_value
+from headrace.runners.spark.streaming import rows
+from headrace.runners.spark.streaming.coordinator import BatchState, script_elements
+from headrace.runners.spark.tasks import pack
+
+SOURCE_NAME = "headrace_stream"
+_EPOCH = datetime.datetime(1970, 1, 1)
+
+
+class RunFiles:
+    """The files of one streaming run under its checkpoint directory (`<checkpoint>/headrace`):
+    the plan (`plan.pkl`) and the driver's state after each batch (`batches/<n>.pkl`)."""
+
+    def __init__(self, checkpoint: str) -> None:
+        self.root = os.path.join(checkpoint, "headrace")
+        self.plan_path = os.path.join(self.root, "plan.pkl")
+        self.batches = os.path.join(self.root, "batches")
+
+    def write_plan(self, plan: Any) -> None:
+        """Stores the plan (atomically)."""
+        os.makedirs(self.batches, exist_ok=True)
+        _atomic_write(self.plan_path, pickle.dumps(plan, pickle.HIGHEST_PROTOCOL))
+
+    def read_plan(self) -> Any:
+        """The stored plan."""
+        with open(self.plan_path, "rb") as fh:
+            return pickle.load(fh)
+
+    def batch_state(self, n: int, n_groupings: int) -> Optional[BatchState]:
+        """The driver's state after batch n (a fresh one for n = -1; None if not written)."""
+        if n < 0:
+            return BatchState(n_groupings)
+        path = os.path.join(self.batches, f"{n}.pkl")
+        if not os.path.exists(path):
+            return None
+        with open(path, "rb") as fh:
+            return pickle.load(fh)  # type: ignore[no-any-return]
+
+    def write_batch_state(self, n: int, state: BatchState) -> None:
+        """Stores the state after batch n (atomically; a re-run batch writes the same again) and
+        drops states older than the previous batch's."""
+        _atomic_write(os.path.join(self.batches, f"{n}.pkl"),
+                      pickle.dumps(state, pickle.HIGHEST_PROTOCOL))
+        old = os.path.join(self.batches, f"{n - 10}.pkl")
+        if os.path.exists(old):
+            os.remove(old)
+
+
+def _atomic_write(path: str, data: bytes) -> None:
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def clock_timestamp(clock_ms: int) -> datetime.datetime:
+    """The value of the `clock` column for Spark clock `clock_ms`: Spark's watermark is the
+    column's milliseconds since the epoch (a naive UTC datetime)."""
+    return _EPOCH + datetime.timedelta(milliseconds=clock_ms)
+
+
+def data_source_class() -> Any:
+    """The pyspark DataSource class of headrace's streaming source (pyspark imported here)."""
+    from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+    from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
+
+    class _Part(InputPartition):  # type: ignore[misc]
+        def __init__(self, start: Dict[str, Any], end: Dict[str, Any]) -> None:
+            self.start = start
+            self.end = end
+
+    class HeadraceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # type: ignore[misc]
+        """Reads every source of a headrace pipeline, one coordinated micro-batch at a time."""
+
+        def __init__(self, run_dir: str) -> None:
+            self.files = RunFiles(run_dir)
+            self.plan = self.files.read_plan()
+
+        def initialOffset(self) -> Dict[str, Any]:
+            return self.plan.coordinator.initial_offset()  # type: ignore[no-any-return]
+
+        def latestOffset(self, start: Optional[Dict[str, Any]] = None, limit: Any = None
+                         ) -> Dict[str, Any]:
+            if start is None:
+                start = self.initialOffset()
+            coord = self.plan.coordinator
+            state = self.files.batch_state(start["n"], coord.n_groupings)
+            if state is None:  # the previous batch's sink has not written its state
+                return start
+            end = coord.next_offset(start, state, time.time_ns() // 1000)
+            return start if end is None else end
+
+        def prepareForTriggerAvailableNow(self) -> None:
+            pass  # the sources here end by themselves (TestStream scripts, bounded sources)
+
+        def partitions(self, start: Dict[str, Any], end: Dict[str, Any]) -> List[Any]:
+            return [_Part(start, end)]
+
+        def read(self, partition: Any) -> Iterator[Tuple[Any, ...]]:
+            start, end = partition.start, partition.end
+            clock = clock_timestamp(end["clock"])
+            ctl = rows.Control.between(start, end)
+            yield (rows.PASS, rows.CTL_PC, b"", 0, 0, rows.dumps(ctl), clock)
+            for pc, bundle, values in self.plan.elements(start, end):
+                for seq, wv in enumerate(values):
+                    yield (rows.PASS, pc, b"", bundle, seq, pack([wv]), clock)
+
+        def commit(self, end: Dict[str, Any]) -> None:
+            pass
+
+    class HeadraceStreamSource(DataSource):  # type: ignore[misc]
+        """headrace's streaming source (see `headrace.runners.spark.streaming.source`)."""
+
+        @classmethod
+        def name(cls) -> str:
+            return SOURCE_NAME
+
+        def schema(self) -> str:
+            return rows.SOURCE_DDL
+
+        def streamReader(self, schema: Any) -> Any:
+            return HeadraceStreamReader(self.options["run_dir"])
+
+    return HeadraceStreamSource
+
+
+class SourcePlan:
+    """The sources' part of a streaming plan: for each source its kind, output PCollection ids and
+    what it emits (Create values, a TestStream script), plus the coordinator (picklable)."""
+
+    def __init__(self, coordinator: Any, sources: List[Tuple[str, Any, Dict[Optional[str], int]]],
+                 bundle_size: int) -> None:
+        self.coordinator = coordinator
+        self.sources = sources   # (kind, values or script, {tag: pc})
+        self.bundle_size = bundle_size
+
+    def elements(self, start: Dict[str, Any], end: Dict[str, Any]
+                 ) -> Iterator[Tuple[int, int, List[WindowedValue]]]:
+        """(pc, bundle id, elements) of the batch from `start` to `end`, in order."""
+        for i, (kind, data, pcs) in enumerate(self.sources):
+            a, b = start["pos"][i], end["pos"][i]
+            if a == b:
+                continue
+            if kind == "create":
+                size = self.bundle_size  # in bundles, as every runner reads a Create
+                for k in range(0, len(data), size):
+                    yield pcs[None], (i << 32) | k, [to_windowed_value(v) for v in data[k:k + size]]
+            else:
+                for k, (tag, tvs) in enumerate(script_elements(data, a, b)):
+                    wvs = [WindowedValue(tv.value, tv.timestamp_us, GLOBAL_WINDOWS_TUPLE) for tv in tvs]
+                    if wvs:
+                        yield pcs[tag], (i << 32) | (a + k), wvs

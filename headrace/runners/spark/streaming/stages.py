@@ -1,0 +1,192 @@
+"""The element-wise part of one level of a streaming query, as a `mapInArrow` function.
+
+A level is everything between two stateful operators: the fused stages (`kit.stage.FusedStage`)
+and the Flattens / Reshuffles whose inputs are made at that level. Per partition, the function
+takes the rows of the PCollections it reads, runs each bundle through its stage (lifecycle,
+retries and metrics as in every runner), and emits:
+
+* the elements a grouping of the next level reads, keyed (`rows.KEYED`, grouping index + key
+  bytes), one row per grouping that reads them;
+* the elements later levels read, and reports, as `rows.PASS` rows spread over the partitions;
+* the control row once per partition of the next stateful operator (`rows.CTL` with each of
+  the `ctl_keys`, which hash to distinct partitions), or, after the last level, once for the
+  driver;
+* one report with the metric updates of the partition's bundles.
+
+Elements of PCollections nobody reads later are dropped here.
+"""
+
+from __future__ import annotations
+
+import pickle
+from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
+
+from headrace.errors import PipelineExecutionError
+from headrace.metrics.metric import MetricsContainer
+from headrace.model.windowed import WindowedValue
+from headrace.runners.kit.grouping import key_of
+from headrace.runners.kit.stage import FusedStage
+from headrace.runners.spark.streaming import rows
+from headrace.runners.spark.tasks import pack
+
+
+class LevelUnit(NamedTuple):
+    """A stage (`stage` set) or a Flatten / Reshuffle (`stage` None) of a level."""
+
+    label: str
+    inputs: Tuple[int, ...]
+    outputs: Tuple[int, ...]
+    stage: Optional[FusedStage]
+
+
+class LevelSpec(NamedTuple):
+    """What one level's function runs and where its outputs go (picklable)."""
+
+    units: Tuple[LevelUnit, ...]
+    keyed: Dict[int, Tuple[Tuple[int, str], ...]]   # pc -> (grouping index, label) reading it next
+    later: frozenset                                 # pcs read by a later level
+    ctl_keys: Optional[Tuple[bytes, ...]]            # the next operator's partition keys, or None
+    bundle_size: int
+    max_attempts: int
+
+
+Item = Tuple[int, int, WindowedValue]  # (bundle, seq, element)
+
+
+def level_fn(spec: LevelSpec, env: Any) -> Callable[[Iterator[Any]], Iterator[Any]]:
+    """The mapInArrow function of one level (see the module doc); `env` is a `tasks.TaskEnv`
+    (a step's final failure is recorded so that Spark's retries of the task fail the same way)."""
+
+    def run(batches: Iterator[Any]) -> Iterator[Any]:
+        env.check_earlier_attempt()
+        try:
+            yield from _run(batches)
+        except PipelineExecutionError as exc:
+            raise env.fail(exc) from exc
+
+    def _run(batches: Iterator[Any]) -> Iterator[Any]:
+        import pyarrow as pa
+
+        buffers: Dict[int, List[Item]] = {}
+        passed: List[Tuple[int, int, int, bytes]] = []   # (pc, bundle, seq, payload) as they came
+        control: Optional[bytes] = None
+        for batch in batches:
+            cols = batch.to_pydict()
+            for pc, bundle, seq, payload in zip(cols["pc"], cols["bundle"], cols["seq"],
+                                                cols["payload"]):
+                if pc == rows.CTL_PC:
+                    control = payload
+                elif pc == rows.REPORT_PC or (pc not in spec.keyed and pc in spec.later
+                                              and not _read_here(spec, pc)):
+                    passed.append((pc, bundle, seq, payload))
+                else:
+                    lst = buffers.setdefault(pc, [])
+                    for wv in pickle.loads(payload):
+                        lst.append((bundle, seq, wv))
+        committed, attempted = MetricsContainer(), MetricsContainer()
+        for unit in spec.units:
+            _run_unit(spec, unit, buffers, committed, attempted)
+        out = _Out(spec.ctl_keys)
+        for pc, bundle, seq, payload in passed:
+            out.add(rows.PASS, pc, None, bundle, seq, payload)
+        for pc, items in buffers.items():
+            readers = spec.keyed.get(pc, ())
+            later = pc in spec.later
+            if not readers and not later:
+                continue
+            for bundle, seq, wv in items:
+                payload = pack([wv])
+                for g, label in readers:
+                    _, _, kb = key_of(label, wv.value)
+                    out.add(rows.KEYED, pc, rows.grouping_key(g, kb), bundle, seq, payload)
+                if later:
+                    out.add(rows.PASS, pc, None, bundle, seq, payload)
+        if control is not None:
+            if spec.ctl_keys is None:
+                out.add(rows.PASS, rows.CTL_PC, None, 0, 0, control)
+            else:
+                for k in spec.ctl_keys:
+                    out.add(rows.CTL, rows.CTL_PC, k, 0, 0, control)
+        if committed.cells or attempted.cells:
+            out.add(rows.PASS, rows.REPORT_PC, None, 0, 0,
+                    rows.dumps(("metrics", committed, attempted)))
+        if out.size:
+            yield pa.RecordBatch.from_pydict(out.cols, schema=_arrow_schema())
+
+    return run
+
+
+def _read_here(spec: LevelSpec, pc: int) -> bool:
+    return any(pc in u.inputs for u in spec.units)
+
+
+def _run_unit(spec: LevelSpec, unit: LevelUnit, buffers: Dict[int, List[Item]],
+              committed: MetricsContainer, attempted: MetricsContainer) -> None:
+    """Runs a stage over its input's bundles (in order), or passes a Flatten's inputs on."""
+    if unit.stage is None:
+        out = buffers.setdefault(unit.outputs[0], [])
+        for pc in unit.inputs:
+            out.extend(buffers.get(pc, ()))
+        out.sort(key=lambda it: (it[0], it[1]))
+        return
+    items = buffers.get(unit.inputs[0], [])
+    if not items:
+        return
+    items.sort(key=lambda it: (it[0], it[1]))
+    stage = unit.stage
+    seqs: Dict[int, int] = {}
+    try:
+        i = 0
+        while i < len(items):
+            bundle = items[i][0]
+            j = i
+            while j < len(items) and items[j][0] == bundle:
+                j += 1
+            outs = stage.process_bundle([it[2] for it in items[i:j]], None, spec.max_attempts,
+                                        committed, attempted)
+            for pc, lst in outs.items():
+                if not lst:
+                    continue
+                dest = buffers.setdefault(pc, [])
+                n = seqs.get(pc, 0)
+                for wv in lst:
+                    dest.append((bundle, n, wv))
+                    n += 1
+                seqs[pc] = n
+            i = j
+    except PipelineExecutionError:
+        raise
+    finally:
+        stage.teardown()
+
+
+class _Out:
+    """Output columns of one partition (PASS rows spread over the next operator's partitions)."""
+
+    def __init__(self, ctl_keys: Optional[Sequence[bytes]]) -> None:
+        self.cols: Dict[str, List[Any]] = {c: [] for c in rows.COLUMNS}
+        self.spread = tuple(ctl_keys) if ctl_keys else (b"",)
+        self.size = 0
+
+    def add(self, kind: int, pc: int, key: Optional[bytes], bundle: int, seq: int,
+            payload: bytes) -> None:
+        c = self.cols
+        c["kind"].append(kind)
+        c["pc"].append(pc)
+        c["key"].append(key if key is not None else self.spread[self.size % len(self.spread)])
+        c["bundle"].append(bundle)
+        c["seq"].append(seq)
+        c["payload"].append(payload)
+        self.size += 1
+
+
+_SCHEMA: Any = None
+
+
+def _arrow_schema() -> Any:
+    global _SCHEMA
+    if _SCHEMA is None:
+        import pyarrow as pa
+        _SCHEMA = pa.schema([("kind", pa.int32()), ("pc", pa.int32()), ("key", pa.binary()),
+                             ("bundle", pa.int64()), ("seq", pa.int64()), ("payload", pa.binary())])
+    return _SCHEMA
