@@ -201,11 +201,11 @@ def test_unsupported_option_values_are_refused_when_the_pipeline_runs(runner_fla
         p.run()
 
 
-def test_streaming_on_the_spark_runner_is_refused(runner, runner_flags):
+def test_streaming_option_runs_a_bounded_pipeline_with_the_same_result(runner, runner_flags):
+    # --streaming: the Spark runner runs the pipeline as a Structured Streaming query (the
+    # local runner runs bounded and unbounded pipelines alike)
     p = beam.Pipeline(argv=[*runner_flags, "--streaming"])
-    assert_that(p | beam.Create([1]), equal_to([1]))
-    if runner == "LocalRunner":  # runs bounded and unbounded pipelines alike
-        p.run()
-        return
-    with pytest.raises(UnsupportedArgumentError, match="streaming"):
-        p.run()
+    assert_that(p | beam.Create([1, 2, 3]) | beam.Map(lambda x: ("k", x)) | beam.CombinePerKey(sum),
+                equal_to([("k", 6)]))
+    result = p.run()
+    assert result.wait_until_finish() == beam.PipelineState.DONE

@@ -137,29 +137,43 @@ class Coordinator:
         """The offset before the first batch (nothing read, every watermark at the start)."""
         g = self.n_groupings
         return {"n": -1, "pos": [0] * len(self.scripts), "pt": 0, "rr": 0,
-                "w": [MIN] * g, "o": [MIN] * g, "clock": 0}
+                "w": [MIN] * g, "o": [MIN] * g, "clock": 0, "stamp": 0}
 
     def next_offset(self, start: Dict[str, Any], state: BatchState, wall_us: int
                     ) -> Optional[Dict[str, Any]]:
         """The end offset of the next batch after the batch that ended at `start` (whose
         reports made `state`), or None when there is nothing to do (the stream is idle, or
-        finished)."""
+        finished).
+
+        The batch's groupings use watermarks `w` (computed at the new source positions with
+        the holds after the previous batch); its elements were read while the watermarks were
+        the previous batch's, and are judged against those."""
         pos = list(start["pos"])
         in_wm, out_wm = self.watermarks(pos, state, start["o"])
         pt = start["pt"] if self.virtual_time else max(start["pt"], wall_us)
         due = any(state.min_ptime(g) <= pt for g in range(self.n_groupings))
-        if in_wm == list(start["w"]) and not due:
+        # a timer due at the last batch's watermarks that Spark's clock did not reach yet
+        lagging = to_clock(max(start["w"], default=MIN)) > start["clock"]
+        rr = start["rr"]
+        if in_wm == list(start["w"]) and not due and not lagging:
             moved = self._advance(pos, start)
             if moved is None:
                 return None
             pos, rr, pt = moved
-        else:
-            rr = start["rr"]
-        end = {"n": start["n"] + 1, "pos": pos, "pt": pt, "rr": rr, "w": in_wm, "o": out_wm}
-        # The next batch's grouping watermarks are at most these (holds only lower them).
-        top = max(self.watermarks(pos, None, out_wm)[0], default=MIN)
-        end["clock"] = min(max(to_clock(top), start["clock"] + 1), _CLOCK_LIMIT_MS)
+            in_wm, out_wm = self.watermarks(pos, state, start["o"])
+        end = {"n": start["n"] + 1, "pos": pos, "pt": pt, "rr": rr, "w": in_wm, "o": out_wm,
+               "clock": start["stamp"]}
+        end["stamp"] = min(max(to_clock(self._bound(pos, out_wm)), end["clock"] + 1),
+                           _CLOCK_LIMIT_MS)
         return end
+
+    def _bound(self, pos: List[int], out_wm: List[int]) -> int:
+        """The largest watermark a grouping can see in the batch after the one ending at `pos`:
+        without holds, and with every source one step further (a TestStream's script is known,
+        so its next event's watermark is woken for in time)."""
+        ahead = [p + 1 if s is not None and p <= len(s) else max(p, 1)
+                 for p, s in zip(pos, self.scripts)]
+        return max(self.watermarks(ahead, None, out_wm)[0], default=MIN)
 
     def _advance(self, pos: List[int], start: Dict[str, Any]
                  ) -> Optional[Tuple[List[int], int, int]]:

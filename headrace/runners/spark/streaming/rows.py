@@ -85,7 +85,7 @@ class Control:
     def between(cls, start: Dict[str, Any], end: Dict[str, Any]) -> "Control":
         """The control values of the batch from offset `start` to offset `end`."""
         return cls(end["n"], list(start["w"]), list(end["w"]), list(end["o"]), end["pt"],
-                   start["clock"], end["clock"])
+                   end["clock"], end["stamp"])
 
     def __reduce__(self) -> Any:
         return (Control, (self.n, self.w_prev, self.w, self.o, self.pt, self.clock, self.stamp))

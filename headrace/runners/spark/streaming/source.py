@@ -124,7 +124,7 @@ def data_source_class() -> Any:
 
         def read(self, partition: Any) -> Iterator[Tuple[Any, ...]]:
             start, end = partition.start, partition.end
-            clock = clock_timestamp(end["clock"])
+            clock = clock_timestamp(end["stamp"])
             ctl = rows.Control.between(start, end)
             yield (rows.PASS, rows.CTL_PC, b"", 0, 0, rows.dumps(ctl), clock)
             for pc, bundle, values in self.plan.elements(start, end):

@@ -1,0 +1,122 @@
+"""The streaming runner's coordinator: watermarks with holds, and the micro-batch schedule.
+
+Pure Python (no Spark): the coordinator decides, after each batch, what the next batch is.
+"""
+
+from __future__ import annotations
+
+from headrace.model.time import MAX_TIMESTAMP_MICROS as MAX, MIN_TIMESTAMP_MICROS as MIN
+from headrace.runners.spark.streaming.coordinator import (
+    CLOCK_MAX_MS, GROUPING, SOURCE, STAGE, TEST_STREAM, BatchState, Coordinator, Node, to_clock,
+)
+from headrace.testing.test_stream import ElementEvent, ProcessingTimeEvent, WatermarkEvent
+from headrace.model.windowed import TimestampedValue
+
+US = 1_000_000
+
+# TestStream (pc 1) -> stage (pc 2) -> grouping 0 (pc 3) -> grouping 1 (pc 4)
+NODES = [Node(TEST_STREAM, 0, (), (1,), (None,)), Node(STAGE, -1, (1,), (2,)),
+         Node(GROUPING, 0, (2,), (3,)), Node(GROUPING, 1, (3,), (4,))]
+
+
+def script():
+    return [ElementEvent([TimestampedValue("a", 1)]), WatermarkEvent(10),
+            ProcessingTimeEvent(5)]
+
+
+def test_a_grouping_output_watermark_is_held_by_its_keys_holds_and_never_goes_back():
+    c = Coordinator(NODES, [script()], 2)
+    st = BatchState(2)
+    pos = [2]                                    # after the watermark event: source at 10 s
+    assert c.watermarks(pos, st, [MIN, MIN]) == ([10 * US, 10 * US], [10 * US, 10 * US])
+    st.apply("hold", 0, MAX, 4 * US)             # a key of grouping 0 holds at 4 s
+    st.apply("hold", 0, MAX, 6 * US)
+    assert c.watermarks(pos, st, [MIN, MIN]) == ([10 * US, 4 * US], [4 * US, 4 * US])
+    st.apply("hold", 0, 4 * US, MAX)             # released: the other hold counts
+    assert c.watermarks(pos, st, [MIN, MIN]) == ([10 * US, 6 * US], [6 * US, 6 * US])
+    # output watermarks never move back, whatever the holds say
+    assert c.watermarks(pos, st, [8 * US, 8 * US])[1] == [8 * US, 8 * US]
+
+
+def test_holds_are_a_multiset():
+    st = BatchState(1)
+    st.apply("hold", 0, MAX, 5)
+    st.apply("hold", 0, MAX, 5)
+    st.apply("hold", 0, 5, MAX)
+    assert st.min_hold(0) == 5
+    st.apply("hold", 0, 5, 7)
+    assert st.min_hold(0) == 7
+    st.apply("hold", 0, 7, MAX)
+    assert st.min_hold(0) == MAX
+
+
+def test_one_event_per_batch_then_the_final_step_and_the_clock_is_always_ahead():
+    c = Coordinator(NODES, [script()], 2)
+    st = BatchState(2)
+    off = c.initial_offset()
+    seen = []
+    while True:
+        nxt = c.next_offset(off, st, wall_us=0)
+        if nxt is None:
+            break
+        assert nxt["n"] == off["n"] + 1
+        assert nxt["stamp"] > nxt["clock"]       # the Spark clock grows every batch
+        if nxt["n"] > 0:                         # (the first batch runs at Spark's initial 0)
+            assert nxt["clock"] >= to_clock(max(nxt["w"]))   # and wakes every due timer
+        seen.append((nxt["pos"][0], nxt["w"], nxt["pt"]))
+        off = nxt
+    assert seen == [
+        (1, [MIN, MIN], 0),                      # the elements
+        (2, [10 * US, 10 * US], 0),              # the watermark event
+        (3, [10 * US, 10 * US], 5 * US),         # processing time moves
+        (4, [MAX, MAX], 5 * US),                 # the final step: outputs to +infinity
+    ]
+
+
+def test_a_hold_released_in_a_batch_makes_a_round_that_delivers_the_watermark():
+    c = Coordinator(NODES, [script()], 2)
+    st = BatchState(2)
+    st.apply("hold", 0, MAX, 3 * US)             # grouping 0 holds grouping 1 back at 3 s
+    off = c.next_offset(dict(c.initial_offset(), n=1, pos=[1]), st, wall_us=0)
+    assert off is not None and off["pos"] == [2] and off["w"] == [10 * US, 3 * US]
+    st.apply("hold", 0, 3 * US, MAX)             # the batch fired the window: hold released
+    nxt = c.next_offset(off, st, wall_us=0)
+    assert nxt is not None and nxt["pos"] == [2] and nxt["w"] == [10 * US, 10 * US]
+
+
+def test_a_due_processing_time_wakeup_makes_a_round():
+    c = Coordinator(NODES, [script()], 2)
+    st = BatchState(2)
+    off = dict(c.initial_offset(), n=3, pos=[3], pt=5 * US, w=[10 * US] * 2, o=[10 * US] * 2,
+               clock=to_clock(10 * US), stamp=to_clock(MAX))
+    st.apply("pt", 1, MAX, 5 * US)
+    nxt = c.next_offset(off, st, wall_us=0)
+    assert nxt is not None and nxt["pos"] == [3]     # a round: the source waits
+    st.apply("pt", 1, 5 * US, 9 * US)
+    nxt = c.next_offset(off, st, wall_us=0)
+    assert nxt is not None and nxt["pos"] == [4]     # not due: the stream moves on
+
+
+def test_bounded_sources_emit_in_the_first_batch_and_their_watermark_then_jumps():
+    nodes = [Node(SOURCE, 0, (), (1,)), Node(GROUPING, 0, (1,), (2,))]
+    c = Coordinator(nodes, [None], 1)
+    st = BatchState(1)
+    first = c.next_offset(c.initial_offset(), st, wall_us=0)
+    # elements are judged at the watermark before the batch (MIN), then it moves to +infinity
+    assert first is not None and first["pos"] == [1] and first["w"] == [MAX]
+    # the first batch runs at Spark's initial clock 0: a round follows, at a clock that wakes
+    # every timer
+    assert first["clock"] == 0 and first["stamp"] >= to_clock(MAX)
+    second = c.next_offset(first, st, wall_us=0)
+    assert second is not None and second["pos"] == [1] and second["clock"] >= to_clock(MAX)
+    assert c.next_offset(second, st, wall_us=0) is None
+
+
+def test_the_clock_covers_every_watermark_and_keeps_order():
+    assert to_clock(MIN) == 0
+    assert to_clock(MAX) == CLOCK_MAX_MS
+    times = [MIN + 1, -5 * US, -1, 0, 1, 999, 1000, 1001, 10 * US, 2 ** 50, MAX - 1]
+    clocks = [to_clock(t) for t in times]
+    assert clocks == sorted(clocks)
+    for t, w in [(1, 1), (1, 999), (999, 1000), (5 * US, 5 * US)]:
+        assert to_clock(t) <= to_clock(w)         # due at the watermark: due at its clock
