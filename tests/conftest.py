@@ -7,8 +7,9 @@ executor processes). The same tests check every runner against the same, indepen
 computed expectations. `HEADRACE_TEST_RUNNERS=LocalRunner,spark-local` picks a subset.
 
 Spark tests share one SparkSession per master; tests are ordered so that each master's tests
-run together (one session start each). A pipeline with a TestStream (an unbounded source) is
-skipped on the Spark batch runner, with that reason in the test report.
+run together (one session start each). A pipeline with a TestStream (an unbounded source) runs
+on the Spark runner as a Structured Streaming query; one that also reads side inputs is
+skipped there for now, with that reason in the test report.
 """
 
 from __future__ import annotations
@@ -63,9 +64,12 @@ class _TestRunner:
     def run_pipeline(self, pipeline, options):
         from headrace.runners import create_runner
         from headrace.testing.test_stream import TestStream
-        if (self.name == "SparkRunner" and os.environ.get("HEADRACE_SKIP_SPARK_STREAMING")
-                and any(isinstance(n.transform, TestStream) for n in pipeline.primitives())):
+        streaming = self.name == "SparkRunner" and any(isinstance(n.transform, TestStream)
+                                                       for n in pipeline.primitives())
+        if streaming and os.environ.get("HEADRACE_SKIP_SPARK_STREAMING"):
             pytest.skip("HEADRACE_SKIP_SPARK_STREAMING is set")
+        if streaming and any(n.side_inputs for n in pipeline.primitives()):
+            pytest.skip("side inputs on the Spark streaming runner are not built yet (issue 16)")
         return create_runner(self.name).run_pipeline(pipeline, options)
 
 

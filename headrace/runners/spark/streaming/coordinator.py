@@ -149,7 +149,7 @@ class Coordinator:
         the holds after the previous batch); its elements were read while the watermarks were
         the previous batch's, and are judged against those."""
         pos = list(start["pos"])
-        in_wm, out_wm = self.watermarks(pos, state, start["o"])
+        in_wm, out_wm = self.watermarks(pos, state, start["o"], start["w"])
         pt = start["pt"] if self.virtual_time else max(start["pt"], wall_us)
         due = any(state.min_ptime(g) <= pt for g in range(self.n_groupings))
         # a timer due at the last batch's watermarks that Spark's clock did not reach yet
@@ -160,7 +160,7 @@ class Coordinator:
             if moved is None:
                 return None
             pos, rr, pt = moved
-            in_wm, out_wm = self.watermarks(pos, state, start["o"])
+            in_wm, out_wm = self.watermarks(pos, state, start["o"], start["w"])
         end = {"n": start["n"] + 1, "pos": pos, "pt": pt, "rr": rr, "w": in_wm, "o": out_wm,
                "clock": start["stamp"]}
         end["stamp"] = min(max(to_clock(self._bound(pos, out_wm)), end["clock"] + 1),
@@ -216,11 +216,17 @@ class Coordinator:
                     wms[pc] = _script_watermark(script, done, tag)
         return wms
 
-    def watermarks(self, pos: Sequence[int], state: Optional[BatchState], prev_out: Sequence[int]
-                   ) -> Tuple[List[int], List[int]]:
+    def watermarks(self, pos: Sequence[int], state: Optional[BatchState], prev_out: Sequence[int],
+                   prev_in: Optional[Sequence[int]] = None) -> Tuple[List[int], List[int]]:
         """(input watermark, output watermark) of every grouping, at source positions `pos`
         with the holds in `state` (None: without holds); output watermarks never go below
-        `prev_out`."""
+        `prev_out`.
+
+        With `prev_in` (the groupings' input watermarks in the previous batch), an output
+        watermark is also kept at or below its grouping's previous input watermark: input that
+        reaches a grouping in the coming batch is judged against that watermark, and a hold it
+        sets (reported only after the batch) is never below it or the key's known holds. The
+        output watermark then catches up in the next batch (a round)."""
         wm = self.source_watermarks(pos)
         g_in = [MIN] * self.n_groupings
         g_out = list(prev_out)
@@ -231,6 +237,8 @@ class Coordinator:
             if node.kind == GROUPING:
                 g_in[node.ref] = w
                 hold = state.min_hold(node.ref) if state is not None else MAX
+                if prev_in is not None and prev_in[node.ref] < hold:
+                    hold = prev_in[node.ref]
                 w = max(min(w, hold), prev_out[node.ref])
                 g_out[node.ref] = w
             for pc in node.outputs:

@@ -157,6 +157,9 @@ def processor(specs: Dict[int, GroupingSpec], forward_key: bytes, env: Any) -> A
                 if rec is not None and rec.seen < prev and not rec.state.is_empty():
                     core.on_watermark(rec.key, rec.state, prev, pt, out)
                     rec.seen = prev
+                # The key's processing-time wakeup, as the local runner keeps it: computed after
+                # each call that changed the key, due when it is at or before `pt`.
+                wakeup = rec.ptime if rec is not None else MAX
                 for bundle in sorted(batches):
                     items = sorted(batches[bundle], key=lambda x: x[0])
                     elements: List[Element] = []
@@ -169,14 +172,17 @@ def processor(specs: Dict[int, GroupingSpec], forward_key: bytes, env: Any) -> A
                             elements.append(Element(v, ts, w, r))
                     assert rec is not None
                     core.process(rec.key, rec.state, elements, prev, pt, out, late)
+                    wakeup = core.next_processing_time(rec.state, prev, pt)
                 if rec is None:  # a timer of a key whose state is gone
                     return
                 if cur > rec.seen:
                     core.on_watermark(rec.key, rec.state, cur, pt, out)
                     rec.seen = cur
-                if core.next_processing_time(rec.state, cur, pt) <= pt:
+                    wakeup = core.next_processing_time(rec.state, cur, pt)
+                if wakeup <= pt:
                     core.on_processing_time(rec.key, rec.state, pt, cur, out)
-            yield from self._settle(g, spec, core, rec, ctl, expired)
+                    wakeup = core.next_processing_time(rec.state, cur, pt)
+            yield from self._settle(g, core, rec, ctl, expired, wakeup)
             seq = 0
             for pc, lst in ((spec.main_pc, out), (spec.late_pc, late)):
                 for wv in lst or ():
@@ -185,8 +191,8 @@ def processor(specs: Dict[int, GroupingSpec], forward_key: bytes, env: Any) -> A
             if metrics.cells:
                 yield (rows.PASS, rows.REPORT_PC, b"", 0, 0, rows.dumps(("metrics", metrics)))
 
-        def _settle(self, g: int, spec: GroupingSpec, core: GroupingCore, rec: _KeyRecord,
-                    ctl: rows.Control, expired: Optional[int]) -> Iterator[Any]:
+        def _settle(self, g: int, core: GroupingCore, rec: _KeyRecord, ctl: rows.Control,
+                    expired: Optional[int], wakeup: int) -> Iterator[Any]:
             """Saves the key (or forgets it), moves its Spark timer, reports hold and wakeup."""
             state = rec.state
             cur, pt = ctl.w[g], ctl.pt
@@ -195,7 +201,7 @@ def processor(specs: Dict[int, GroupingSpec], forward_key: bytes, env: Any) -> A
                 timer = None
             else:
                 hold = core.output_hold(state)
-                ptime = core.next_processing_time(state, cur, pt)
+                ptime = wakeup
                 nxt = core.core.next_event_time_us(state, cur, pt)
                 timer = to_clock(nxt) if nxt < MAX else None
                 if ptime < MAX or (timer is not None and timer <= ctl.clock):
