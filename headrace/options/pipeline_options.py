@@ -248,7 +248,8 @@ class TypeOptions(PipelineOptions):
 
 
 class SparkRunnerOptions(PipelineOptions):
-    """Spark runner settings: the master URL, extra Spark configuration and parallelism."""
+    """Spark runner settings: the master URL, extra Spark configuration and parallelism, and
+    the checkpoint location of a streaming run."""
 
     @classmethod
     def _add_argparse_args(cls, parser: argparse.ArgumentParser) -> None:
@@ -266,6 +267,11 @@ class SparkRunnerOptions(PipelineOptions):
         parser.add_argument("--spark_task_max_failures", type=int, default=4,
                             help="attempts of a Spark task (a crashed worker, a lost executor) before "
                                  "the job fails; added to local[N] masters as local[N,F]")
+        parser.add_argument("--checkpoint_location", default=None,
+                            help="streaming: the directory of the query's checkpoint (Spark's "
+                                 "offsets, commits and state, and headrace's per-batch state); "
+                                 "default: a new directory in the system's temporary directory, "
+                                 "printed when the query starts")
 
 
 _RUNNING_MODES = ("in_memory", "multi_threading", "multi_processing")

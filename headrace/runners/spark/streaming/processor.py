@@ -21,7 +21,7 @@ the Spark clock (the largest source watermark) already passed but its grouping's
 
 from __future__ import annotations
 
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Tuple
 
 from headrace.errors import PipelineExecutionError
 from headrace.metrics.metric import MetricsContainer, metrics_scope
@@ -38,18 +38,16 @@ from headrace.runners.spark.tasks import pack
 MAX = MAX_TIMESTAMP_MICROS
 
 
-class GroupingSpec:
+class GroupingSpec(NamedTuple):
     """One grouping as the processor needs it (picklable)."""
 
-    def __init__(self, index: int, label: str, windowing: Windowing, combine_fn: Optional[bytes],
-                 main_pc: int, late_pc: Optional[int], input_retractions: bool) -> None:
-        self.index = index
-        self.label = label
-        self.windowing = windowing
-        self.combine_fn = combine_fn
-        self.main_pc = main_pc
-        self.late_pc = late_pc
-        self.input_retractions = input_retractions
+    ref: int                        # the grouping's index
+    label: str
+    windowing: Windowing
+    combine_fn: Optional[bytes]     # a CombinePerKey's serialised CombineFn (None: GroupByKey)
+    main_pc: int
+    late_pc: Optional[int]          # the late-data output's PCollection id, if any
+    input_retractions: bool
 
     def core(self) -> GroupingCore:
         """A fresh GroupingCore for this grouping (its CombineFn set up)."""

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import pickle
 import struct
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, NamedTuple, Tuple
 
 CTL = 0
 KEYED = 1
@@ -63,29 +63,22 @@ def loads(data: bytes) -> Any:
     return pickle.loads(data)
 
 
-class Control:
+class Control(NamedTuple):
     """What every operator of one micro-batch must know, from the batch's offset (replay-stable):
     batch number `n`, the groupings' input watermarks before (`w_prev`) and in (`w`) this batch,
     their output watermarks (`o`), the processing time `pt`, and the Spark clock of this batch
     (`clock`, Spark's watermark in it) and of the next (`stamp`)."""
 
-    __slots__ = ("n", "w_prev", "w", "o", "pt", "clock", "stamp")
-
-    def __init__(self, n: int, w_prev: List[int], w: List[int], o: List[int], pt: int, clock: int,
-                 stamp: int) -> None:
-        self.n = n
-        self.w_prev = w_prev
-        self.w = w
-        self.o = o
-        self.pt = pt
-        self.clock = clock
-        self.stamp = stamp
+    n: int
+    w_prev: List[int]
+    w: List[int]
+    o: List[int]
+    pt: int
+    clock: int
+    stamp: int
 
     @classmethod
     def between(cls, start: Dict[str, Any], end: Dict[str, Any]) -> "Control":
         """The control values of the batch from offset `start` to offset `end`."""
         return cls(end["n"], list(start["w"]), list(end["w"]), list(end["o"]), end["pt"],
                    end["clock"], end["stamp"])
-
-    def __reduce__(self) -> Any:
-        return (Control, (self.n, self.w_prev, self.w, self.o, self.pt, self.clock, self.stamp))

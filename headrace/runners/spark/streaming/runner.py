@@ -22,8 +22,8 @@ under the checkpoint location, so a restarted query replays an unfinished batch 
 
 from __future__ import annotations
 
-import logging
 import os
+import sys
 import tempfile
 import threading
 from typing import Any, Dict, List, Optional, Set, Tuple
@@ -45,8 +45,6 @@ from headrace.runners.spark.streaming.stages import LevelSpec, LevelUnit, level_
 from headrace.testing.test_stream import TestStream
 from headrace.transforms.core import CombinePerKey, Create
 
-_log = logging.getLogger(__name__)
-
 _ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 
 
@@ -55,11 +53,12 @@ class StreamPlan(SourcePlan):
 
     def __init__(self, coordinator: Coordinator, sources: List[Tuple[str, Any, Dict[Optional[str], int]]],
                  levels: List[LevelSpec], groupings: List[Dict[int, GroupingSpec]],
-                 partitions: int, bundle_size: int) -> None:
+                 partitions: int, bundle_size: int, shape: List[Tuple[str, str]]) -> None:
         super().__init__(coordinator, sources, bundle_size)
         self.levels = levels
         self.groupings = groupings      # per level (index 0 unused): {grouping index: spec}
         self.partitions = partitions
+        self.shape = shape              # (kind, label) of every planned unit, in order
 
 
 def build_plan(pipeline: Pipeline, bundle_size: int, max_attempts: int, partitions: int,
@@ -74,6 +73,7 @@ def build_plan(pipeline: Pipeline, bundle_size: int, max_attempts: int, partitio
     g_inputs: Dict[int, List[Tuple[int, int, str]]] = {}   # level -> (pc, grouping index, label)
     n_groupings = 0
     readers: Dict[int, Set[int]] = {}     # pc -> levels that read it (stages: own level)
+    shape = [(u.kind, u.label) for u in units]
     for u in units:
         if u.side_inputs:
             raise UnsupportedArgumentError(
@@ -150,7 +150,7 @@ def build_plan(pipeline: Pipeline, bundle_size: int, max_attempts: int, partitio
     coordinator = Coordinator(nodes, [s[1] if s[0] == "test_stream" else None for s in sources],
                               n_groupings)
     groupings = [g_specs.get(lv, {}) for lv in range(top + 1)]
-    return StreamPlan(coordinator, sources, levels, groupings, partitions, bundle_size)
+    return StreamPlan(coordinator, sources, levels, groupings, partitions, bundle_size, shape)
 
 
 def partition_keys(spark: Any, n: int) -> Tuple[bytes, ...]:
@@ -290,6 +290,22 @@ def make_sink(run_dir: str, n_groupings: int) -> Any:
     return sink
 
 
+def _check_restart(old: StreamPlan, plan: StreamPlan, checkpoint: str) -> None:
+    """Refuses to resume a checkpoint written by a pipeline of another shape (its state and
+    offsets would belong to other steps)."""
+    if old.shape == plan.shape:
+        return
+    gone = [f"{k} {lb!r}" for k, lb in old.shape if (k, lb) not in plan.shape]
+    new = [f"{k} {lb!r}" for k, lb in plan.shape if (k, lb) not in old.shape]
+    why = "its steps differ: " + "; ".join(
+        ([f"no longer here: {', '.join(gone)}"] if gone else [])
+        + ([f"new: {', '.join(new)}"] if new else []) or ["their order changed"])
+    raise PipelineExecutionError(
+        f"the streaming checkpoint at {checkpoint} was written by another pipeline, so it cannot "
+        f"resume this one: {why}. Give this pipeline a new --checkpoint_location, or run the "
+        "pipeline that wrote it")
+
+
 class SparkStreamingRunner:
     """Runs an unbounded pipeline as one Spark Structured Streaming query (see the module doc)."""
 
@@ -301,16 +317,20 @@ class SparkStreamingRunner:
         spark = self.spark
         so = options.view_as(SparkRunnerOptions)
         lo = options.view_as(LocalRunnerOptions)
-        checkpoint = getattr(so, "checkpoint_location", None) or tempfile.mkdtemp(
-            prefix="headrace-stream-")
-        _log.info("headrace streaming: checkpoint location %s", checkpoint)
+        checkpoint = so.checkpoint_location or tempfile.mkdtemp(prefix="headrace-stream-")
+        checkpoint = os.path.abspath(checkpoint)
+        print(f"headrace: streaming query checkpoint at {checkpoint}", file=sys.stderr)
         spark.conf.set("spark.sql.streaming.stateStore.providerClass", _ROCKSDB)
         spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "false")
-        n = int(spark.conf.get("spark.sql.shuffle.partitions"))
+        files = RunFiles(checkpoint)
+        old = files.read_plan() if os.path.exists(files.plan_path) else None
+        # a resumed query keeps its partitions (Spark keeps them in the checkpoint)
+        n = old.partitions if old is not None else int(spark.conf.get("spark.sql.shuffle.partitions"))
         keys = partition_keys(spark, n)
         plan = build_plan(pipeline, max(1, int(lo.bundle_size)), max(1, int(lo.max_bundle_attempts)),
                           n, keys)
-        files = RunFiles(checkpoint)
+        if old is not None:
+            _check_restart(old, plan, checkpoint)
         files.write_plan(plan)
         spark.dataSource.register(data_source_class())
         df = (spark.readStream.format(SOURCE_NAME).option("run_dir", checkpoint).load()
