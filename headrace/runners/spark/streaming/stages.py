@@ -70,14 +70,16 @@ def level_fn(spec: LevelSpec, env: Any) -> Callable[[Iterator[Any]], Iterator[An
         buffers: Dict[int, List[Item]] = {}
         passed: List[Tuple[int, int, int, bytes]] = []   # (pc, bundle, seq, payload) as they came
         control: Optional[bytes] = None
+        # rows of PCollections only later levels read pass as they are, without unpickling
+        through = {pc for pc in spec.later
+                   if pc not in spec.keyed and not any(pc in u.inputs for u in spec.units)}
         for batch in batches:
             cols = batch.to_pydict()
             for pc, bundle, seq, payload in zip(cols["pc"], cols["bundle"], cols["seq"],
                                                 cols["payload"]):
                 if pc == rows.CTL_PC:
                     control = payload
-                elif pc == rows.REPORT_PC or (pc not in spec.keyed and pc in spec.later
-                                              and not _read_here(spec, pc)):
+                elif pc == rows.REPORT_PC or pc in through:
                     passed.append((pc, bundle, seq, payload))
                 else:
                     lst = buffers.setdefault(pc, [])
@@ -114,10 +116,6 @@ def level_fn(spec: LevelSpec, env: Any) -> Callable[[Iterator[Any]], Iterator[An
             yield pa.RecordBatch.from_pydict(out.cols, schema=_arrow_schema())
 
     return run
-
-
-def _read_here(spec: LevelSpec, pc: int) -> bool:
-    return any(pc in u.inputs for u in spec.units)
 
 
 def _run_unit(spec: LevelSpec, unit: LevelUnit, buffers: Dict[int, List[Item]],
