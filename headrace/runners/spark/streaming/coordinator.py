@@ -15,24 +15,28 @@ one process):
   hold when it changes), so the minimum is known without visiting the keys.
 
 Every micro-batch's offset (Spark's offset log) carries the watermarks the batch must use
-(`w`, the groupings' input watermarks; `w_prev`, the previous batch's), the processing time
-(`pt`) and the Spark clock value stamped on the batch's rows (`clock`). A replayed batch reads
-its offset back from the log, so it sees exactly the same values.
+(`w`, the groupings' input watermarks at the batch's new source positions; the previous
+batch's `w` is the watermark its input is judged against), the processing time (`pt`), the
+Spark clock during the batch (`clock`) and the value stamped on its rows (`stamp`). A
+replayed batch reads its offset back from the log, so it sees exactly the same values.
 
 Scheduling follows the local runner's settle loop: after a batch, if a grouping's input
 watermark would move, or a key's processing-time wakeup is due, the next batch is a *round*
 (no new input; it delivers the new watermarks and fires timers); only when nothing would move
 does a source advance (a TestStream by one event, as the local runner steps it). So a script
-gives the same panes as on the local runner, and a live stream gets each watermark advance one
-batch after the data that moved it.
+gives the same panes as on the local runner. A grouping's output watermark stays at or below
+its input watermark of the previous batch (holds of input arriving in a batch are reported
+after it), so a chain of groupings catches up over one round per level.
 
 The Spark clock: stateful operators wake keys with Spark event-time timers, which fire when
-Spark's watermark passes them. The source stamps every row with `clock` (a column Spark
+Spark's watermark passes them. The source stamps every row with `stamp` (a column Spark
 watermarks with zero delay), so in batch n+1 Spark's watermark is batch n's stamp. The stamp
-is at least the largest source watermark after batch n (so a key whose timer is due at any
-grouping's watermark in batch n+1 is woken) and grows by at least 1 every batch (so a timer at
-"this batch's clock + 1" means "wake me next batch"). It is only a wake-up clock: a woken key
-re-checks its timers against its grouping's own watermark.
+is at least the largest watermark any grouping can see in batch n+1, without holds and with
+every TestStream one event further (so a key whose timer is due at its grouping's watermark is
+woken; the very first batch runs at Spark's initial 0 and is followed by a round), and grows
+by at least 1 every batch (so a timer at "this batch's clock + 1" means "wake me next batch").
+It is only a wake-up clock: a woken key re-checks its timers against its grouping's own
+watermark.
 """
 
 from __future__ import annotations

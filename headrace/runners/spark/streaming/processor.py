@@ -21,6 +21,7 @@ the Spark clock (the largest source watermark) already passed but its grouping's
 
 from __future__ import annotations
 
+import pickle
 from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Tuple
 
 from headrace.errors import PipelineExecutionError
@@ -30,7 +31,7 @@ from headrace.model.reduce import Element, KeyState
 from headrace.model.time import MAX_TIMESTAMP_MICROS
 from headrace.model.window import Windowing
 from headrace.model.windowed import WindowedValue
-from headrace.runners.kit.grouping import GroupingCore, grouping_errors, key_of
+from headrace.runners.kit.grouping import GroupingCore, grouping_errors
 from headrace.runners.spark.streaming import rows
 from headrace.runners.spark.streaming.coordinator import to_clock
 from headrace.runners.spark.tasks import pack
@@ -117,7 +118,7 @@ def processor(specs: Dict[int, GroupingSpec], forward_key: bytes, env: Any) -> A
             g = rows.grouping_of(kb)
             batches: Dict[int, List[Tuple[int, WindowedValue]]] = {}
             for r in rows_:
-                for wv in _unpack(bytes(r.payload)):
+                for wv in pickle.loads(r.payload):
                     batches.setdefault(r.bundle, []).append((r.seq, wv))
             yield from self._visit(g, ctl, batches, None)
 
@@ -162,7 +163,7 @@ def processor(specs: Dict[int, GroupingSpec], forward_key: bytes, env: Any) -> A
                     items = sorted(batches[bundle], key=lambda x: x[0])
                     elements: List[Element] = []
                     for _, wv in items:
-                        k, v, _kb = key_of(spec.label, wv.value)
+                        k, v = wv.value  # a pair: the level before keyed it (`stages`)
                         if rec is None:
                             rec = _KeyRecord(k, KeyState(), prev)
                         ts, r = wv.timestamp_us, wv.is_retraction
@@ -246,8 +247,3 @@ def _as_row(t: rows.Row) -> Any:
         from pyspark.sql import Row
         _ROW = Row(*rows.COLUMNS)
     return _ROW(*t)
-
-
-def _unpack(payload: bytes) -> List[WindowedValue]:
-    import pickle
-    return pickle.loads(payload)  # type: ignore[no-any-return]

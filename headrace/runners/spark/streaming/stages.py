@@ -152,8 +152,6 @@ def _run_unit(spec: LevelSpec, unit: LevelUnit, buffers: Dict[int, List[Item]],
                     n += 1
                 seqs[pc] = n
             i = j
-    except PipelineExecutionError:
-        raise
     finally:
         stage.teardown()
 
