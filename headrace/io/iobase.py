@@ -1,4 +1,4 @@
-"""Bounded sources and the `Read` primitive that runners split and read in parallel."""
+"""Bounded and unbounded sources, and the `Read` primitive that runners read them with."""
 
 from __future__ import annotations
 
@@ -52,6 +52,47 @@ class BoundedSource(ABC):
         return type(self).__name__
 
 
+class UnboundedSource(ABC):
+    """An input that may grow forever, read by position so that a re-read is exact.
+
+    A runner keeps the source's position (a JSON value: int, str, list or dict) in its
+    checkpoint and, step after step, asks `available` how far it may read now, reads the records
+    between the old and the new position with `read`, and takes the source's watermark from the
+    new position with `watermark`. The source has ended when its watermark is
+    MAX_TIMESTAMP. `read(a, b)` must return the same records every time (a restarted streaming
+    query reads a batch again from the positions in its checkpoint).
+
+    An abstract base class: `initial_position`, `available`, `read` and `watermark` are
+    abstract; `display_name` has a default.
+    """
+
+    @abstractmethod
+    def initial_position(self) -> Any:
+        """The position before the first record."""
+        raise NotImplementedError
+
+    @abstractmethod
+    def available(self, position: Any, now_us: int, max_records: int) -> Any:
+        """The furthest position readable at processing time `now_us` (microseconds since the
+        epoch), at most about `max_records` records after `position`; `position` itself when
+        nothing new is readable."""
+        raise NotImplementedError
+
+    @abstractmethod
+    def read(self, start: Any, end: Any) -> Iterable[Any]:
+        """Yields the records between two positions (values or TimestampedValues)."""
+        raise NotImplementedError
+
+    @abstractmethod
+    def watermark(self, position: Any) -> Any:
+        """A timestamp no record after `position` is earlier than (MAX_TIMESTAMP: the end)."""
+        raise NotImplementedError
+
+    def display_name(self) -> str:
+        """A short description for labels and errors."""
+        return type(self).__name__
+
+
 @runtime_checkable
 class ArrowBatchSource(Protocol):
     """A BoundedSource that can also read a part as Arrow record batches (`ReadFromParquet`).
@@ -81,15 +122,16 @@ class ArrowBatchSource(Protocol):
 
 
 class Read(PTransform):
-    """Reads a BoundedSource into a PCollection in the global window."""
+    """Reads a BoundedSource or an UnboundedSource into a PCollection in the global window."""
 
     _primitive = True
 
-    def __init__(self, source: BoundedSource) -> None:
+    def __init__(self, source: Any) -> None:
         super().__init__()
-        if not isinstance(source, BoundedSource):
-            raise InvalidArgumentError(f"Read needs a BoundedSource, got {type(source).__name__}")
-        self.source = source
+        if not isinstance(source, (BoundedSource, UnboundedSource)):
+            raise InvalidArgumentError(
+                f"Read needs a BoundedSource or an UnboundedSource, got {type(source).__name__}")
+        self.source: Any = source
 
     def default_label(self) -> str:
         return f"Read({self.source.display_name()})"
@@ -98,5 +140,6 @@ class Read(PTransform):
         if not isinstance(pbegin, PBegin):
             raise PipelineConstructionError(
                 "Read is a root transform: apply it to the pipeline, e.g. p | ReadFromText(path)")
-        return self.pipeline.new_pcollection(Windowing(GlobalWindows()), True,
+        return self.pipeline.new_pcollection(Windowing(GlobalWindows()),
+                                             isinstance(self.source, BoundedSource),
                                              element_type=self.get_output_type())

@@ -272,6 +272,14 @@ class SparkRunnerOptions(PipelineOptions):
                                  "offsets, commits and state, and headrace's per-batch state); "
                                  "default: a new directory in the system's temporary directory, "
                                  "printed when the query starts")
+        parser.add_argument("--trigger_interval", type=float, default=0.0, metavar="SECONDS",
+                            help="streaming, with a source that may grow (e.g. PeriodicImpulse): "
+                                 "seconds between the starts of micro-batches; processing-time "
+                                 "triggers fire at this resolution (default 0: the next batch "
+                                 "starts as soon as the last one ends)")
+        parser.add_argument("--max_records_per_batch", type=int, default=100_000,
+                            help="streaming: at most this many records of each source that may "
+                                 "grow are read in one micro-batch (default 100000)")
 
 
 _RUNNING_MODES = ("in_memory", "multi_threading", "multi_processing")

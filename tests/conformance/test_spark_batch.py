@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import collections
 import os
+import time
 
 import pytest
 
@@ -173,9 +174,16 @@ def job_groups(spark_pipeline, monkeypatch):
 
 
 def _stage_names(group):
+    # Spark's status store learns of stages from its listener bus, asynchronously: after many
+    # streaming batches in the shared session it can lag, so wait for every stage's record.
     tracker = _spark_context().statusTracker()
-    return [tracker.getStageInfo(s).name for j in tracker.getJobIdsForGroup(group)
-            for s in tracker.getJobInfo(j).stageIds]
+    deadline = time.monotonic() + 30
+    while True:
+        infos = [tracker.getStageInfo(s) for j in tracker.getJobIdsForGroup(group)
+                 for s in (tracker.getJobInfo(j).stageIds if tracker.getJobInfo(j) else [None])]
+        if all(i is not None for i in infos) or time.monotonic() > deadline:
+            return [i.name if i is not None else None for i in infos]
+        time.sleep(0.1)
 
 
 def test_spark_stages_are_named_after_the_steps(spark_pipeline, job_groups):

@@ -11,6 +11,7 @@ from headrace.runners.spark.streaming.coordinator import (
 )
 from headrace.testing.test_stream import ElementEvent, ProcessingTimeEvent, WatermarkEvent
 from headrace.model.windowed import TimestampedValue
+from headrace.utils.timestamp import Timestamp
 
 US = 1_000_000
 
@@ -50,29 +51,55 @@ def test_holds_are_a_multiset():
     assert st.min_hold(0) == MAX
 
 
-def test_one_event_per_batch_then_the_final_step_and_the_clock_is_always_ahead():
-    c = Coordinator(NODES, [script()], 2)
-    st = BatchState(2)
-    off = c.initial_offset()
+def schedule(c, st, off=None):
+    """(position, watermarks, processing time) of every batch until the coordinator stops."""
+    off = off or c.initial_offset()
     seen = []
     while True:
         nxt = c.next_offset(off, st, wall_us=0)
         if nxt is None:
-            break
+            return seen
         assert nxt["n"] == off["n"] + 1
         assert nxt["stamp"] > nxt["clock"]       # the Spark clock grows every batch
         if nxt["n"] > 0:                         # (the first batch runs at Spark's initial 0)
             assert nxt["clock"] >= to_clock(max(nxt["w"]))   # and wakes every due timer
         seen.append((nxt["pos"][0], nxt["w"], nxt["pt"]))
         off = nxt
-    assert seen == [
+
+
+def test_one_event_per_batch_then_the_final_step_and_the_clock_is_always_ahead():
+    c = Coordinator(NODES, [script()], 2)
+    assert schedule(c, BatchState(2)) == [
         (1, [MIN, MIN], 0),                      # the elements
         (2, [10 * US, MIN], 0),                  # the watermark event reaches grouping 0,
         (2, [10 * US, 10 * US], 0),              # then, in a round, grouping 1 downstream
-        (3, [10 * US, 10 * US], 5 * US),         # processing time moves
-        (4, [MAX, 10 * US], 5 * US),             # the final step: outputs to +infinity
+        # processing time moves and wakes no key: the final step (outputs to +infinity) joins
+        (4, [MAX, 10 * US], 5 * US),
         (4, [MAX, MAX], 5 * US),
     ]
+
+
+def test_without_processing_time_triggers_elements_and_the_next_watermark_share_a_batch():
+    c = Coordinator(NODES, [script()], 2, merge_elements=True)
+    assert schedule(c, BatchState(2)) == [
+        (2, [10 * US, MIN], 0),                  # elements at MIN, then the watermark to 10 s
+        (2, [10 * US, 10 * US], 0),
+        (4, [MAX, 10 * US], 5 * US),
+        (4, [MAX, MAX], 5 * US),
+    ]
+
+
+def test_a_processing_time_advance_that_wakes_a_key_is_a_batch_of_its_own():
+    events = [ProcessingTimeEvent(2), ProcessingTimeEvent(3), ElementEvent([TimestampedValue("a", 1)]),
+              WatermarkEvent(Timestamp(micros=MAX))]
+    c = Coordinator(NODES[:3], [events], 1, merge_elements=True)
+    st = BatchState(1)
+    st.apply("pt", 0, MAX, 5 * US)               # a key waits for processing time 5 s
+    first = c.next_offset(c.initial_offset(), st, wall_us=0)
+    assert first is not None and first["pos"] == [2] and first["pt"] == 5 * US
+    st.apply("pt", 0, 5 * US, MAX)               # it fired
+    # the elements and the last watermark; the final step changes nothing and joins
+    assert schedule(c, st, first) == [(5, [MAX], 5 * US)]
 
 
 def test_a_hold_released_in_a_batch_makes_a_round_that_delivers_the_watermark():
@@ -110,12 +137,10 @@ def test_bounded_sources_emit_in_the_first_batch_and_their_watermark_then_jumps(
     first = c.next_offset(c.initial_offset(), st, wall_us=0)
     # elements are judged at the watermark before the batch (MIN), then it moves to +infinity
     assert first is not None and first["pos"] == [1] and first["w"] == [MAX]
-    # the first batch runs at Spark's initial clock 0: a round follows, at a clock that wakes
-    # every timer
+    # the first batch runs at Spark's initial clock 0; no key existed before it, so no timer
+    # waits for a round, and the source is done
     assert first["clock"] == 0 and first["stamp"] >= to_clock(MAX)
-    second = c.next_offset(first, st, wall_us=0)
-    assert second is not None and second["pos"] == [1] and second["clock"] >= to_clock(MAX)
-    assert c.next_offset(second, st, wall_us=0) is None
+    assert c.next_offset(first, st, wall_us=0) is None
 
 
 def test_the_clock_covers_every_watermark_and_keeps_order():

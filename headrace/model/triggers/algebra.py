@@ -115,6 +115,11 @@ class TriggerFn(ABC):
     #: per-element trigger bookkeeping).
     watermark_only = False
 
+    #: True when the trigger never waits for processing time (no SinceEarliestElem / AtPeriod
+    #: leaf, and no user leaf, whose deadlines are unknown): a runner may then treat a pure
+    #: advance of processing time as a no-op.
+    processing_time_free = False
+
     # ---- the algebra (implemented by leaves and composites) ---------------------------
 
     @abstractmethod
@@ -323,6 +328,8 @@ class LeafTrigger(TriggerFn):
 class ElemCount(LeafTrigger):
     """Ready once at least `count` elements arrived since the trigger last fired (the spec's ElemCount(k))."""
 
+    processing_time_free = True
+
     def __init__(self, count: int) -> None:
         if isinstance(count, bool) or not isinstance(count, int) or count < 1:
             raise InvalidArgumentError(
@@ -356,6 +363,7 @@ class EndOfWindow(LeafTrigger):
     """Ready once the input watermark passes the end of the window (the spec's EndOfWindow)."""
 
     watermark_only = True
+    processing_time_free = True
 
     def __init__(self) -> None:
         pass
@@ -466,6 +474,7 @@ class Never(LeafTrigger):
     """Never ready; a window's data is released only by the final pane at garbage collection."""
 
     watermark_only = True
+    processing_time_free = True
 
     def __init__(self) -> None:
         pass
@@ -488,6 +497,7 @@ class Done(TriggerFn):
                 f"AtPeriod, Never or a LeafTrigger subclass), got {leaf!r}")
         self.leaf = leaf
         self.watermark_only = leaf.watermark_only
+        self.processing_time_free = leaf.processing_time_free
 
     def initial_state(self) -> Any:
         """The tombstone."""
@@ -576,6 +586,7 @@ class _Composite(TriggerFn):
                     f"Repeatedly({name}(...))")
         self.triggers: Tuple[TriggerFn, ...] = tuple(triggers)
         self.watermark_only = all(t.watermark_only for t in self.triggers)
+        self.processing_time_free = all(t.processing_time_free for t in self.triggers)
 
     def initial_state(self) -> Any:
         """Every child's initial state."""

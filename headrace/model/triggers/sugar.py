@@ -84,6 +84,7 @@ class _Sugar(TriggerFn):
     def _set_expr(self, expr: TriggerFn) -> None:
         self.expr = expr
         self.watermark_only = expr.watermark_only
+        self.processing_time_free = expr.processing_time_free
 
     def initial_state(self) -> Any:
         """As the expression."""

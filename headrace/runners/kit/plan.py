@@ -9,8 +9,9 @@ before consumers) and returns, in that order:
   (a runner may have to hold its input back until the side inputs are ready). A stage's
   outputs that leave it (read outside it, or by nobody) are *materialised*; the others pass
   from step to step by direct calls.
-* `Primitive`: every other step, with its `kind`: SOURCE (Create, Read), TEST_STREAM,
-  GROUPING (GroupByKey, CombinePerKey), FLATTEN, RESHUFFLE.
+* `Primitive`: every other step, with its `kind`: SOURCE (Create, Read of a BoundedSource),
+  UNBOUNDED (Read of an UnboundedSource), TEST_STREAM, GROUPING (GroupByKey, CombinePerKey),
+  FLATTEN, RESHUFFLE.
 
 A runner that cannot execute a kind says so by leaving it out of `kinds`; `plan` then fails
 with an error naming the step and what to do.
@@ -21,7 +22,7 @@ from __future__ import annotations
 from typing import Callable, Dict, FrozenSet, List, Optional, Tuple, Union
 
 from headrace.errors import PipelineExecutionError
-from headrace.io.iobase import Read
+from headrace.io.iobase import Read, UnboundedSource
 from headrace.pipeline.pipeline import AppliedPTransform, Pipeline
 from headrace.pipeline.pvalue import AsSideInput, PCollection
 from headrace.runners.kit.side_inputs import replace_views
@@ -32,11 +33,12 @@ from headrace.transforms.core import (
 )
 
 SOURCE = "source"
+UNBOUNDED = "unbounded"
 TEST_STREAM = "test_stream"
 GROUPING = "grouping"
 FLATTEN = "flatten"
 RESHUFFLE = "reshuffle"
-ALL_KINDS: FrozenSet[str] = frozenset({SOURCE, TEST_STREAM, GROUPING, FLATTEN, RESHUFFLE})
+ALL_KINDS: FrozenSet[str] = frozenset({SOURCE, UNBOUNDED, TEST_STREAM, GROUPING, FLATTEN, RESHUFFLE})
 
 _KIND_OF = ((Create, SOURCE), (Read, SOURCE), (TestStream, TEST_STREAM), (GroupByKey, GROUPING),
             (CombinePerKey, GROUPING), (Flatten, FLATTEN), (Reshuffle, RESHUFFLE))
@@ -140,8 +142,11 @@ Unit = Union[Stage, Primitive]
 
 def kind_of(node: AppliedPTransform) -> Optional[str]:
     """The kind of a primitive that is not fused (None for ParDo / WindowInto and unknown ones)."""
+    t = node.transform
+    if isinstance(t, Read) and isinstance(t.source, UnboundedSource):
+        return UNBOUNDED
     for cls, kind in _KIND_OF:
-        if isinstance(node.transform, cls):
+        if isinstance(t, cls):
             return kind
     return None
 

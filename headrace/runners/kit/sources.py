@@ -1,13 +1,14 @@
-"""Bounded sources as every runner reads them: a record becomes an element, a source part is
-read in bundles, and a read failure names the step and the part."""
+"""Sources as every runner reads them: a record becomes an element, a bounded source's part
+(an unbounded source's range of positions) is read in bundles, and a read failure names the
+step and the part."""
 
 from __future__ import annotations
 
 from typing import Any, Iterator, List
 
 from headrace.errors import PipelineExecutionError
-from headrace.io.iobase import BoundedSource
-from headrace.model.time import MIN_TIMESTAMP_MICROS
+from headrace.io.iobase import BoundedSource, batched
+from headrace.model.time import MIN_TIMESTAMP_MICROS, to_micros
 from headrace.model.window import GLOBAL_WINDOWS_TUPLE
 from headrace.model.windowed import TimestampedValue, WindowedValue
 
@@ -33,3 +34,33 @@ def read_bundles(label: str, source: BoundedSource, part: Any, size: int) -> Ite
                 yield [to_windowed_value(v) for v in batch[i:i + size]]
     except Exception as exc:
         raise read_failure(label, part, exc) from exc
+
+
+def read_unbounded(label: str, source: Any, start: Any, end: Any, size: int) -> Iterator[List[WindowedValue]]:
+    """The elements of an UnboundedSource between two positions, in bundles of at most `size`;
+    errors name the step."""
+    try:
+        for chunk in batched(source.read(start, end), size):
+            yield [to_windowed_value(v) for v in chunk]
+    except Exception as exc:
+        raise read_failure(label, f"positions {start!r} to {end!r}", exc) from exc
+
+
+def unbounded_watermark(label: str, source: Any, position: Any) -> int:
+    """An UnboundedSource's watermark at `position`, in microseconds; errors name the step."""
+    try:
+        return to_micros(source.watermark(position))
+    except Exception as exc:
+        raise PipelineExecutionError(
+            f"step {label!r}: the source's watermark at position {position!r} failed: "
+            f"{type(exc).__name__}: {exc}", step=label) from exc
+
+
+def unbounded_available(label: str, source: Any, position: Any, now_us: int, max_records: int) -> Any:
+    """How far an UnboundedSource can be read now; errors name the step."""
+    try:
+        return source.available(position, now_us, max_records)
+    except Exception as exc:
+        raise PipelineExecutionError(
+            f"step {label!r}: asking the source how far it can be read from {position!r} failed: "
+            f"{type(exc).__name__}: {exc}", step=label) from exc

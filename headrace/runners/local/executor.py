@@ -3,7 +3,8 @@
 It plans with the runner kit (`runners.kit.plan`) and makes one unit (`units.py`) per planned
 unit, then *settles*: asks every unit to run its queued bundles, moves watermarks, and calls
 back groupings whose processing-time wakeups are due, until nothing moves. With TestStreams,
-it performs one event at a time and settles after each (see `LocalRunner`'s module doc).
+it performs one event at a time and settles after each (see `LocalRunner`'s module doc); an
+unbounded Read likewise reads what its source has now, then the pipeline settles.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from headrace.runners.kit.runtime import relax_gc
 from headrace.runners.kit.side_inputs import SideInputReader
 from headrace.runners.local.clock import RealClock, VirtualClock
 from headrace.runners.local.units import (
-    Bundle, GroupUnit, PassUnit, SourceUnit, StageUnit, TagOutput, TestStreamUnit, Unit,
+    Bundle, GroupUnit, PassUnit, SourceUnit, StageUnit, TagOutput, TestStreamUnit, UnboundedReadUnit,
+    Unit,
 )
 
 
@@ -38,12 +40,13 @@ class Executor:
         self.units: List[Unit] = []
         self.unit_of_input: Dict[PCollection, List[Unit]] = {}
         self.producer_unit: Dict[PCollection, Union[Unit, TagOutput]] = {}
-        self.streams: List[TestStreamUnit] = []
+        self.streams: List[Union[TestStreamUnit, UnboundedReadUnit]] = []
         self._next_stream = 0
         self.side_contents: Dict[PCollection, Dict[Any, list]] = {}
         self.side_pcolls: set = set()
         self._build(pipeline)
-        self.clock: Any = VirtualClock() if self.streams else RealClock()
+        virtual = any(isinstance(u, TestStreamUnit) for u in self.streams)
+        self.clock: Any = VirtualClock() if virtual else RealClock()
         self.ptime_units = [u for u in self.units
                             if isinstance(u, GroupUnit) and not u.watermark_only]
 
@@ -57,6 +60,9 @@ class Executor:
                 unit = SourceUnit(self, planned.node)
             elif planned.kind == planning.TEST_STREAM:
                 unit = TestStreamUnit(self, planned.node)
+                self.streams.append(unit)
+            elif planned.kind == planning.UNBOUNDED:
+                unit = UnboundedReadUnit(self, planned.node)
                 self.streams.append(unit)
             elif planned.kind == planning.GROUPING:
                 unit = GroupUnit(self, planned.node)

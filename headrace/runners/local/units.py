@@ -5,6 +5,7 @@ Each unit has an input queue of bundles, an output watermark, and a hold on it; 
 
 * `SourceUnit`: Create / Read, cut into bundles of `--bundle_size`;
 * `TestStreamUnit`: replays a TestStream's script, one event per settled pipeline;
+* `UnboundedReadUnit`: reads an UnboundedSource, what it has now per settled pipeline;
 * `StageUnit`: a fused stage (`kit.stage.FusedStage`); with side inputs, elements wait for
   the side windows they read, holding the output watermark;
 * `GroupUnit`: a GroupByKey / CombinePerKey over `kit.grouping.GroupingCore`, one `KeyState`
@@ -14,6 +15,7 @@ Each unit has an input queue of bundles, an output watermark, and a hold on it; 
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 from headrace.io.iobase import Read, batched
@@ -28,7 +30,9 @@ from headrace.pipeline.pvalue import PCollection
 from headrace.runners.kit.grouping import GroupingCore, grouping_errors, key_of, pane_element
 from headrace.runners.kit.plan import Stage
 from headrace.runners.kit.side_inputs import SideInputCombiner
-from headrace.runners.kit.sources import read_bundles, to_windowed_value
+from headrace.runners.kit.sources import (
+    read_bundles, read_unbounded, to_windowed_value, unbounded_available, unbounded_watermark,
+)
 from headrace.runners.kit.stage import FusedStage
 from headrace.runners.local.clock import VirtualClock
 from headrace.testing.test_stream import ElementEvent, ProcessingTimeEvent, TestStream, WatermarkEvent
@@ -118,6 +122,45 @@ class SourceUnit(Unit):
                         self.ex.emit(out, bundle)
         self.done = True
         return True
+
+
+class UnboundedReadUnit(Unit):
+    """Read of an UnboundedSource: each step reads what the source has now (at most a bundle),
+    then its watermark moves to the source's; when nothing is new, the step waits a little (the
+    executor settles between steps, so processing-time triggers fire meanwhile)."""
+
+    POLL_SECONDS = 0.02
+
+    def __init__(self, ex: "Executor", node: AppliedPTransform) -> None:
+        super().__init__(ex, node.full_label)
+        t = node.transform
+        assert isinstance(t, Read)
+        self.source = t.source
+        self.outputs = (node.outputs[None],)
+        self.position = self.source.initial_position()
+        self.wm = unbounded_watermark(self.label, self.source, self.position)
+        self.finished = self.wm >= MAX_TIMESTAMP_MICROS
+
+    def input_watermark(self) -> int:
+        return self.wm
+
+    def run_pending(self) -> bool:
+        return False  # read by the executor's steps
+
+    def step(self) -> None:
+        """Reads what is readable now (or waits a little when nothing is)."""
+        src = self.source
+        end = unbounded_available(self.label, src, self.position, time.time_ns() // 1000,
+                                  self.ex.bundle_size)
+        if end == self.position:
+            time.sleep(self.POLL_SECONDS)
+            return
+        with metrics_scope(self.ex.committed, self.label):
+            for bundle in read_unbounded(self.label, src, self.position, end, self.ex.bundle_size):
+                self.ex.emit(self.outputs[0], bundle)
+        self.position = end
+        self.wm = max(self.wm, unbounded_watermark(self.label, src, end))
+        self.finished = self.wm >= MAX_TIMESTAMP_MICROS
 
 
 class TagOutput:

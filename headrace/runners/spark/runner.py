@@ -25,10 +25,10 @@ from headrace.transforms.core import CombinePerKey, Create, Reshuffle
 
 _log = logging.getLogger(__name__)
 
-_KINDS = planning.ALL_KINDS - {planning.TEST_STREAM}
-_WHY_NOT = {planning.TEST_STREAM: (
-    "a TestStream is an unbounded source, and the Spark runner runs bounded pipelines as batch "
-    "jobs; run this pipeline on the LocalRunner")}
+_KINDS = planning.ALL_KINDS - {planning.TEST_STREAM, planning.UNBOUNDED}
+_UNBOUNDED_WHY = ("an unbounded source runs as a Spark Structured Streaming query, not as a batch "
+                  "job; run the pipeline with SparkRunner().run_pipeline, which chooses")
+_WHY_NOT = {planning.TEST_STREAM: _UNBOUNDED_WHY, planning.UNBOUNDED: _UNBOUNDED_WHY}
 
 
 class _Translation:

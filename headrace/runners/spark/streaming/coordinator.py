@@ -23,16 +23,22 @@ replayed batch reads its offset back from the log, so it sees exactly the same v
 Scheduling follows the local runner's settle loop: after a batch, if a grouping's input
 watermark would move, or a key's processing-time wakeup is due, the next batch is a *round*
 (no new input; it delivers the new watermarks and fires timers); only when nothing would move
-does a source advance (a TestStream by one event, as the local runner steps it). So a script
-gives the same panes as on the local runner. A grouping's output watermark stays at or below
-its input watermark of the previous batch (holds of input arriving in a batch are reported
-after it), so a chain of groupings catches up over one round per level.
+does a source advance (a TestStream by one step, as the local runner steps it: one event, or
+events whose batching cannot change a pane, see `Coordinator._step_end`). So a script gives the
+same panes as on the local runner. An unbounded source (`UnboundedSource`) advances to the
+position it *reserved* when the previous batch was planned (what it had then, at most
+`max_records` further): the reservation makes its next watermark known one batch ahead, for
+the Spark clock below; new records thus wait one batch (two when the stream was idle).
+
+A grouping's output watermark stays at or below its input watermark of the previous batch
+(holds of input arriving in a batch are reported after it), so a chain of groupings catches up
+over one round per level.
 
 The Spark clock: stateful operators wake keys with Spark event-time timers, which fire when
 Spark's watermark passes them. The source stamps every row with `stamp` (a column Spark
 watermarks with zero delay), so in batch n+1 Spark's watermark is batch n's stamp. The stamp
-is at least the largest watermark any grouping can see in batch n+1, without holds and with
-every TestStream one event further (so a key whose timer is due at its grouping's watermark is
+is at least the largest watermark any grouping can see in batch n+1, without holds, with
+every TestStream one step further and every unbounded source at its reservation (so a key whose timer is due at its grouping's watermark is
 woken; the very first batch runs at Spark's initial 0 and is followed by a round), and grows
 by at least 1 every batch (so a timer at "this batch's clock + 1" means "wake me next batch").
 It is only a wake-up clock: a woken key re-checks its timers against its grouping's own
@@ -44,7 +50,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
-from headrace.model.time import MAX_TIMESTAMP_MICROS, MIN_TIMESTAMP_MICROS
+from headrace.model.time import MAX_TIMESTAMP_MICROS, MIN_TIMESTAMP_MICROS, to_micros
 from headrace.testing.test_stream import ElementEvent, ProcessingTimeEvent, WatermarkEvent
 
 MIN = MIN_TIMESTAMP_MICROS
@@ -80,6 +86,7 @@ class Node(NamedTuple):
 
 
 SOURCE = "source"            # Create / Read: all elements in the first batch, then +infinity
+UNBOUNDED = "unbounded"      # an UnboundedSource: what it has, batch after batch
 TEST_STREAM = "test_stream"  # a scripted source (one event per batch)
 STAGE = "stage"              # fused element-wise steps
 PASS = "pass"                # Flatten, Reshuffle
@@ -124,24 +131,40 @@ class Coordinator:
     """Computes the watermarks and the next offset of a streaming pipeline (see the module doc).
 
     `nodes` are the planned units in dependency order; `scripts[i]` is the event list of
-    source i when it is a TestStream (None for Create / Read); `virtual_time` is True when
-    processing time is a TestStream's virtual clock (else the wall clock at planning)."""
+    source i when it is a TestStream (None for the others); `unbounded[i]` is source i's
+    UnboundedSource, read at most `max_records` records a batch; `virtual_time` is True when
+    processing time is a TestStream's virtual clock (else the wall clock at planning);
+    `merge_elements` is True when no grouping's trigger waits for processing time, so a batch
+    may take an element event together with the watermark event after it (`_step_end`)."""
 
     def __init__(self, nodes: Sequence[Node], scripts: Sequence[Optional[List[Any]]],
-                 n_groupings: int) -> None:
+                 n_groupings: int, merge_elements: bool = False,
+                 unbounded: Optional[Dict[int, Any]] = None, max_records: int = 100_000) -> None:
         self.nodes = tuple(nodes)
+        self.merge_elements = merge_elements
+        self.unbounded = dict(unbounded or {})
+        self.max_records = max(1, int(max_records))
         self.scripts = list(scripts)
         self.n_groupings = n_groupings
         self.virtual_time = any(s is not None for s in scripts)
         self._streams = [i for i, s in enumerate(scripts) if s is not None]
+        self._tags = {node.ref: node.tags for node in self.nodes if node.kind == TEST_STREAM}
 
     # ---- offsets ----------------------------------------------------------------------
 
     def initial_offset(self) -> Dict[str, Any]:
         """The offset before the first batch (nothing read, every watermark at the start)."""
         g = self.n_groupings
-        return {"n": -1, "pos": [0] * len(self.scripts), "pt": 0, "rr": 0,
+        pos = [self.unbounded[i].initial_position() if i in self.unbounded else 0
+               for i in range(len(self.scripts))]
+        return {"n": -1, "pos": pos, "next": list(pos), "pt": 0, "rr": 0,
                 "w": [MIN] * g, "o": [MIN] * g, "clock": 0, "stamp": 0}
+
+    def finished(self, offset: Dict[str, Any]) -> bool:
+        """True when every source has ended and every grouping's input watermark is at +infinity
+        after the batch that ended at `offset` (nothing is left to do)."""
+        return (all(w == MAX for w in offset["w"])
+                and all(w == MAX for w in self.source_watermarks(offset["pos"]).values()))
 
     def next_offset(self, start: Dict[str, Any], state: BatchState, wall_us: int
                     ) -> Optional[Dict[str, Any]]:
@@ -153,41 +176,94 @@ class Coordinator:
         the holds after the previous batch); its elements were read while the watermarks were
         the previous batch's, and are judged against those."""
         pos = list(start["pos"])
+        reserved = list(start.get("next", pos))
         in_wm, out_wm = self.watermarks(pos, state, start["o"], start["w"])
         pt = start["pt"] if self.virtual_time else max(start["pt"], wall_us)
         due = any(state.min_ptime(g) <= pt for g in range(self.n_groupings))
-        # a timer due at the last batch's watermarks that Spark's clock did not reach yet
-        lagging = to_clock(max(start["w"], default=MIN)) > start["clock"]
+        # a timer due at the last batch's watermarks that Spark's clock did not reach yet (only
+        # keys that existed before that batch have such timers: none before batch 0)
+        lagging = start["n"] > 0 and to_clock(max(start["w"], default=MIN)) > start["clock"]
         rr = start["rr"]
         if in_wm == list(start["w"]) and not due and not lagging:
-            moved = self._advance(pos, start)
+            moved = self._advance(pos, start, state, reserved)
             if moved is None:
-                return None
-            pos, rr, pt = moved
-            in_wm, out_wm = self.watermarks(pos, state, start["o"], start["w"])
-        end = {"n": start["n"] + 1, "pos": pos, "pt": pt, "rr": rr, "w": in_wm, "o": out_wm,
-               "clock": start["stamp"]}
-        end["stamp"] = min(max(to_clock(self._bound(pos, out_wm)), end["clock"] + 1),
+                # idle, unless an unbounded source has new records: a batch without input then
+                # reserves them for the next one
+                if self._reserve(pos, wall_us) == reserved:
+                    return None
+            else:
+                pos, rr, pt = moved
+                in_wm, out_wm = self.watermarks(pos, state, start["o"], start["w"])
+        nxt = self._reserve(pos, wall_us)
+        end = {"n": start["n"] + 1, "pos": pos, "next": nxt, "pt": pt, "rr": rr, "w": in_wm,
+               "o": out_wm, "clock": start["stamp"]}
+        end["stamp"] = min(max(to_clock(self._bound(nxt, out_wm)), end["clock"] + 1),
                            _CLOCK_LIMIT_MS)
         return end
 
-    def _bound(self, pos: List[int], out_wm: List[int]) -> int:
-        """The largest watermark a grouping can see in the batch after the one ending at `pos`:
-        without holds, and with every source one step further (a TestStream's script is known,
-        so its next event's watermark is woken for in time)."""
-        ahead = [p + 1 if s is not None and p <= len(s) else max(p, 1)
-                 for p, s in zip(pos, self.scripts)]
+    def _reserve(self, pos: List[Any], wall_us: int) -> List[Any]:
+        """The positions the next advance of the unbounded sources reads up to: what they have
+        at `wall_us`. Chosen one batch ahead, so that the Spark clock of the batch before it
+        already covers the watermarks they reach (see the module doc)."""
+        return [self.unbounded[i].available(p, wall_us, self.max_records) if i in self.unbounded
+                else p for i, p in enumerate(pos)]
+
+    def _bound(self, pos: List[Any], out_wm: List[int]) -> int:
+        """The largest watermark a grouping can see in the batch after the one ending at `pos`
+        (unbounded sources: at their reserved positions): without holds, and with every source
+        one step further (a TestStream's script is known, so the watermark of its next step is
+        woken for in time)."""
+        ahead = [p if i in self.unbounded
+                 else self._step_end(i, p, 0, None)[0] if s is not None else max(p, 1)
+                 for i, (p, s) in enumerate(zip(pos, self.scripts))]
         return max(self.watermarks(ahead, None, out_wm)[0], default=MIN)
 
-    def _advance(self, pos: List[int], start: Dict[str, Any]
-                 ) -> Optional[Tuple[List[int], int, int]]:
+    def _step_end(self, i: int, p: int, pt: int, state: Optional[BatchState]) -> Tuple[int, int]:
+        """(position, processing time) after the next step of TestStream source i at position `p`.
+
+        A step is one event, as the local runner performs them, or several events that give the
+        same result in one batch: advances of processing time that wake no key (with `state`
+        None: assumed to wake none), then, when no trigger of the pipeline waits for processing
+        time (`merge_elements`), an element event and the watermark event after it (the batch
+        processes its elements at the old watermark, then moves it, as two settle passes do).
+        The final step (every output to +infinity) joins a step after which it changes nothing."""
+        script = self.scripts[i]
+        assert script is not None
+        n = len(script)
+        q = p
+        while q < n and isinstance(script[q], ProcessingTimeEvent):
+            pt += script[q].advance_by.micros
+            q += 1
+            if state is not None and any(state.min_ptime(g) <= pt for g in range(self.n_groupings)):
+                return q, pt  # it fires timers: nothing else in this batch
+        if q < n and isinstance(script[q], ElementEvent):
+            q += 1
+            if self.merge_elements and q < n and isinstance(script[q], WatermarkEvent):
+                q += 1
+        elif q < n and isinstance(script[q], WatermarkEvent):
+            q += 1
+        elif q == n:
+            q += 1  # the final step
+        if q == n and all(_script_watermark(script, q, tag) == MAX for tag in self._tags[i]):
+            q += 1
+        return q, pt
+
+    def _advance(self, pos: List[Any], start: Dict[str, Any], state: Optional[BatchState],
+                 reserved: List[Any]) -> Optional[Tuple[List[Any], int, int]]:
         """Moves the sources on by one step: the bounded sources emit everything (first
-        batch), else the next TestStream (round robin) performs one event; None if none can."""
+        batch), else the unbounded sources read up to their reserved positions, else the next
+        TestStream (round robin) performs one step (`_step_end`); None if none can."""
         pt = start["pt"]
         moved = False
         for i, s in enumerate(self.scripts):
-            if s is None and pos[i] == 0:
+            if s is None and i not in self.unbounded and pos[i] == 0:
                 pos[i] = 1
+                moved = True
+        if moved:
+            return pos, start["rr"], pt
+        for i in self.unbounded:
+            if reserved[i] != pos[i]:
+                pos[i] = reserved[i]
                 moved = True
         if moved:
             return pos, start["rr"], pt
@@ -197,9 +273,7 @@ class Coordinator:
             script = self.scripts[i]
             assert script is not None
             if pos[i] <= len(script):  # len(script): the final "every output to +infinity"
-                if pos[i] < len(script) and isinstance(script[pos[i]], ProcessingTimeEvent):
-                    pt = pt + script[pos[i]].advance_by.micros
-                pos[i] += 1
+                pos[i], pt = self._step_end(i, pos[i], pt, state)
                 return pos, (start["rr"] + k + 1) % n, pt
         return None
 
@@ -212,6 +286,10 @@ class Coordinator:
             if node.kind == SOURCE:
                 for pc in node.outputs:
                     wms[pc] = MAX if pos[node.ref] else MIN
+            elif node.kind == UNBOUNDED:
+                wm = to_micros(self.unbounded[node.ref].watermark(pos[node.ref]))
+                for pc in node.outputs:
+                    wms[pc] = wm
             elif node.kind == TEST_STREAM:
                 script = self.scripts[node.ref]
                 assert script is not None
@@ -235,7 +313,7 @@ class Coordinator:
         g_in = [MIN] * self.n_groupings
         g_out = list(prev_out)
         for node in self.nodes:
-            if node.kind in (SOURCE, TEST_STREAM):
+            if node.kind in (SOURCE, UNBOUNDED, TEST_STREAM):
                 continue
             w = min((wm[pc] for pc in node.inputs), default=MAX)
             if node.kind == GROUPING:

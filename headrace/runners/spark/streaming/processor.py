@@ -174,6 +174,7 @@ def processor(specs: Dict[int, GroupingSpec], forward_key: bytes, env: Any) -> A
                     wakeup = core.next_processing_time(rec.state, prev, pt)
                 if rec is None:  # a timer of a key whose state is gone
                     return
+                split = len(out)
                 if cur > rec.seen:
                     core.on_watermark(rec.key, rec.state, cur, pt, out)
                     rec.seen = cur
@@ -182,10 +183,14 @@ def processor(specs: Dict[int, GroupingSpec], forward_key: bytes, env: Any) -> A
                     core.on_processing_time(rec.key, rec.state, pt, cur, out)
                     wakeup = core.next_processing_time(rec.state, cur, pt)
             yield from self._settle(g, core, rec, ctl, expired, wakeup)
+            # Output made before the watermark moved and output made after are two bundles, as
+            # they are two settle passes of the local runner (a batch may hold both, `coordinator`).
             seq = 0
-            for pc, lst in ((spec.main_pc, out), (spec.late_pc, late)):
+            for pc, lst, bundle in ((spec.main_pc, out[:split], 2 * ctl.n),
+                                    (spec.main_pc, out[split:], 2 * ctl.n + 1),
+                                    (spec.late_pc, late, 2 * ctl.n)):
                 for wv in lst or ():
-                    yield (rows.PASS, pc, b"", ctl.n, seq, pack([wv]))
+                    yield (rows.PASS, pc, b"", bundle, seq, pack([wv]))
                     seq += 1
             if metrics.cells:
                 yield (rows.PASS, rows.REPORT_PC, b"", 0, 0, rows.dumps(("metrics", metrics)))

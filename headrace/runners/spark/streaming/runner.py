@@ -26,9 +26,11 @@ import os
 import sys
 import tempfile
 import threading
+import time
 from typing import Any, Dict, List, Optional, Set, Tuple
 
 from headrace.errors import PipelineExecutionError, UnsupportedArgumentError
+from headrace.io.iobase import Read
 from headrace.metrics.metric import MetricResults, MetricsContainer
 from headrace.model import coders
 from headrace.options.pipeline_options import LocalRunnerOptions, SparkRunnerOptions
@@ -37,7 +39,7 @@ from headrace.runners.kit import plan as planning
 from headrace.runners.spark import tasks
 from headrace.runners.spark.streaming import rows
 from headrace.runners.spark.streaming.coordinator import (
-    GROUPING, PASS, SOURCE, STAGE, TEST_STREAM, Coordinator, Node,
+    GROUPING, PASS, SOURCE, STAGE, TEST_STREAM, UNBOUNDED, Coordinator, Node,
 )
 from headrace.runners.spark.streaming.processor import GroupingSpec, processor
 from headrace.runners.spark.streaming.source import SOURCE_NAME, RunFiles, SourcePlan, data_source_class
@@ -46,6 +48,7 @@ from headrace.testing.test_stream import TestStream
 from headrace.transforms.core import CombinePerKey, Create
 
 _ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+_POLL_SECONDS = 0.2
 
 
 class StreamPlan(SourcePlan):
@@ -62,7 +65,7 @@ class StreamPlan(SourcePlan):
 
 
 def build_plan(pipeline: Pipeline, bundle_size: int, max_attempts: int, partitions: int,
-               ctl_keys: Tuple[bytes, ...]) -> StreamPlan:
+               ctl_keys: Tuple[bytes, ...], max_records: int = 100_000) -> StreamPlan:
     """Plans `pipeline` as a streaming query (see the module doc); errors name the step."""
     units = planning.plan(pipeline, "Spark streaming runner")
     level_of: Dict[int, int] = {}        # pc id -> level it is made at
@@ -72,6 +75,8 @@ def build_plan(pipeline: Pipeline, bundle_size: int, max_attempts: int, partitio
     g_specs: Dict[int, Dict[int, GroupingSpec]] = {}
     g_inputs: Dict[int, List[Tuple[int, int, str]]] = {}   # level -> (pc, grouping index, label)
     n_groupings = 0
+    unbounded: Dict[int, Any] = {}       # source index -> UnboundedSource
+    source_labels: Dict[int, str] = {}
     readers: Dict[int, Set[int]] = {}     # pc -> levels that read it (stages: own level)
     shape = [(u.kind, u.label) for u in units]
     for u in units:
@@ -92,7 +97,15 @@ def build_plan(pipeline: Pipeline, bundle_size: int, max_attempts: int, partitio
             continue
         node = u.node
         t = node.transform
-        if u.kind == planning.SOURCE:
+        if u.kind == planning.UNBOUNDED:
+            assert isinstance(t, Read)
+            out = node.outputs[None]
+            nodes.append(Node(UNBOUNDED, len(sources), (), (out._id,)))
+            unbounded[len(sources)] = t.source
+            source_labels[len(sources)] = u.label
+            sources.append(("unbounded", t.source, {None: out._id}))
+            level_of[out._id] = 0
+        elif u.kind == planning.SOURCE:
             if not isinstance(t, Create):
                 raise UnsupportedArgumentError(
                     f"step {u.label!r}: the Spark streaming runner reads Create and TestStream "
@@ -147,10 +160,14 @@ def build_plan(pipeline: Pipeline, bundle_size: int, max_attempts: int, partitio
                           and pc not in keyed)
         levels.append(LevelSpec(tuple(by_level.get(lv, ())), {k: tuple(v) for k, v in keyed.items()},
                                 later, ctl_keys if lv < top else None, bundle_size, max_attempts))
+    merge = all(spec.windowing.trigger.processing_time_free
+                for specs in g_specs.values() for spec in specs.values())
     coordinator = Coordinator(nodes, [s[1] if s[0] == "test_stream" else None for s in sources],
-                              n_groupings)
+                              n_groupings, merge, unbounded, max_records)
     groupings = [g_specs.get(lv, {}) for lv in range(top + 1)]
-    return StreamPlan(coordinator, sources, levels, groupings, partitions, bundle_size, shape)
+    plan = StreamPlan(coordinator, sources, levels, groupings, partitions, bundle_size, shape)
+    plan.labels = source_labels
+    return plan
 
 
 def partition_keys(spark: Any, n: int) -> Tuple[bytes, ...]:
@@ -171,12 +188,14 @@ def partition_keys(spark: Any, n: int) -> Tuple[bytes, ...]:
 class StreamingPipelineResult(PipelineResult):
     """A running streaming query's result: wait for it, cancel it, read its metrics."""
 
-    def __init__(self, query: Any, files: RunFiles, n_groupings: int, checkpoint: str) -> None:
+    def __init__(self, query: Any, files: RunFiles, n_groupings: int, checkpoint: str,
+                 live: bool = False) -> None:
         super().__init__(PipelineState.RUNNING)
         self.query = query
         self.files = files
         self.n_groupings = n_groupings
         self.checkpoint = checkpoint
+        self.live = live   # a processing-time trigger: the query is stopped when it has finished
         self._lock = threading.Lock()
 
     @property
@@ -189,7 +208,9 @@ class StreamingPipelineResult(PipelineResult):
         if self._state != PipelineState.RUNNING:
             return
         if self.query.isActive:
-            return
+            if not self._finished():
+                return
+            self.query.stop()
         exc = self.query.exception()
         if exc is None:
             self._state = PipelineState.DONE
@@ -200,10 +221,16 @@ class StreamingPipelineResult(PipelineResult):
     def wait_until_finish(self, duration: Optional[float] = None) -> PipelineState:
         """Blocks until the query ends (or `duration` seconds pass); raises its error if it failed."""
         try:
-            if duration is None:
-                self.query.awaitTermination()
-            else:
-                self.query.awaitTermination(duration)
+            if not self.live:
+                if duration is None:
+                    self.query.awaitTermination()
+                else:
+                    self.query.awaitTermination(duration)
+            else:  # sources that may grow: the query runs until the driver sees the end
+                deadline = None if duration is None else time.monotonic() + duration
+                while not self.query.awaitTermination(_POLL_SECONDS) and not self._finished():
+                    if deadline is not None and time.monotonic() >= deadline:
+                        break
         except Exception as exc:
             self._state = PipelineState.FAILED
             self._error = _pipeline_error(exc)
@@ -211,6 +238,11 @@ class StreamingPipelineResult(PipelineResult):
         if self._error is not None:
             raise self._error
         return self._state
+
+    def _finished(self) -> bool:
+        """True when the source has seen the end of everything and the last batch committed."""
+        n = self.files.finished_batch()
+        return n is not None and self.files.batch_state(n, self.n_groupings) is not None
 
     def cancel(self) -> PipelineState:
         """Stops the query (a restart with the same checkpoint location resumes it)."""
@@ -328,7 +360,7 @@ class SparkStreamingRunner:
         n = old.partitions if old is not None else int(spark.conf.get("spark.sql.shuffle.partitions"))
         keys = partition_keys(spark, n)
         plan = build_plan(pipeline, max(1, int(lo.bundle_size)), max(1, int(lo.max_bundle_attempts)),
-                          n, keys)
+                          n, keys, max(1, int(so.max_records_per_batch)))
         if old is not None:
             _check_restart(old, plan, checkpoint)
         files.write_plan(plan)
@@ -344,10 +376,16 @@ class SparkStreamingRunner:
                     processor(plan.groupings[lv], keys[0], env), schema, "Append", "EventTime")
             df = df.mapInArrow(level_fn(spec, env), schema)
         writer = (df.writeStream.foreachBatch(make_sink(checkpoint, plan.coordinator.n_groupings))
-                  .option("checkpointLocation", os.path.join(checkpoint, "spark"))
-                  .trigger(availableNow=True))
+                  .option("checkpointLocation", os.path.join(checkpoint, "spark")))
+        # Sources that may grow (an UnboundedSource) are polled every trigger interval and the
+        # query is stopped once the driver sees the end; the others end by themselves.
+        live = bool(plan.coordinator.unbounded)
+        if live:
+            writer = writer.trigger(processingTime=f"{max(0.0, float(so.trigger_interval)):g} seconds")
+        else:
+            writer = writer.trigger(availableNow=True)
         query = writer.start()
-        result = StreamingPipelineResult(query, files, plan.coordinator.n_groupings, checkpoint)
+        result = StreamingPipelineResult(query, files, plan.coordinator.n_groupings, checkpoint, live)
         if wait:
             result.wait_until_finish()
         return result

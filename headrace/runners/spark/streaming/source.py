@@ -22,7 +22,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from headrace.model.windowed import WindowedValue
 from headrace.model.window import GLOBAL_WINDOWS_TUPLE
-from headrace.runners.kit.sources import to_windowed_value
+from headrace.runners.kit.sources import read_unbounded, to_windowed_value
 from headrace.runners.spark.streaming import rows
 from headrace.runners.spark.streaming.coordinator import BatchState, script_elements
 from headrace.runners.spark.tasks import pack
@@ -70,6 +70,20 @@ class RunFiles:
             os.remove(old)
 
 
+    def mark_finished(self, n: int) -> None:
+        """Records that nothing is left to do after batch n (the runner then stops the query)."""
+        if self.finished_batch() != n:
+            _atomic_write(os.path.join(self.root, "finished"), str(n).encode())
+
+    def finished_batch(self) -> Optional[int]:
+        """The batch after which nothing is left to do, once the source has seen it."""
+        try:
+            with open(os.path.join(self.root, "finished"), "rb") as fh:
+                return int(fh.read())
+        except (OSError, ValueError):
+            return None
+
+
 def _atomic_write(path: str, data: bytes) -> None:
     tmp = f"{path}.{os.getpid()}.tmp"
     with open(tmp, "wb") as fh:
@@ -114,7 +128,11 @@ def data_source_class() -> Any:
             if state is None:  # the previous batch's sink has not written its state
                 return start
             end = coord.next_offset(start, state, time.time_ns() // 1000)
-            return start if end is None else end
+            if end is None:
+                if coord.finished(start):
+                    self.files.mark_finished(start["n"])
+                return start
+            return end
 
         def prepareForTriggerAvailableNow(self) -> None:
             pass  # the sources here end by themselves (TestStream scripts, bounded sources)
@@ -157,8 +175,9 @@ class SourcePlan:
     def __init__(self, coordinator: Any, sources: List[Tuple[str, Any, Dict[Optional[str], int]]],
                  bundle_size: int) -> None:
         self.coordinator = coordinator
-        self.sources = sources   # (kind, values or script, {tag: pc})
+        self.sources = sources   # (kind, values, script or UnboundedSource, {tag: pc})
         self.bundle_size = bundle_size
+        self.labels: Dict[int, str] = {}   # source index -> step label (for errors)
 
     def elements(self, start: Dict[str, Any], end: Dict[str, Any]
                  ) -> Iterator[Tuple[int, int, List[WindowedValue]]]:
@@ -171,6 +190,10 @@ class SourcePlan:
                 size = self.bundle_size  # in bundles, as every runner reads a Create
                 for k in range(0, len(data), size):
                     yield pcs[None], (i << 32) | k, [to_windowed_value(v) for v in data[k:k + size]]
+            elif kind == "unbounded":
+                label = self.labels.get(i, "Read")
+                for k, bundle in enumerate(read_unbounded(label, data, a, b, self.bundle_size)):
+                    yield pcs[None], (i << 32) | k, bundle
             else:
                 for k, (tag, tvs) in enumerate(script_elements(data, a, b)):
                     wvs = [WindowedValue(tv.value, tv.timestamp_us, GLOBAL_WINDOWS_TUPLE) for tv in tvs]

@@ -1,0 +1,149 @@
+"""Unbounded sources: `PeriodicImpulse` and users' own `UnboundedSource`s, on every runner.
+
+An unbounded source is read by position, step after step (on the Spark runner, micro-batch
+after micro-batch, at most --max_records_per_batch records each), and its watermark comes from
+its position. Results must not depend on how the reads are cut: expected values below are
+computed from the source's definition.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+import headrace as beam
+from headrace.errors import InvalidArgumentError
+from headrace.io.iobase import Read, UnboundedSource
+from headrace.model.time import MAX_TIMESTAMP_MICROS
+from headrace.testing.util import assert_that, equal_to
+from headrace.transforms import trigger, window
+from headrace.transforms.periodicsequence import PeriodicImpulse
+from headrace.utils.timestamp import Timestamp
+
+
+class JournalPanes(beam.DoFn):
+    """Appends (key, values, window start, timing, index) of each pane to a journal."""
+
+    def __init__(self, journal):
+        self.journal = journal
+
+    def process(self, kv, w=beam.DoFn.WindowParam, pane=beam.DoFn.PaneInfoParam):
+        k, v = kv
+        self.journal.write(k, sorted(v), float(w.start) if hasattr(w, "start") else None,
+                           pane.timing.name, pane.index)
+        yield kv
+
+
+def test_periodic_impulse_emits_its_timestamps_as_values_and_event_times(make_pipeline):
+    p = make_pipeline(max_records_per_batch=7, bundle_size=3)
+    out = (p | PeriodicImpulse(start_timestamp=100, stop_timestamp=130, fire_interval=2)
+           | beam.Map(lambda ts, t=beam.DoFn.TimestampParam: (ts, float(t))))
+    assert_that(out, equal_to([(float(t), float(t)) for t in range(100, 130, 2)]))
+    p.run().wait_until_finish()
+
+
+def test_windowed_sums_over_a_periodic_impulse_match_the_definition(make_pipeline):
+    p = make_pipeline(max_records_per_batch=25, bundle_size=10)
+    sums = (p | PeriodicImpulse(0, 200, 1)
+            | beam.Map(lambda ts: ("k%d" % (int(ts) % 3), int(ts)))
+            | beam.WindowInto(window.FixedWindows(20))
+            | beam.CombinePerKey(sum)
+            | beam.Map(lambda kv, w=beam.DoFn.WindowParam: (kv[0], int(w.start), kv[1])))
+    expected = {}
+    for t in range(200):
+        k = ("k%d" % (t % 3), t // 20 * 20)
+        expected[k] = expected.get(k, 0) + t
+    assert_that(sums, equal_to([(k, s, v) for (k, s), v in expected.items()]))
+    p.run().wait_until_finish()
+
+
+def test_periodic_impulse_with_data_and_windowing(make_pipeline):
+    p = make_pipeline(max_records_per_batch=4)
+    out = (p | PeriodicImpulse(0, 10, 1, apply_windowing=True, data=["a", "b", "c"])
+           | beam.Map(lambda v, w=beam.DoFn.WindowParam: (v, int(w.start), int(w.end))))
+    assert_that(out, equal_to([("abc"[i % 3], i, i + 1) for i in range(10)]))
+    p.run().wait_until_finish()
+
+
+class _Slow(UnboundedSource):
+    """Values 0..n-1 at event time 10*i seconds; a record is readable once the wall clock passed
+    `start + i * gap` seconds; the watermark lags the position by `delay` seconds."""
+
+    def __init__(self, n, start, gap, delay):
+        self.n, self.start, self.gap, self.delay = n, start, gap, delay
+
+    def initial_position(self):
+        return 0
+
+    def available(self, position, now_us, max_records):
+        ready = int((now_us / 1e6 - self.start) / self.gap) + 1
+        return max(position, min(self.n, ready, position + max_records))
+
+    def read(self, start, end):
+        for i in range(start, end):
+            # out of event-time order by up to `delay`: 10*i, minus 5 s for odd i
+            yield beam.TimestampedValue(i, 10 * i - (5 if i % 2 else 0))
+
+    def watermark(self, position):
+        if position >= self.n:
+            return Timestamp(micros=MAX_TIMESTAMP_MICROS)
+        return Timestamp.of(10 * position - self.delay)
+
+
+def test_a_users_unbounded_source_read_live_gives_every_pane_on_time(make_pipeline, journal):
+    # Records become readable over about a second of wall time; the watermark never passes a
+    # record still to come, so nothing is late, whatever the reads' cut.
+    p = make_pipeline(max_records_per_batch=3)
+    src = _Slow(12, time.time() + 0.5, 0.08, delay=5)
+    (p | Read(src)
+       | beam.Map(lambda i: ("k", i))
+       | beam.WindowInto(window.FixedWindows(40), allowed_lateness=0)
+       | beam.GroupByKey()
+       | beam.ParDo(JournalPanes(journal)))
+    p.run().wait_until_finish()
+    got = sorted((w, sorted(v), timing) for _, v, w, timing, _ in journal.read())
+    want = {}
+    for i in range(12):
+        ts = 10 * i - (5 if i % 2 else 0)
+        want.setdefault(ts // 40 * 40, []).append(i)
+    assert got == [(float(w), sorted(v), "ON_TIME") for w, v in sorted(want.items())]
+
+
+def test_processing_time_triggers_fire_on_a_live_stream(make_pipeline, journal):
+    # Elements arrive over ~1.5 s of wall time; a repeated processing-time trigger fires early
+    # panes meanwhile. How many panes depends on timing; their contents add up to all elements.
+    p = make_pipeline(max_records_per_batch=2, trigger_interval=0.1)
+    now = time.time()
+    (p | PeriodicImpulse(now + 0.3, now + 1.8, 0.1)
+       | beam.Map(lambda ts: ("k", 1))
+       | beam.WindowInto(window.GlobalWindows(),
+                         trigger=trigger.Repeatedly(trigger.AfterProcessingTime(0.2)),
+                         accumulation_mode=trigger.AccumulationMode.DISCARDING)
+       | beam.GroupByKey()
+       | beam.ParDo(JournalPanes(journal)))
+    p.run().wait_until_finish()
+    panes = journal.read()
+    assert sum(len(v) for _, v, _, _, _ in panes) == 15
+    assert {timing for _, _, _, timing, _ in panes} <= {"EARLY", "ON_TIME"}
+    assert any(timing == "EARLY" for _, _, _, timing, _ in panes)
+
+
+@pytest.mark.parametrize("kwargs, fragment", [
+    (dict(fire_interval=0), "must be positive"),
+    (dict(start_timestamp=10, stop_timestamp=5), "before start_timestamp"),
+    (dict(fire_interval="x"), "fire_interval"),
+    (dict(data=[]), "at least one value"),
+])
+def test_periodic_impulse_checks_its_arguments(kwargs, fragment):
+    with pytest.raises(InvalidArgumentError) as info:
+        PeriodicImpulse(**kwargs)
+    assert fragment in str(info.value)
+
+
+def test_read_of_an_unbounded_source_is_unbounded():
+    p = beam.Pipeline()
+    assert (p | PeriodicImpulse(0, 10, 1)).is_bounded is False
+    with pytest.raises(InvalidArgumentError) as info:
+        Read(object())
+    assert "UnboundedSource" in str(info.value)
