@@ -38,8 +38,9 @@ The Spark clock: stateful operators wake keys with Spark event-time timers, whic
 Spark's watermark passes them. The source stamps every row with `stamp` (a column Spark
 watermarks with zero delay), so in batch n+1 Spark's watermark is batch n's stamp. The stamp
 is at least the largest watermark any grouping can see in batch n+1, without holds, with
-every TestStream one step further and every unbounded source at its reservation (so a key whose timer is due at its grouping's watermark is
-woken; the very first batch runs at Spark's initial 0 and is followed by a round), and grows
+every TestStream one step further and every unbounded source at its reservation (so a key
+whose timer is due at its grouping's watermark is woken; the very first batch runs at Spark's
+initial 0, before any key exists), and grows
 by at least 1 every batch (so a timer at "this batch's clock + 1" means "wake me next batch").
 It is only a wake-up clock: a woken key re-checks its timers against its grouping's own
 watermark.
