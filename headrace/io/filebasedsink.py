@@ -10,6 +10,10 @@ deletes the temporary directory (and those left by earlier failed runs of the sa
 and the shards of an earlier run that the new shards did not replace, so a re-run, even with
 fewer shards, leaves exactly its own shards.
 
+An unbounded input is written per window and pane instead (Beam's windowed writes): each pane
+of a GroupByKey on a shard number becomes one file per shard, named after the window, the pane
+and the shard, written to a temporary file and renamed at once.
+
 A format plugs in by subclassing `FileBasedSink` and implementing `new_writer`, which returns
 a `FileFormatWriter` for one open temporary file.
 """
@@ -22,13 +26,14 @@ import random
 import re
 import shutil
 import uuid
+import zlib
 from abc import ABC, abstractmethod
 from typing import Any, BinaryIO, Iterable, List, Optional, Tuple, cast
 
 from headrace.errors import InvalidArgumentError
 from headrace.io.filesystem import compressing_writer, compression_of
 from headrace.model.time import MIN_TIMESTAMP_MICROS
-from headrace.model.window import GLOBAL_WINDOWS_TUPLE, GlobalWindows
+from headrace.model.window import GLOBAL_WINDOWS_TUPLE, GlobalWindow, GlobalWindows
 from headrace.model.windowed import WindowedValue
 from headrace.pipeline.dofn import DoFn
 from headrace.pipeline.pvalue import AsList, PCollection
@@ -208,6 +213,24 @@ class FileBasedSink(ABC):
             return str(index if s[0] == "S" else count).zfill(len(s))
         return self.prefix + re.sub(r"S+|N+", repl, self.template) + self.suffix
 
+    def windowed_shard_name(self, window: Any, pane: Any, index: int, count: int) -> str:
+        """The final name of shard `index` of `count` of one pane of one window (unbounded
+        input), Beam's windowed-write name: `prefix-START-END-PANE-00000-of-00001.suffix`, START
+        and END in ISO 8601 (left out for the global window), PANE the pane's index (left out
+        when the pane is the window's only one)."""
+        parts = [self.prefix]
+        if not isinstance(window, GlobalWindow):
+            parts += [window.start.to_utc_datetime().replace(tzinfo=None).isoformat(),
+                      window.end.to_utc_datetime().replace(tzinfo=None).isoformat()]
+        if pane is not None and not (pane.is_first and pane.is_last):
+            parts.append(str(pane.index))
+        head = "-".join(parts)
+
+        def repl(m: "re.Match[str]") -> str:
+            s = m.group(0)
+            return str(index if s[0] == "S" else count).zfill(len(s))
+        return head + re.sub(r"S+|N+", repl, self.template) + self.suffix
+
     def _shard_pattern(self) -> "re.Pattern[str]":
         """Matches the base names of this output's shards, whatever their index and count."""
         parts = re.split(r"(S+|N+)", self.template)  # literals at even, S/N runs at odd indices
@@ -323,9 +346,60 @@ class _FinalizeDoFn(DoFn):
         return self.sink.finalize(temp_paths)
 
 
+class _StableShardDoFn(DoFn):
+    """Keys each record by a shard chosen from its text, so a re-run pane splits the same way."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def process(self, element: Any) -> Iterable[Tuple[int, Any]]:
+        yield (zlib.crc32(repr(element).encode("utf-8")) % self.n if self.n > 1 else 0, element)
+
+
+class _WriteWindowedShardDoFn(DoFn):
+    """Writes one shard of one pane of one window to a temporary file, then renames it to its
+    final name (`FileBasedSink.windowed_shard_name`) at once: a pane computed again (a re-run
+    streaming batch) replaces the file whole, so there are no partial or duplicate files."""
+
+    def __init__(self, sink: FileBasedSink, n: int) -> None:
+        self.sink = sink
+        self.n = n
+
+    def process(self, element: Any, w: Any = DoFn.WindowParam,
+                pane: Any = DoFn.PaneInfoParam) -> Iterable[str]:
+        shard, values = element
+        temp = _TempFile(self.sink)
+        try:
+            write = temp.write
+            for v in values:
+                write(v)
+            path = temp.close()
+        except BaseException:
+            temp.discard()
+            raise
+        final = self.sink.windowed_shard_name(w, pane, shard, self.n)
+        os.makedirs(os.path.dirname(final) or ".", exist_ok=True)
+        os.replace(path, final)
+        yield final
+
+
 def write_files(pcoll: PCollection, sink: FileBasedSink) -> PCollection:
-    """Applies the write steps for `sink` inside the calling composite; returns the final file names."""
+    """Applies the write steps for `sink` inside the calling composite; returns the final file names.
+
+    A bounded input is written once, to `num_shards` shards (see the module doc); an unbounded
+    one per window and pane, as each pane fires (Beam's windowed writes: `windowed_shard_name`)."""
     sink.step = pcoll.pipeline.current_transform().full_label or sink.step
+    if not pcoll.is_bounded:
+        if sink.max_records_per_shard or sink.max_bytes_per_shard:
+            raise InvalidArgumentError(
+                f"{sink.step}: max_records_per_shard / max_bytes_per_shard apply to bounded input; "
+                "an unbounded PCollection is written per window and pane, to num_shards files "
+                "each (default 1): drop the limits or set num_shards")
+        n = max(1, sink.num_shards)
+        return (pcoll
+                | "AssignShard" >> ParDo(_StableShardDoFn(n))
+                | "GroupByShard" >> GroupByKey()
+                | "WriteWindowedShards" >> ParDo(_WriteWindowedShardDoFn(sink, n)))
     glob_pc = pcoll | "WindowIntoGlobal" >> WindowInto(GlobalWindows())
     if sink.num_shards:
         temp = (glob_pc
