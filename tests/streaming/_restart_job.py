@@ -2,7 +2,7 @@
 
     python _restart_job.py OUT_DIR CHECKPOINT [--kill mid-batch|after-write] [--marker DIR]
 
-Sums per key over a PeriodicImpulse in 30 s windows (early panes every 25 elements, late-free),
+Sums per key over a PeriodicImpulse in 30 s windows (early panes after 4 elements of a key),
 written with WriteToText per window and pane. With --kill, the job SIGKILLs its own driver once
 (a marker file in --marker remembers it): `mid-batch` while a batch's elements pass a stage,
 `after-write` right after the sink renamed a pane's file and before the batch commits.
@@ -60,7 +60,7 @@ def main(argv):
            | beam.Map(lambda ts: ("k%d" % (int(ts) % 3), int(ts)))
            | "MaybeKillMidBatch" >> beam.ParDo(KillOnce(pid, mid, lambda kv: kv[1] == 130))
            | beam.WindowInto(window.FixedWindows(30),
-                             trigger=trigger.AfterWatermark(early=trigger.AfterCount(25)),
+                             trigger=trigger.AfterWatermark(early=trigger.AfterCount(4)),
                              accumulation_mode=trigger.AccumulationMode.ACCUMULATING)
            | beam.CombinePerKey(sum)
            | beam.Map(lambda kv: "%s %d" % kv)

@@ -84,6 +84,7 @@ class Node(NamedTuple):
     inputs: Tuple[int, ...]     # input PCollection ids
     outputs: Tuple[int, ...]    # output PCollection ids (a TestStream: in the order of `tags`)
     tags: Tuple[Optional[str], ...] = ()   # a TestStream's output tags
+    sides: Tuple[int, ...] = ()             # a side step's side-input PCollection ids
 
 
 SOURCE = "source"            # Create / Read: all elements in the first batch, then +infinity
@@ -92,6 +93,7 @@ TEST_STREAM = "test_stream"  # a scripted source (one event per batch)
 STAGE = "stage"              # fused element-wise steps
 PASS = "pass"                # Flatten, Reshuffle
 GROUPING = "grouping"        # GroupByKey / CombinePerKey
+SIDE_STEP = "side_step"      # a stage with side inputs: its main input waits for them (held)
 
 
 class BatchState:
@@ -150,6 +152,7 @@ class Coordinator:
         self.virtual_time = any(s is not None for s in scripts)
         self._streams = [i for i, s in enumerate(scripts) if s is not None]
         self._tags = {node.ref: node.tags for node in self.nodes if node.kind == TEST_STREAM}
+        self._side_steps = [node.ref for node in self.nodes if node.kind == SIDE_STEP]
 
     # ---- offsets ----------------------------------------------------------------------
 
@@ -159,7 +162,9 @@ class Coordinator:
         pos = [self.unbounded[i].initial_position() if i in self.unbounded else 0
                for i in range(len(self.scripts))]
         return {"n": -1, "pos": pos, "next": list(pos), "pt": 0, "rr": 0,
-                "w": [MIN] * g, "o": [MIN] * g, "clock": 0, "stamp": 0}
+                "w": [MIN] * g, "o": [MIN] * g, "clock": 0, "stamp": 0,
+                "s": {str(node.ref): [MIN] * len(node.sides) for node in self.nodes
+                      if node.kind == SIDE_STEP}}
 
     def finished(self, offset: Dict[str, Any]) -> bool:
         """True when every source has ended and every grouping's input watermark is at +infinity
@@ -179,13 +184,18 @@ class Coordinator:
         pos = list(start["pos"])
         reserved = list(start.get("next", pos))
         in_wm, out_wm = self.watermarks(pos, state, start["o"], start["w"])
+        sides = self.side_watermarks(pos, state, start["o"], start["w"])
         pt = start["pt"] if self.virtual_time else max(start["pt"], wall_us)
         due = any(state.min_ptime(g) <= pt for g in range(self.n_groupings))
         # a timer due at the last batch's watermarks that Spark's clock did not reach yet (only
         # keys that existed before that batch have such timers: none before batch 0)
         lagging = start["n"] > 0 and to_clock(max(start["w"], default=MIN)) > start["clock"]
         rr = start["rr"]
-        if in_wm == list(start["w"]) and not due and not lagging:
+        # a side step releases what waited for its output watermark one batch after it moved
+        # (the next level judges lateness against the watermark before the batch)
+        released = any(start["o"][g] != start.get("op", start["o"])[g] for g in self._side_steps)
+        if (in_wm == list(start["w"]) and sides == start.get("s", {}) and not due and not lagging
+                and not released):
             moved = self._advance(pos, start, state, reserved)
             if moved is None:
                 # idle, unless an unbounded source has new records: a batch without input then
@@ -195,9 +205,10 @@ class Coordinator:
             else:
                 pos, rr, pt = moved
                 in_wm, out_wm = self.watermarks(pos, state, start["o"], start["w"])
+                sides = self.side_watermarks(pos, state, start["o"], start["w"])
         nxt = self._reserve(pos, wall_us)
         end = {"n": start["n"] + 1, "pos": pos, "next": nxt, "pt": pt, "rr": rr, "w": in_wm,
-               "o": out_wm, "clock": start["stamp"]}
+               "o": out_wm, "op": list(start["o"]), "clock": start["stamp"], "s": sides}
         end["stamp"] = min(max(to_clock(self._bound(nxt, out_wm)), end["clock"] + 1),
                            _CLOCK_LIMIT_MS)
         return end
@@ -299,7 +310,7 @@ class Coordinator:
                     wms[pc] = _script_watermark(script, done, tag)
         return wms
 
-    def watermarks(self, pos: Sequence[int], state: Optional[BatchState], prev_out: Sequence[int],
+    def watermarks(self, pos: Sequence[Any], state: Optional[BatchState], prev_out: Sequence[int],
                    prev_in: Optional[Sequence[int]] = None) -> Tuple[List[int], List[int]]:
         """(input watermark, output watermark) of every grouping, at source positions `pos`
         with the holds in `state` (None: without holds); output watermarks never go below
@@ -310,6 +321,20 @@ class Coordinator:
         reaches a grouping in the coming batch is judged against that watermark, and a hold it
         sets (reported only after the batch) is never below it or the key's known holds. The
         output watermark then catches up in the next batch (a round)."""
+        g_in, g_out, _ = self._compute(pos, state, prev_out, prev_in)
+        return g_in, g_out
+
+    def side_watermarks(self, pos: Sequence[Any], state: Optional[BatchState],
+                        prev_out: Sequence[int], prev_in: Optional[Sequence[int]] = None
+                        ) -> Dict[str, List[int]]:
+        """The watermark of each side input of each side step (by step index, as a str: the
+        offset is JSON), under the same assumptions as `watermarks`."""
+        wm = self._compute(pos, state, prev_out, prev_in)[2]
+        return {str(node.ref): [wm[pc] for pc in node.sides]
+                for node in self.nodes if node.kind == SIDE_STEP}
+
+    def _compute(self, pos: Sequence[Any], state: Optional[BatchState], prev_out: Sequence[int],
+                 prev_in: Optional[Sequence[int]]) -> Tuple[List[int], List[int], Dict[int, int]]:
         wm = self.source_watermarks(pos)
         g_in = [MIN] * self.n_groupings
         g_out = list(prev_out)
@@ -317,7 +342,7 @@ class Coordinator:
             if node.kind in (SOURCE, UNBOUNDED, TEST_STREAM):
                 continue
             w = min((wm[pc] for pc in node.inputs), default=MAX)
-            if node.kind == GROUPING:
+            if node.kind in (GROUPING, SIDE_STEP):
                 g_in[node.ref] = w
                 hold = state.min_hold(node.ref) if state is not None else MAX
                 if prev_in is not None and prev_in[node.ref] < hold:
@@ -326,7 +351,7 @@ class Coordinator:
                 g_out[node.ref] = w
             for pc in node.outputs:
                 wm[pc] = w
-        return g_in, g_out
+        return g_in, g_out, wm
 
 
 def _script_watermark(script: List[Any], done: int, tag: Optional[str]) -> int:

@@ -28,7 +28,8 @@ from headrace.errors import PipelineExecutionError
 from headrace.metrics.metric import MetricsContainer, metrics_scope
 from headrace.model import coders
 from headrace.model.reduce import Element, KeyState
-from headrace.model.time import MAX_TIMESTAMP_MICROS
+from headrace.model.time import MAX_TIMESTAMP_MICROS, MIN_TIMESTAMP_MICROS
+from headrace.model.window import side_input_window
 from headrace.model.window import Windowing
 from headrace.model.windowed import WindowedValue
 from headrace.runners.kit.grouping import GroupingCore, grouping_errors
@@ -59,6 +60,17 @@ class GroupingSpec(NamedTuple):
                             input_retractions=self.input_retractions)
 
 
+class SideStepSpec(NamedTuple):
+    """A stage with side inputs as its side step sees it (picklable): the step holds the stage's
+    main input back until the side-input windows an element reads are complete, then releases
+    it (as rows of `released`) to the stage, which runs in the next element-wise function."""
+
+    ref: int
+    label: str
+    released: int                                  # `rows.released_pc(ref)`
+    sides: Tuple[Tuple[int, int, Any], ...]        # (side index, side pc id, side WindowFn)
+
+
 class _KeyRecord:
     """A key's stored state (pickled into one ValueState cell)."""
 
@@ -79,10 +91,13 @@ class _KeyRecord:
         self.key, self.state, self.seen, self.timer, self.hold, self.ptime = s
 
 
-def processor(specs: Dict[int, GroupingSpec], forward_key: bytes, env: Any) -> Any:
-    """The StatefulProcessor running `specs` (by grouping index), for `transformWithState`;
-    the partition whose control key is `forward_key` passes the control row on."""
+def processor(specs: Dict[int, Any], forward_key: bytes, env: Any) -> Any:
+    """The StatefulProcessor running `specs` (GroupingSpecs and SideStepSpecs, by index), for
+    `transformWithState`; the partition whose control key is `forward_key` passes the control
+    row on."""
     from pyspark.sql.streaming.stateful_processor import StatefulProcessor
+
+    side_steps = {g: sp for g, sp in specs.items() if isinstance(sp, SideStepSpec)}
 
     class HeadraceGroupings(StatefulProcessor):  # type: ignore[misc]
         """headrace groupings as one transformWithState processor (see the module doc)."""
@@ -99,16 +114,26 @@ def processor(specs: Dict[int, GroupingSpec], forward_key: bytes, env: Any) -> A
 
         def handleExpiredTimer(self, key: Any, timerValues: Any, expiredTimerInfo: Any
                                ) -> Iterator[Any]:
-            return _guard(self._visit(rows.grouping_of(bytes(key[1])), self._control(), {},
-                                      expiredTimerInfo.getExpiryTimeInMs()))
+            g = rows.grouping_of(bytes(key[1]))
+            if g in side_steps:
+                return _guard(self._side_step(side_steps[g], self._control(), {},
+                                              expiredTimerInfo.getExpiryTimeInMs()))
+            return _guard(self._visit(g, self._control(), {}, expiredTimerInfo.getExpiryTimeInMs()))
 
         def _input(self, key: Any, rows_: Any) -> Iterator[rows.Row]:
             kind, kb = key[0], bytes(key[1])
             if kind == rows.CTL:
+                new_sides: Dict[int, List[Tuple[int, int, WindowedValue]]] = {}
                 for r in rows_:
+                    if r.pc != rows.CTL_PC:   # a side-input element (sent to every partition)
+                        new_sides.setdefault(r.pc, []).extend(
+                            (r.bundle, r.seq, wv) for wv in pickle.loads(r.payload))
+                        continue
                     self.ctl = rows.loads(bytes(r.payload))
                     if kb == forward_key:  # one partition passes the control row on
                         yield (rows.PASS, rows.CTL_PC, b"", 0, 0, bytes(r.payload))
+                if side_steps:
+                    yield from self._side_contents(new_sides)
                 return
             if kind == rows.PASS:
                 for r in rows_:
@@ -120,7 +145,83 @@ def processor(specs: Dict[int, GroupingSpec], forward_key: bytes, env: Any) -> A
             for r in rows_:
                 for wv in pickle.loads(r.payload):
                     batches.setdefault(r.bundle, []).append((r.seq, wv))
-            yield from self._visit(g, ctl, batches, None)
+            if g in side_steps:
+                yield from self._side_step(side_steps[g], ctl, batches)
+            else:
+                yield from self._visit(g, ctl, batches, None)
+
+        # ---- side steps ----------------------------------------------------------------
+
+        def _side_contents(self, new: Dict[int, List[Tuple[int, int, WindowedValue]]]
+                           ) -> Iterator[rows.Row]:
+            """On a partition's control key: adds the batch's side-input elements to the side
+            inputs kept there ({side pc: {window: [values]}}) and sends them, per side step, to
+            this partition's stages (`rows.SIDE_PC`)."""
+            store: Dict[int, Dict[Any, list]] = {}
+            if self.cell.exists():
+                row = self.cell.get()
+                if row is not None:
+                    store = coders.loads(bytes(row[0]))
+            if new:
+                for pc, wvs in new.items():
+                    by_window = store.setdefault(pc, {})
+                    for _, _, wv in sorted(wvs, key=lambda x: (x[0], x[1])):
+                        for w in wv.windows:
+                            by_window.setdefault(w, []).append(wv.value)
+                self.cell.update((coders.dumps(store),))
+            for g, step in side_steps.items():
+                contents = {idx: store.get(pc, {}) for idx, pc, _ in step.sides}
+                yield (rows.PASS, rows.SIDE_PC, b"", 0, 0, rows.dumps((g, contents)))
+
+        def _side_step(self, step: SideStepSpec, ctl: rows.Control,
+                       batches: Dict[int, List[Tuple[int, WindowedValue]]],
+                       expired: Optional[int] = None) -> Iterator[Any]:
+            """A key of a side step: its waiting elements, plus the new ones (each with the
+            watermark it came at), released once the step's output watermark reached that
+            watermark and the side-input windows it reads are complete, as the local runner's
+            stage with side inputs releases them; the rest hold the step's output watermark."""
+            g = step.ref
+            rec: Any = self._load()
+            if rec is None:
+                rec = _SideRecord()
+            waiting: List[Tuple[int, WindowedValue]] = list(rec.waiting)
+            came = ctl.w_prev[g]
+            for bundle in sorted(batches):
+                for _, wv in sorted(batches[bundle], key=lambda x: x[0]):
+                    waiting.append((came, wv))
+            # Released into the next level, an element is judged there against the watermark
+            # that level saw before this batch: this step's output watermark then (`o_prev`).
+            out_wm = ctl.o_prev[g]
+            side_wms = ctl.s.get(str(g), [])
+            released: List[WindowedValue] = []
+            kept: List[Tuple[int, WindowedValue]] = []
+            for arrived, wv in waiting:
+                if arrived <= out_wm and _sides_ready(step, side_wms, wv):
+                    released.append(wv)
+                else:
+                    kept.append((arrived, wv))
+            for seq, wv in enumerate(released):
+                yield (rows.PASS, step.released, b"", ctl.n, seq, pack([wv]))
+            hold = MAX
+            for arrived, wv in kept:
+                h = wv.timestamp_us if wv.timestamp_us > arrived else arrived
+                if h < hold:
+                    hold = h
+            timer = ctl.clock + 1 if kept else None   # look again next batch
+            if rec.timer != timer:
+                if rec.timer is not None and rec.timer != expired:
+                    self.handle.deleteTimer(rec.timer)
+                if timer is not None:
+                    self.handle.registerTimer(timer)
+                rec.timer = timer
+            if hold != rec.hold:
+                yield (rows.PASS, rows.REPORT_PC, b"", 0, 0, rows.dumps(("hold", g, rec.hold, hold)))
+                rec.hold = hold
+            if kept:
+                rec.waiting = kept
+                self.cell.update((coders.dumps(rec),))
+            else:
+                self.cell.clear()
 
         def close(self) -> None:
             for core in self.cores.values():
@@ -241,6 +342,35 @@ def processor(specs: Dict[int, GroupingSpec], forward_key: bytes, env: Any) -> A
             raise env.fail(exc) from exc
 
     return HeadraceGroupings()
+
+
+class _SideRecord:
+    """A side step key's stored state: its waiting elements (with the watermark each came at),
+    its registered Spark timer and the hold it last reported."""
+
+    __slots__ = ("waiting", "timer", "hold")
+
+    def __init__(self) -> None:
+        self.waiting: List[Tuple[int, WindowedValue]] = []
+        self.timer: Optional[int] = None
+        self.hold = MAX
+
+    def __getstate__(self) -> Tuple[Any, ...]:
+        return (self.waiting, self.timer, self.hold)
+
+    def __setstate__(self, s: Tuple[Any, ...]) -> None:
+        self.waiting, self.timer, self.hold = s
+
+
+def _sides_ready(step: SideStepSpec, side_wms: List[int], wv: WindowedValue) -> bool:
+    """Whether every side-input window `wv` reads is complete (its side input's watermark passed
+    the window's end, or is at +infinity)."""
+    for w in wv.windows:
+        for idx, _, windowfn in step.sides:
+            wm = side_wms[idx] if idx < len(side_wms) else MIN_TIMESTAMP_MICROS
+            if wm != MAX and wm < side_input_window(windowfn, w).end_us:
+                return False
+    return True
 
 
 _ROW: Any = None

@@ -6,9 +6,11 @@ and passes the others on, so a PCollection read by several branches is computed 
 stateful operator is duplicated. Columns:
 
 * `kind`  routing at the next stateful operator: CTL (a control row, sorted first in every
-  partition), KEYED (an element for a grouping, `key` = grouping index + key bytes), PASS
-  (everything else: elements for later operators, reports for the driver);
-* `pc`    the PCollection id of an element, or CTL_PC / REPORT_PC;
+  partition, or a side-input element, sent to every partition's control key), KEYED (an
+  element for a grouping or a side step, `key` = its index + key bytes), PASS (everything
+  else: elements for later operators, reports for the driver);
+* `pc`    the PCollection id of an element, or CTL_PC / REPORT_PC / SIDE_PC, or the pseudo
+  id of elements a side step released (`released_pc`);
 * `key`   the grouping key (KEYED), a partition key (CTL, PASS), else empty;
 * `bundle`, `seq`  the element's bundle and its place in it (a grouping takes each bundle of a
   key in one call, in order, as the local runner does);
@@ -27,6 +29,12 @@ PASS = 2
 
 CTL_PC = -1
 REPORT_PC = -2
+SIDE_PC = -3          # side-input contents for a stage of the next level (see `processor`)
+
+
+def released_pc(g: int) -> int:
+    """The pseudo PCollection id of the elements side step `g` releases to its stage."""
+    return -1000 - g
 
 SCHEMA_DDL = "kind int, pc int, key binary, bundle long, seq long, payload binary"
 SOURCE_DDL = SCHEMA_DDL + ", clock timestamp"
@@ -66,8 +74,10 @@ def loads(data: bytes) -> Any:
 class Control(NamedTuple):
     """What every operator of one micro-batch must know, from the batch's offset (replay-stable):
     batch number `n`, the groupings' input watermarks before (`w_prev`) and in (`w`) this batch,
-    their output watermarks (`o`), the processing time `pt`, and the Spark clock of this batch
-    (`clock`, Spark's watermark in it) and of the next (`stamp`)."""
+    their output watermarks (`o`), the processing time `pt`, the Spark clock of this batch
+    (`clock`, Spark's watermark in it) and of the next (`stamp`), and the watermarks of the
+    side inputs of each side step (`s`, by step index), and the output watermarks in the
+    previous batch (`o_prev`: what the next level's input watermark was then)."""
 
     n: int
     w_prev: List[int]
@@ -76,9 +86,11 @@ class Control(NamedTuple):
     pt: int
     clock: int
     stamp: int
+    s: Dict[str, List[int]]
+    o_prev: List[int]
 
     @classmethod
     def between(cls, start: Dict[str, Any], end: Dict[str, Any]) -> "Control":
         """The control values of the batch from offset `start` to offset `end`."""
         return cls(end["n"], list(start["w"]), list(end["w"]), list(end["o"]), end["pt"],
-                   end["clock"], end["stamp"])
+                   end["clock"], end["stamp"], dict(end.get("s", {})), list(start["o"]))

@@ -39,9 +39,9 @@ from headrace.runners.kit import plan as planning
 from headrace.runners.spark import tasks
 from headrace.runners.spark.streaming import rows
 from headrace.runners.spark.streaming.coordinator import (
-    GROUPING, PASS, SOURCE, STAGE, TEST_STREAM, UNBOUNDED, Coordinator, Node,
+    GROUPING, PASS, SIDE_STEP, SOURCE, STAGE, TEST_STREAM, UNBOUNDED, Coordinator, Node,
 )
-from headrace.runners.spark.streaming.processor import GroupingSpec, processor
+from headrace.runners.spark.streaming.processor import GroupingSpec, SideStepSpec, processor
 from headrace.runners.spark.streaming.source import SOURCE_NAME, RunFiles, SourcePlan, data_source_class
 from headrace.runners.spark.streaming.stages import LevelSpec, LevelUnit, level_fn
 from headrace.testing.test_stream import TestStream
@@ -72,19 +72,51 @@ def build_plan(pipeline: Pipeline, bundle_size: int, max_attempts: int, partitio
     nodes: List[Node] = []
     sources: List[Tuple[str, Any, Dict[Optional[str], int]]] = []
     by_level: Dict[int, List[LevelUnit]] = {}
-    g_specs: Dict[int, Dict[int, GroupingSpec]] = {}
+    g_specs: Dict[int, Dict[int, Any]] = {}           # level -> index -> GroupingSpec / SideStepSpec
     g_inputs: Dict[int, List[Tuple[int, int, str]]] = {}   # level -> (pc, grouping index, label)
     n_groupings = 0
     unbounded: Dict[int, Any] = {}       # source index -> UnboundedSource
     source_labels: Dict[int, str] = {}
-    readers: Dict[int, Set[int]] = {}     # pc -> levels that read it (stages: own level)
+    # pc -> the levels whose element-wise function must see its rows (a stage or Flatten: its
+    # own level; a stateful operator: the level before it, which keys the rows for it)
+    readers: Dict[int, Set[int]] = {}
+    spread: Dict[int, Dict[int, List[int]]] = {}      # level -> main pc -> side steps reading it
+    broadcast: Dict[int, Set[int]] = {}               # level -> side-input pcs sent to every partition
     shape = [(u.kind, u.label) for u in units]
     for u in units:
+        if isinstance(u, planning.Stage) and u.side_inputs:
+            # The stage runs one level up, after a side step (`processor`) that holds its main
+            # input back until the side inputs' windows are complete.
+            portable: Dict[int, Any] = {}
+            sides: List[Tuple[int, int, Any]] = []
+            for view in u.side_inputs:
+                if id(view) not in portable:
+                    portable[id(view)] = tasks.portable_side(view, len(portable))
+                    sides.append((len(sides), view.pvalue._id, view.pvalue.windowing.windowfn))
+            root = u.root._id
+            lv = max([level_of[root]] + [level_of[pc] for _, pc, _ in sides]) + 1
+            g = n_groupings
+            n_groupings += 1
+            g_specs.setdefault(lv, {})[g] = SideStepSpec(g, u.label, rows.released_pc(g),
+                                                         tuple(sides))
+            spread.setdefault(lv - 1, {}).setdefault(root, []).append(g)
+            readers.setdefault(root, set()).add(lv - 1)
+            for _, pc, _ in sides:
+                broadcast.setdefault(lv - 1, set()).add(pc)
+                readers.setdefault(pc, set()).add(lv - 1)
+            fused = u.fused(lambda view: portable[id(view)])
+            outs = tuple(pc._id for pc in u.outputs)
+            by_level.setdefault(lv, []).append(
+                LevelUnit(u.label, (rows.released_pc(g),), outs, fused, g))
+            for pc in outs:
+                level_of[pc] = lv
+            nodes.append(Node(SIDE_STEP, g, (root,), outs, (), tuple(pc for _, pc, _ in sides)))
+            continue
         if u.side_inputs:
             raise UnsupportedArgumentError(
-                f"step {u.label!r} reads a side input, which the Spark streaming runner does not "
-                "support yet; run the pipeline on the LocalRunner, or on the Spark runner as a "
-                "bounded (batch) pipeline")
+                f"step {u.label!r} combines with a side input, which the Spark streaming runner "
+                "does not support yet; run the pipeline on the LocalRunner, or on the Spark "
+                "runner as a bounded (batch) pipeline")
         if isinstance(u, planning.Stage):
             lv = level_of[u.root._id]
             fused = u.fused()
@@ -135,7 +167,7 @@ def build_plan(pipeline: Pipeline, bundle_size: int, max_attempts: int, partitio
                                 src.may_contain_retractions)
             g_specs.setdefault(lv, {})[g] = spec
             g_inputs.setdefault(lv - 1, []).append((src._id, g, u.label))
-            readers.setdefault(src._id, set()).add(lv)
+            readers.setdefault(src._id, set()).add(lv - 1)
             outs = tuple(pc._id for pc in u.outputs)
             for pc in outs:
                 level_of[pc] = lv
@@ -156,12 +188,14 @@ def build_plan(pipeline: Pipeline, bundle_size: int, max_attempts: int, partitio
         for pc, g, label in g_inputs.get(lv, ()):
             keyed.setdefault(pc, []).append((g, label))
         later = frozenset(pc for pc, lvs in readers.items()
-                          if level_of.get(pc, 0) <= lv and any(x > lv for x in lvs)
-                          and pc not in keyed)
+                          if level_of.get(pc, 0) <= lv and any(x > lv for x in lvs))
         levels.append(LevelSpec(tuple(by_level.get(lv, ())), {k: tuple(v) for k, v in keyed.items()},
-                                later, ctl_keys if lv < top else None, bundle_size, max_attempts))
+                                later, ctl_keys if lv < top else None, bundle_size, max_attempts,
+                                {k: tuple(v) for k, v in spread.get(lv, {}).items()},
+                                frozenset(broadcast.get(lv, ()))))
     merge = all(spec.windowing.trigger.processing_time_free
-                for specs in g_specs.values() for spec in specs.values())
+                for specs in g_specs.values() for spec in specs.values()
+                if isinstance(spec, GroupingSpec))
     coordinator = Coordinator(nodes, [s[1] if s[0] == "test_stream" else None for s in sources],
                               n_groupings, merge, unbounded, max_records)
     groupings = [g_specs.get(lv, {}) for lv in range(top + 1)]

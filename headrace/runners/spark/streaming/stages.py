@@ -19,24 +19,30 @@ Elements of PCollections nobody reads later are dropped here.
 from __future__ import annotations
 
 import pickle
+import zlib
 from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 from headrace.errors import PipelineExecutionError
 from headrace.metrics.metric import MetricsContainer
 from headrace.model.windowed import WindowedValue
 from headrace.runners.kit.grouping import key_of
+from headrace.runners.kit.side_inputs import SideInputReader
 from headrace.runners.kit.stage import FusedStage
 from headrace.runners.spark.streaming import rows
-from headrace.runners.spark.tasks import pack
+from headrace.runners.spark.tasks import SideStub, pack
+
+_SPREAD = 64   # keys a side step's main input is spread over
 
 
 class LevelUnit(NamedTuple):
-    """A stage (`stage` set) or a Flatten / Reshuffle (`stage` None) of a level."""
+    """A stage (`stage` set) or a Flatten / Reshuffle (`stage` None) of a level; a stage with
+    side inputs names its side step (`side_step`), whose released elements it reads."""
 
     label: str
     inputs: Tuple[int, ...]
     outputs: Tuple[int, ...]
     stage: Optional[FusedStage]
+    side_step: Optional[int] = None
 
 
 class LevelSpec(NamedTuple):
@@ -48,6 +54,8 @@ class LevelSpec(NamedTuple):
     ctl_keys: Optional[Tuple[bytes, ...]]            # the next operator's partition keys, or None
     bundle_size: int
     max_attempts: int
+    spread: Dict[int, Tuple[int, ...]] = {}          # pc -> side steps reading it as main input
+    broadcast: frozenset = frozenset()               # pcs read as side inputs next level
 
 
 Item = Tuple[int, int, WindowedValue]  # (bundle, seq, element)
@@ -70,15 +78,20 @@ def level_fn(spec: LevelSpec, env: Any) -> Callable[[Iterator[Any]], Iterator[An
         buffers: Dict[int, List[Item]] = {}
         passed: List[Tuple[int, int, int, bytes]] = []   # (pc, bundle, seq, payload) as they came
         control: Optional[bytes] = None
+        sides: Dict[int, Dict[int, Dict[Any, list]]] = {}   # side step -> side index -> contents
         # rows of PCollections only later levels read pass as they are, without unpickling
         through = {pc for pc in spec.later
-                   if pc not in spec.keyed and not any(pc in u.inputs for u in spec.units)}
+                   if pc not in spec.keyed and pc not in spec.spread and pc not in spec.broadcast
+                   and not any(pc in u.inputs for u in spec.units)}
         for batch in batches:
             cols = batch.to_pydict()
             for pc, bundle, seq, payload in zip(cols["pc"], cols["bundle"], cols["seq"],
                                                 cols["payload"]):
                 if pc == rows.CTL_PC:
                     control = payload
+                elif pc == rows.SIDE_PC:
+                    g, contents = rows.loads(payload)
+                    sides[g] = contents
                 elif pc == rows.REPORT_PC or pc in through:
                     passed.append((pc, bundle, seq, payload))
                 else:
@@ -87,20 +100,31 @@ def level_fn(spec: LevelSpec, env: Any) -> Callable[[Iterator[Any]], Iterator[An
                         lst.append((bundle, seq, wv))
         committed, attempted = MetricsContainer(), MetricsContainer()
         for unit in spec.units:
-            _run_unit(spec, unit, buffers, committed, attempted)
+            reader = None
+            if unit.side_step is not None:
+                reader = _side_reader(unit, sides.get(unit.side_step, {}))
+            _run_unit(spec, unit, buffers, committed, attempted, reader)
         out = _Out(spec.ctl_keys)
         for pc, bundle, seq, payload in passed:
             out.add(rows.PASS, pc, None, bundle, seq, payload)
         for pc, items in buffers.items():
             readers = spec.keyed.get(pc, ())
+            steps = spec.spread.get(pc, ())
+            side = pc in spec.broadcast
             later = pc in spec.later
-            if not readers and not later:
+            if not readers and not later and not steps and not side:
                 continue
             for bundle, seq, wv in items:
                 payload = pack([wv])
                 for g, label in readers:
                     _, _, kb = key_of(label, wv.value)
                     out.add(rows.KEYED, pc, rows.grouping_key(g, kb), bundle, seq, payload)
+                for g in steps:  # a side step's main input: any key, spread by content
+                    kb = bytes([zlib.crc32(payload) % _SPREAD])
+                    out.add(rows.KEYED, pc, rows.grouping_key(g, kb), bundle, seq, payload)
+                if side and spec.ctl_keys is not None:  # a side input: to every partition
+                    for k in spec.ctl_keys:
+                        out.add(rows.CTL, pc, k, bundle, seq, payload)
                 if later:
                     out.add(rows.PASS, pc, None, bundle, seq, payload)
         if control is not None:
@@ -118,8 +142,17 @@ def level_fn(spec: LevelSpec, env: Any) -> Callable[[Iterator[Any]], Iterator[An
     return run
 
 
+def _side_reader(unit: LevelUnit, contents: Dict[int, Dict[Any, list]]) -> SideInputReader:
+    """The side inputs of a stage, from the contents its side step sent to this partition."""
+    assert unit.stage is not None
+    views = [a for step in unit.stage.steps for a in list(step.args) + list((step.kwargs or {}).values())
+             if isinstance(getattr(a, "pvalue", None), SideStub)]
+    return SideInputReader({v: contents.get(v.index, {}) for v in views})
+
+
 def _run_unit(spec: LevelSpec, unit: LevelUnit, buffers: Dict[int, List[Item]],
-              committed: MetricsContainer, attempted: MetricsContainer) -> None:
+              committed: MetricsContainer, attempted: MetricsContainer,
+              reader: Optional[SideInputReader] = None) -> None:
     """Runs a stage over its input's bundles (in order), or passes a Flatten's inputs on."""
     if unit.stage is None:
         out = buffers.setdefault(unit.outputs[0], [])
@@ -140,7 +173,7 @@ def _run_unit(spec: LevelSpec, unit: LevelUnit, buffers: Dict[int, List[Item]],
             j = i
             while j < len(items) and items[j][0] == bundle:
                 j += 1
-            outs = stage.process_bundle([it[2] for it in items[i:j]], None, spec.max_attempts,
+            outs = stage.process_bundle([it[2] for it in items[i:j]], reader, spec.max_attempts,
                                         committed, attempted)
             for pc, lst in outs.items():
                 if not lst:
