@@ -9,9 +9,8 @@ computed expectations. `HEADRACE_TEST_RUNNERS=LocalRunner,spark-local` picks a s
 Spark tests share one SparkSession per master; tests are ordered so that each master's tests
 run together (one session start each). A pipeline with a TestStream (an unbounded source) runs
 on the Spark runner as a Structured Streaming query: by default only for the tests in
-STREAMING_SMOKE (below; HEADRACE_SPARK_STREAMING=all runs them all), and not when a
-CombinePerKey in it reads side inputs, which that runner does not support yet. Skipped tests
-say why in the report.
+STREAMING_SMOKE (below; HEADRACE_SPARK_STREAMING=all runs them all). Skipped tests say why
+in the report.
 """
 
 from __future__ import annotations
@@ -76,13 +75,8 @@ class _TestRunner:
     def run_pipeline(self, pipeline, options):
         from headrace.runners import create_runner
         from headrace.testing.test_stream import TestStream
-        from headrace.transforms.core import CombinePerKey
         streaming = self.name == "SparkRunner" and any(isinstance(n.transform, TestStream)
                                                        for n in pipeline.primitives())
-        if streaming and any(n.side_inputs and isinstance(n.transform, CombinePerKey)
-                             for n in pipeline.primitives()):
-            pytest.skip("a CombinePerKey with side inputs on the Spark streaming runner is not "
-                        "built yet (issue 16)")
         if (streaming and os.environ.get("HEADRACE_SPARK_STREAMING") != "all"
                 and not self.nodeid.startswith(STREAMING_SMOKE)):
             pytest.skip("a Spark streaming test outside STREAMING_SMOKE (tests/conftest.py); "

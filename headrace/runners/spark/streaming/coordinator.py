@@ -163,8 +163,7 @@ class Coordinator:
                for i in range(len(self.scripts))]
         return {"n": -1, "pos": pos, "next": list(pos), "pt": 0, "rr": 0,
                 "w": [MIN] * g, "o": [MIN] * g, "clock": 0, "stamp": 0,
-                "s": {str(node.ref): [MIN] * len(node.sides) for node in self.nodes
-                      if node.kind == SIDE_STEP}}
+                "s": {str(node.ref): [MIN] * len(node.sides) for node in self.nodes if node.sides}}
 
     def finished(self, offset: Dict[str, Any]) -> bool:
         """True when every source has ended and every grouping's input watermark is at +infinity
@@ -327,11 +326,10 @@ class Coordinator:
     def side_watermarks(self, pos: Sequence[Any], state: Optional[BatchState],
                         prev_out: Sequence[int], prev_in: Optional[Sequence[int]] = None
                         ) -> Dict[str, List[int]]:
-        """The watermark of each side input of each side step (by step index, as a str: the
-        offset is JSON), under the same assumptions as `watermarks`."""
+        """The watermark of each side input of each side step and each combine with side inputs
+        (by index, as a str: the offset is JSON), under the same assumptions as `watermarks`."""
         wm = self._compute(pos, state, prev_out, prev_in)[2]
-        return {str(node.ref): [wm[pc] for pc in node.sides]
-                for node in self.nodes if node.kind == SIDE_STEP}
+        return {str(node.ref): [wm[pc] for pc in node.sides] for node in self.nodes if node.sides}
 
     def _compute(self, pos: Sequence[Any], state: Optional[BatchState], prev_out: Sequence[int],
                  prev_in: Optional[Sequence[int]]) -> Tuple[List[int], List[int], Dict[int, int]]:

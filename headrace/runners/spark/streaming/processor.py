@@ -32,10 +32,11 @@ from headrace.model.time import MAX_TIMESTAMP_MICROS, MIN_TIMESTAMP_MICROS
 from headrace.model.window import side_input_window
 from headrace.model.window import Windowing
 from headrace.model.windowed import WindowedValue
-from headrace.runners.kit.grouping import GroupingCore, grouping_errors
+from headrace.runners.kit.grouping import GroupingCore, grouping_errors, pane_element
+from headrace.runners.kit.side_inputs import SideInputReader
 from headrace.runners.spark.streaming import rows
 from headrace.runners.spark.streaming.coordinator import to_clock
-from headrace.runners.spark.tasks import pack
+from headrace.runners.spark.tasks import SideStub, pack
 
 MAX = MAX_TIMESTAMP_MICROS
 
@@ -50,14 +51,21 @@ class GroupingSpec(NamedTuple):
     main_pc: int
     late_pc: Optional[int]          # the late-data output's PCollection id, if any
     input_retractions: bool
+    # a CombinePerKey with side inputs: its serialised SideInputCombiner (the core then groups
+    # the values, and each pane is combined once its window's side inputs are complete) and
+    # its side inputs (side index, side pc id, side WindowFn)
+    side_combiner: Optional[bytes] = None
+    sides: Tuple[Tuple[int, int, Any], ...] = ()
 
-    def core(self) -> GroupingCore:
-        """A fresh GroupingCore for this grouping (its CombineFn set up)."""
+    def core(self, on_panes: Any = None) -> GroupingCore:
+        """A fresh GroupingCore for this grouping (its CombineFn set up; with side inputs, its
+        panes go to `on_panes`)."""
         fn = coders.loads(self.combine_fn) if self.combine_fn is not None else None
         if fn is not None:
             fn.setup()
         return GroupingCore(self.label, self.windowing, fn, late_output=self.late_pc is not None,
-                            input_retractions=self.input_retractions)
+                            input_retractions=self.input_retractions,
+                            on_panes=on_panes if self.side_combiner is not None else None)
 
 
 class SideStepSpec(NamedTuple):
@@ -74,7 +82,7 @@ class SideStepSpec(NamedTuple):
 class _KeyRecord:
     """A key's stored state (pickled into one ValueState cell)."""
 
-    __slots__ = ("key", "state", "seen", "timer", "hold", "ptime")
+    __slots__ = ("key", "state", "seen", "timer", "hold", "ptime", "waiting")
 
     def __init__(self, key: Any, state: KeyState, seen: int) -> None:
         self.key = key
@@ -83,12 +91,13 @@ class _KeyRecord:
         self.timer: Optional[int] = None   # its registered Spark timer (clock ms)
         self.hold = MAX           # the hold it last reported
         self.ptime = MAX          # the processing-time wakeup it last reported
+        self.waiting: List[Any] = []   # panes waiting for side inputs (combine with side inputs)
 
     def __getstate__(self) -> Tuple[Any, ...]:
-        return (self.key, self.state, self.seen, self.timer, self.hold, self.ptime)
+        return (self.key, self.state, self.seen, self.timer, self.hold, self.ptime, self.waiting)
 
     def __setstate__(self, s: Tuple[Any, ...]) -> None:
-        self.key, self.state, self.seen, self.timer, self.hold, self.ptime = s
+        self.key, self.state, self.seen, self.timer, self.hold, self.ptime, self.waiting = s
 
 
 def processor(specs: Dict[int, Any], forward_key: bytes, env: Any) -> Any:
@@ -98,6 +107,7 @@ def processor(specs: Dict[int, Any], forward_key: bytes, env: Any) -> Any:
     from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 
     side_steps = {g: sp for g, sp in specs.items() if isinstance(sp, SideStepSpec)}
+    side_specs = {g: sp for g, sp in specs.items() if sp.sides}
 
     class HeadraceGroupings(StatefulProcessor):  # type: ignore[misc]
         """headrace groupings as one transformWithState processor (see the module doc)."""
@@ -108,6 +118,9 @@ def processor(specs: Dict[int, Any], forward_key: bytes, env: Any) -> Any:
             self.cell = handle.getValueState("key_state", StructType([StructField("b", BinaryType())]))
             self.ctl: Optional[rows.Control] = None
             self.cores: Dict[int, GroupingCore] = {}
+            self.panes: List[Any] = []
+            self.side_cache: Dict[int, Dict[int, Dict[Any, list]]] = {}   # index -> side inputs
+            self.combiners: Dict[int, Any] = {}
 
         def handleInputRows(self, key: Any, rows_: Any, timerValues: Any) -> Iterator[Any]:
             return _guard(self._input(key, rows_))
@@ -132,7 +145,7 @@ def processor(specs: Dict[int, Any], forward_key: bytes, env: Any) -> Any:
                     self.ctl = rows.loads(bytes(r.payload))
                     if kb == forward_key:  # one partition passes the control row on
                         yield (rows.PASS, rows.CTL_PC, b"", 0, 0, bytes(r.payload))
-                if side_steps:
+                if side_specs:
                     yield from self._side_contents(new_sides)
                 return
             if kind == rows.PASS:
@@ -149,6 +162,29 @@ def processor(specs: Dict[int, Any], forward_key: bytes, env: Any) -> Any:
                 yield from self._side_step(side_steps[g], ctl, batches)
             else:
                 yield from self._visit(g, ctl, batches, None)
+
+        def _combine_ready(self, g: int, spec: GroupingSpec, rec: _KeyRecord,
+                           ctl: rows.Control) -> List[WindowedValue]:
+            """The waiting panes of a combine with side inputs whose windows' side inputs are
+            complete, combined with them (in order: panes of one window become ready together)."""
+            combiner = self.combiners.get(g)
+            if combiner is None:
+                assert spec.side_combiner is not None
+                combiner = self.combiners[g] = coders.loads(spec.side_combiner)
+                combiner.setup()
+            contents = self.side_cache.get(g, {})
+            combiner.reader = SideInputReader({v: contents.get(v.index, {})
+                                               for v in _views(combiner)})
+            side_wms = ctl.s.get(str(g), [])
+            out: List[WindowedValue] = []
+            still = []
+            for p in rec.waiting:
+                if _window_ready(spec.sides, side_wms, p.window):
+                    out.append(pane_element(rec.key, p, combiner.combine(p.window, p.value)))
+                else:
+                    still.append(p)
+            rec.waiting = still
+            return out
 
         # ---- side steps ----------------------------------------------------------------
 
@@ -169,9 +205,11 @@ def processor(specs: Dict[int, Any], forward_key: bytes, env: Any) -> Any:
                         for w in wv.windows:
                             by_window.setdefault(w, []).append(wv.value)
                 self.cell.update((coders.dumps(store),))
-            for g, step in side_steps.items():
-                contents = {idx: store.get(pc, {}) for idx, pc, _ in step.sides}
-                yield (rows.PASS, rows.SIDE_PC, b"", 0, 0, rows.dumps((g, contents)))
+            for g, spec in side_specs.items():
+                contents = {idx: store.get(pc, {}) for idx, pc, _ in spec.sides}
+                self.side_cache[g] = contents
+                if g in side_steps:
+                    yield (rows.PASS, rows.SIDE_PC, b"", 0, 0, rows.dumps((g, contents)))
 
         def _side_step(self, step: SideStepSpec, ctl: rows.Control,
                        batches: Dict[int, List[Tuple[int, WindowedValue]]],
@@ -224,6 +262,8 @@ def processor(specs: Dict[int, Any], forward_key: bytes, env: Any) -> Any:
                 self.cell.clear()
 
         def close(self) -> None:
+            for combiner in self.combiners.values():
+                combiner.teardown()
             for core in self.cores.values():
                 fn = core.core.combine_fn
                 if fn is not None:
@@ -241,8 +281,11 @@ def processor(specs: Dict[int, Any], forward_key: bytes, env: Any) -> Any:
         def _core(self, g: int) -> GroupingCore:
             core = self.cores.get(g)
             if core is None:
-                core = self.cores[g] = specs[g].core()
+                core = self.cores[g] = specs[g].core(self._take_panes)
             return core
+
+        def _take_panes(self, key: Any, panes: List[Any], out: List[WindowedValue]) -> None:
+            self.panes.extend(panes)   # a combine with side inputs: combined when ready
 
         def _visit(self, g: int, ctl: rows.Control, batches: Dict[int, List[Tuple[int, WindowedValue]]],
                    expired: Optional[int]) -> Iterator[Any]:
@@ -283,6 +326,10 @@ def processor(specs: Dict[int, Any], forward_key: bytes, env: Any) -> Any:
                 if wakeup <= pt:
                     core.on_processing_time(rec.key, rec.state, pt, cur, out)
                     wakeup = core.next_processing_time(rec.state, cur, pt)
+                if spec.side_combiner is not None:
+                    rec.waiting.extend(self.panes)
+                    self.panes = []
+                    out.extend(self._combine_ready(g, spec, rec, ctl))
             yield from self._settle(g, core, rec, ctl, expired, wakeup)
             # Output made before the watermark moved and output made after are two bundles, as
             # they are two settle passes of the local runner (a batch may hold both, `coordinator`).
@@ -311,6 +358,9 @@ def processor(specs: Dict[int, Any], forward_key: bytes, env: Any) -> Any:
                 timer = to_clock(nxt) if nxt < MAX else None
                 if ptime < MAX or (timer is not None and timer <= ctl.clock):
                     timer = ctl.clock + 1   # next batch
+            if rec.waiting:   # panes waiting for side inputs: output still to come
+                hold = min([hold] + [p.timestamp_us for p in rec.waiting])
+                timer = ctl.clock + 1
             if rec.timer != timer:
                 if rec.timer is not None and rec.timer != expired:
                     self.handle.deleteTimer(rec.timer)
@@ -323,7 +373,7 @@ def processor(specs: Dict[int, Any], forward_key: bytes, env: Any) -> Any:
             if ptime != rec.ptime:
                 yield (rows.PASS, rows.REPORT_PC, b"", 0, 0, rows.dumps(("pt", g, rec.ptime, ptime)))
                 rec.ptime = ptime
-            if state.is_empty():
+            if state.is_empty() and not rec.waiting:
                 self.cell.clear()
             else:
                 self.cell.update((coders.dumps(rec),))
@@ -365,12 +415,22 @@ class _SideRecord:
 def _sides_ready(step: SideStepSpec, side_wms: List[int], wv: WindowedValue) -> bool:
     """Whether every side-input window `wv` reads is complete (its side input's watermark passed
     the window's end, or is at +infinity)."""
-    for w in wv.windows:
-        for idx, _, windowfn in step.sides:
-            wm = side_wms[idx] if idx < len(side_wms) else MIN_TIMESTAMP_MICROS
-            if wm != MAX and wm < side_input_window(windowfn, w).end_us:
-                return False
+    return all(_window_ready(step.sides, side_wms, w) for w in wv.windows)
+
+
+def _window_ready(sides: Tuple[Tuple[int, int, Any], ...], side_wms: List[int], window: Any) -> bool:
+    """Whether the side-input windows main window `window` reads are all complete."""
+    for idx, _, windowfn in sides:
+        wm = side_wms[idx] if idx < len(side_wms) else MIN_TIMESTAMP_MICROS
+        if wm != MAX and wm < side_input_window(windowfn, window).end_us:
+            return False
     return True
+
+
+def _views(combiner: Any) -> List[Any]:
+    """The portable side-input views among a SideInputCombiner's arguments."""
+    return [a for a in list(combiner.args) + list(combiner.kwargs.values())
+            if isinstance(getattr(a, "pvalue", None), SideStub)]
 
 
 _ROW: Any = None

@@ -36,6 +36,7 @@ from headrace.model import coders
 from headrace.options.pipeline_options import LocalRunnerOptions, SparkRunnerOptions
 from headrace.pipeline.pipeline import Pipeline, PipelineResult, PipelineState
 from headrace.runners.kit import plan as planning
+from headrace.runners.kit.side_inputs import SideInputCombiner, replace_views
 from headrace.runners.spark import tasks
 from headrace.runners.spark.streaming import rows
 from headrace.runners.spark.streaming.coordinator import (
@@ -112,11 +113,6 @@ def build_plan(pipeline: Pipeline, bundle_size: int, max_attempts: int, partitio
                 level_of[pc] = lv
             nodes.append(Node(SIDE_STEP, g, (root,), outs, (), tuple(pc for _, pc, _ in sides)))
             continue
-        if u.side_inputs:
-            raise UnsupportedArgumentError(
-                f"step {u.label!r} combines with a side input, which the Spark streaming runner "
-                "does not support yet; run the pipeline on the LocalRunner, or on the Spark "
-                "runner as a bounded (batch) pipeline")
         if isinstance(u, planning.Stage):
             lv = level_of[u.root._id]
             fused = u.fused()
@@ -156,22 +152,40 @@ def build_plan(pipeline: Pipeline, bundle_size: int, max_attempts: int, partitio
                 level_of[pc] = 0
         elif u.kind == planning.GROUPING:
             src = node.inputs[0]
-            lv = level_of[src._id] + 1
             g = n_groupings
             n_groupings += 1
             late_tag = getattr(t, "late_tag", None)
             late_pc = node.outputs.get(late_tag) if late_tag else None
             fn = coders.dumps(t.combine_fn) if isinstance(t, CombinePerKey) else None
+            combiner: Optional[bytes] = None
+            g_sides: List[Tuple[int, int, Any]] = []
+            if node.side_inputs:
+                # a combine with side inputs: the core groups values; each pane is combined with
+                # its window's side inputs once they are complete (`processor`)
+                assert isinstance(t, CombinePerKey)
+                portable_g: Dict[int, Any] = {}
+                for view in node.side_inputs:
+                    if id(view) not in portable_g:
+                        portable_g[id(view)] = tasks.portable_side(view, len(portable_g))
+                        g_sides.append((len(g_sides), view.pvalue._id,
+                                        view.pvalue.windowing.windowfn))
+                args, kwargs = replace_views(t.args, t.kwargs, lambda v: portable_g[id(v)])
+                combiner = coders.dumps(SideInputCombiner(u.label, t.combine_fn, args, kwargs))
+                fn = None
+            lv = max([level_of[src._id]] + [level_of[pc] for _, pc, _ in g_sides]) + 1
+            for _, pc, _ in g_sides:
+                broadcast.setdefault(lv - 1, set()).add(pc)
+                readers.setdefault(pc, set()).add(lv - 1)
             spec = GroupingSpec(g, u.label, src.windowing, fn, node.outputs[None]._id,
                                 late_pc._id if late_pc is not None else None,
-                                src.may_contain_retractions)
+                                src.may_contain_retractions, combiner, tuple(g_sides))
             g_specs.setdefault(lv, {})[g] = spec
             g_inputs.setdefault(lv - 1, []).append((src._id, g, u.label))
             readers.setdefault(src._id, set()).add(lv - 1)
             outs = tuple(pc._id for pc in u.outputs)
             for pc in outs:
                 level_of[pc] = lv
-            nodes.append(Node(GROUPING, g, (src._id,), outs))
+            nodes.append(Node(GROUPING, g, (src._id,), outs, (), tuple(pc for _, pc, _ in g_sides)))
         else:  # Flatten, Reshuffle: pass elements on
             ins = tuple(pc._id for pc in u.inputs)
             lv = max((level_of[pc] for pc in ins), default=0)
