@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 import uuid
-from typing import Any, List
+from typing import Any, Dict, List
 
 import headrace as beam
 
@@ -97,3 +97,13 @@ class Panes(beam.DoFn):
         v = tuple(sorted(v)) if isinstance(v, list) else v
         where = (float(w.start), float(w.end)) if self.window_end else (float(w.start),)
         yield (k, v, *where, ts.micros, pane.timing.name, pane.index, pane.nonspeculative_index)
+
+
+def visible_files(directory: Any) -> Dict[str, List[str]]:
+    """{file name: sorted lines} of the files in `directory` whose names do not start with '.'."""
+    out = {}
+    for name in sorted(os.listdir(directory)):
+        if not name.startswith("."):
+            with open(os.path.join(directory, name), encoding="utf-8") as fh:
+                out[name] = sorted(fh.read().splitlines())
+    return out

@@ -323,17 +323,20 @@ class _WriteShardDoFn(DoFn):
         self.sink = sink
 
     def process(self, element: Any) -> Iterable[str]:
-        _, values = element
-        temp = _TempFile(self.sink)
-        try:
-            write = temp.write
-            for v in values:
-                write(v)
-            path = temp.close()
-        except BaseException:
-            temp.discard()
-            raise
-        yield path
+        yield _write_temp(self.sink, element[1])
+
+
+def _write_temp(sink: FileBasedSink, values: Iterable[Any]) -> str:
+    """Writes `values` to a new temporary file of `sink` (deleted if writing fails); its path."""
+    temp = _TempFile(sink)
+    try:
+        write = temp.write
+        for v in values:
+            write(v)
+        return temp.close()
+    except BaseException:
+        temp.discard()
+        raise
 
 
 class _FinalizeDoFn(DoFn):
@@ -368,15 +371,7 @@ class _WriteWindowedShardDoFn(DoFn):
     def process(self, element: Any, w: Any = DoFn.WindowParam,
                 pane: Any = DoFn.PaneInfoParam) -> Iterable[str]:
         shard, values = element
-        temp = _TempFile(self.sink)
-        try:
-            write = temp.write
-            for v in values:
-                write(v)
-            path = temp.close()
-        except BaseException:
-            temp.discard()
-            raise
+        path = _write_temp(self.sink, values)
         final = self.sink.windowed_shard_name(w, pane, shard, self.n)
         os.makedirs(os.path.dirname(final) or ".", exist_ok=True)
         os.replace(path, final)

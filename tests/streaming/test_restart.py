@@ -15,6 +15,8 @@ import time
 
 import pytest
 
+from tests._support import visible_files
+
 JOB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_restart_job.py")
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -45,21 +47,12 @@ def _run(out, ckpt, *flags, kill_after_batches=None):
     return proc.returncode, err
 
 
-def _files(directory):
-    out = {}
-    for name in sorted(os.listdir(directory)):
-        if not name.startswith("."):
-            with open(os.path.join(directory, name), encoding="utf-8") as fh:
-                out[name] = sorted(fh.read().splitlines())
-    return out
-
-
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
     base = tmp_path_factory.mktemp("reference")
     code, err = _run(base / "out", base / "ckpt")
     assert code == 0, err[-3000:]
-    files = _files(base / "out")
+    files = visible_files(base / "out")
     assert len(files) > 8   # several windows, with early panes
     return files
 
@@ -77,4 +70,4 @@ def test_a_killed_streaming_job_resumes_with_exactly_once_output(spark_only, ref
     assert code == -signal.SIGKILL, err[-3000:]
     code, err = _run(out, ckpt)   # restart on the same checkpoint
     assert code == 0, err[-3000:]
-    assert _files(out) == reference
+    assert visible_files(out) == reference

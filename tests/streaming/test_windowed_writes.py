@@ -7,24 +7,14 @@ Expected names and contents are worked out from the windows and triggers below.
 from __future__ import annotations
 
 import json
-import os
 
 import headrace as beam
 from headrace.testing import TestStream
 from headrace.transforms import trigger, window
 from headrace.transforms.periodicsequence import PeriodicImpulse
+from tests._support import visible_files
 
 TV = beam.TimestampedValue
-
-
-def _outputs(directory):
-    """{file name: sorted lines} of the visible files in `directory`."""
-    out = {}
-    for name in sorted(os.listdir(directory)):
-        if not name.startswith("."):
-            with open(os.path.join(directory, name), encoding="utf-8") as fh:
-                out[name] = sorted(fh.read().splitlines())
-    return out
 
 
 def test_each_window_of_an_unbounded_input_gets_its_own_files(make_pipeline, tmp_path):
@@ -34,7 +24,7 @@ def test_each_window_of_an_unbounded_input_gets_its_own_files(make_pipeline, tmp
        | beam.WindowInto(window.FixedWindows(20))
        | beam.io.WriteToText(str(tmp_path / "out"), file_name_suffix=".txt"))
     p.run().wait_until_finish()
-    assert _outputs(tmp_path) == {
+    assert visible_files(tmp_path) == {
         f"out-1970-01-01T00:00:{a:02d}-1970-01-01T00:{(a + 20) // 60:02d}:{(a + 20) % 60:02d}"
         f"-00000-of-00001.txt": sorted(str(i) for i in range(a, a + 20))
         for a in (0, 20, 40)}
@@ -55,7 +45,7 @@ def test_panes_of_one_window_get_files_named_by_pane_index_and_shards_split_a_pa
        | beam.Map(json.dumps)
        | beam.io.WriteToText(str(tmp_path / "res"), num_shards=2))
     p.run().wait_until_finish()
-    files = _outputs(tmp_path)
+    files = visible_files(tmp_path)
     prefix = "res-1970-01-01T00:00:00-1970-01-01T00:00:10-"
     assert all(name.startswith(prefix) for name in files), files
     by_pane = {}

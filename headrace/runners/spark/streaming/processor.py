@@ -246,15 +246,7 @@ def processor(specs: Dict[int, Any], forward_key: bytes, env: Any) -> Any:
                 if h < hold:
                     hold = h
             timer = ctl.clock + 1 if kept else None   # look again next batch
-            if rec.timer != timer:
-                if rec.timer is not None and rec.timer != expired:
-                    self.handle.deleteTimer(rec.timer)
-                if timer is not None:
-                    self.handle.registerTimer(timer)
-                rec.timer = timer
-            if hold != rec.hold:
-                yield (rows.PASS, rows.REPORT_PC, b"", 0, 0, rows.dumps(("hold", g, rec.hold, hold)))
-                rec.hold = hold
+            yield from self._timer_and_hold(g, rec, expired, timer, hold)
             if kept:
                 rec.waiting = kept
                 self.cell.update((coders.dumps(rec),))
@@ -361,6 +353,19 @@ def processor(specs: Dict[int, Any], forward_key: bytes, env: Any) -> Any:
             if rec.waiting:   # panes waiting for side inputs: output still to come
                 hold = min([hold] + [p.timestamp_us for p in rec.waiting])
                 timer = ctl.clock + 1
+            yield from self._timer_and_hold(g, rec, expired, timer, hold)
+            if ptime != rec.ptime:
+                yield (rows.PASS, rows.REPORT_PC, b"", 0, 0, rows.dumps(("pt", g, rec.ptime, ptime)))
+                rec.ptime = ptime
+            if state.is_empty() and not rec.waiting:
+                self.cell.clear()
+            else:
+                self.cell.update((coders.dumps(rec),))
+
+        def _timer_and_hold(self, g: int, rec: Any, expired: Optional[int], timer: Optional[int],
+                            hold: int) -> Iterator[rows.Row]:
+            """Moves a key's Spark timer to `timer` (None: none) and reports its hold if it
+            changed (`rec`: a _KeyRecord or _SideRecord)."""
             if rec.timer != timer:
                 if rec.timer is not None and rec.timer != expired:
                     self.handle.deleteTimer(rec.timer)
@@ -370,13 +375,6 @@ def processor(specs: Dict[int, Any], forward_key: bytes, env: Any) -> Any:
             if hold != rec.hold:
                 yield (rows.PASS, rows.REPORT_PC, b"", 0, 0, rows.dumps(("hold", g, rec.hold, hold)))
                 rec.hold = hold
-            if ptime != rec.ptime:
-                yield (rows.PASS, rows.REPORT_PC, b"", 0, 0, rows.dumps(("pt", g, rec.ptime, ptime)))
-                rec.ptime = ptime
-            if state.is_empty() and not rec.waiting:
-                self.cell.clear()
-            else:
-                self.cell.update((coders.dumps(rec),))
 
         def _load(self) -> Optional[_KeyRecord]:
             if not self.cell.exists():
