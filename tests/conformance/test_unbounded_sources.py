@@ -18,7 +18,7 @@ from headrace.io.iobase import Read, UnboundedSource
 from headrace.model.time import MAX_TIMESTAMP_MICROS
 from headrace.testing.util import assert_that, equal_to
 from headrace.transforms import trigger, window
-from headrace.transforms.periodicsequence import PeriodicImpulse
+from headrace.io.periodicsequence import PeriodicImpulse
 from headrace.utils.timestamp import Timestamp
 
 

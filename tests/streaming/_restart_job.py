@@ -18,7 +18,7 @@ import sys
 import headrace as beam
 from headrace.options.pipeline_options import PipelineOptions
 from headrace.transforms import trigger, window
-from headrace.transforms.periodicsequence import PeriodicImpulse
+from headrace.io.periodicsequence import PeriodicImpulse
 
 
 class KillOnce(beam.DoFn):

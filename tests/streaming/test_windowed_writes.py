@@ -11,7 +11,7 @@ import json
 import headrace as beam
 from headrace.testing import TestStream
 from headrace.transforms import trigger, window
-from headrace.transforms.periodicsequence import PeriodicImpulse
+from headrace.io.periodicsequence import PeriodicImpulse
 from tests._support import visible_files
 
 TV = beam.TimestampedValue
