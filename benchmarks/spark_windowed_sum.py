@@ -115,12 +115,14 @@ def worker_env(spark: bool) -> Dict[str, str]:
     return env
 
 
-def run_worker(cmd: List[str], env: Dict[str, str], timeout: float) -> Dict[str, Any]:
-    """Runs one worker, sampling its process tree's memory; returns its RESULT plus measurements."""
+def run_worker(cmd: List[str], env: Dict[str, str], timeout: float,
+               cwd: Optional[str] = None) -> Dict[str, Any]:
+    """Runs one worker (in `cwd`, default the repository), sampling its process tree's memory;
+    returns its RESULT plus measurements."""
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         load = os.getloadavg()[0]
         t0 = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=env, cwd=REPO)
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=env, cwd=cwd or REPO)
         sampler = TreeMemorySampler(proc.pid)
         sampler.start()
         timed_out = False
