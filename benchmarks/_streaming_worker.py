@@ -308,7 +308,7 @@ def run_headrace(args: argparse.Namespace) -> Result:
     try:
         import headrace as beam
         from headrace.options.pipeline_options import PipelineOptions
-        from headrace.transforms.periodicsequence import PeriodicImpulse
+        from headrace.io import PeriodicImpulse
         from headrace.utils.timestamp import Timestamp
     except ImportError as e:
         raise Skipped(f"headrace's streaming API is missing: {e}") from None
