@@ -162,7 +162,8 @@ class StandardOptions(PipelineOptions):
     """Which runner executes the pipeline, and whether it is streaming.
 
     The local runner runs bounded and unbounded (TestStream) pipelines alike, so `--streaming`
-    changes nothing there; the Spark runner runs batch jobs only and refuses it.
+    changes nothing there; the Spark runner runs a pipeline with it as a Structured Streaming
+    query instead of batch jobs.
     """
 
     @classmethod
@@ -248,14 +249,22 @@ class TypeOptions(PipelineOptions):
 
 
 class SparkRunnerOptions(PipelineOptions):
-    """Spark runner settings: the master URL, extra Spark configuration and parallelism, and
-    the checkpoint location of a streaming run."""
+    """Spark runner settings: the master URL or Spark Connect server, extra Spark configuration
+    and parallelism, and the checkpoint location of a streaming run."""
 
     @classmethod
     def _add_argparse_args(cls, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--spark_master", default=None,
                             help="Spark master URL (default: local[*], Spark's embedded local mode); "
                                  "e.g. local[2], local-cluster[2,1,1024], spark://host:7077")
+        parser.add_argument("--spark_remote", default=None, metavar="URL",
+                            help="run on a Spark Connect server instead of starting Spark here: "
+                                 "sc://HOST:PORT, or local[N] to start one in this process "
+                                 "(default: the SPARK_REMOTE environment variable, as PySpark). "
+                                 "Pipelines run as Structured Streaming queries there, bounded ones "
+                                 "too (Spark Connect has no RDDs). Not with --spark_master; with "
+                                 "sc://, --spark_conf may only change runtime Spark SQL settings and "
+                                 "--spark_task_max_failures and --spark_app_name are the server's")
         parser.add_argument("--spark_conf", action="append", default=None, metavar="KEY=VALUE",
                             help="an extra Spark configuration entry (repeatable), e.g. "
                                  "--spark_conf=spark.driver.memory=4g")

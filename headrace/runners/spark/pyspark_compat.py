@@ -128,10 +128,16 @@ def record_serializer(sc: Any, make_unbatched: Callable[[], Any]) -> Iterator[bo
 
 
 def running_context() -> Any:
-    """The SparkContext running in this process, or None."""
-    from pyspark import SparkContext
+    """The SparkContext running in this process, or None (always None with PySpark's Spark
+    Connect-only client, which has no SparkContext)."""
+    try:
+        from pyspark import SparkContext
+    except ImportError:
+        return None
     if USE_INTERNALS and hasattr(SparkContext, "_active_spark_context"):
         return SparkContext._active_spark_context
     from pyspark.sql import SparkSession
     session = SparkSession.getActiveSession()
-    return session.sparkContext if session is not None else None
+    if session is None or type(session).__module__.startswith("pyspark.sql.connect"):
+        return None  # a Spark Connect session has no SparkContext
+    return session.sparkContext

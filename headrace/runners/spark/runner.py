@@ -376,16 +376,25 @@ class SparkRunner:
     CombinePerKey with a watermark-only trigger is lifted (partial combine before the shuffle,
     merging windows included). Side inputs are broadcast, Flatten is a union, Reshuffle a real
     shuffle, metrics come back through accumulators.
+
+    A pipeline with an unbounded source, or run with `--streaming`, runs as one Structured
+    Streaming query instead (`streaming.runner`). So does every pipeline on a Spark Connect
+    session (`spark` one, or `--spark_remote`): Spark Connect serves no RDDs, so a bounded
+    pipeline there runs as a query that reads its input and stops (AvailableNow).
     """
 
     def __init__(self, spark: Any = None) -> None:
         self._spark = spark
 
     def run_pipeline(self, pipeline: Pipeline, options: Any) -> PipelineResult:
-        """Executes the pipeline as Spark jobs and returns its result."""
+        """Executes the pipeline as Spark jobs (or one streaming query) and returns its result."""
         spark = self._spark if self._spark is not None else sessions.get_session(options)
-        if _is_streaming(pipeline, options):
+        connect = sessions.is_connect(spark)
+        if connect or _is_streaming(pipeline, options):
             from headrace.runners.spark.streaming.runner import SparkStreamingRunner
+            if connect and not _is_streaming(pipeline, options):
+                _log.info("headrace: Spark Connect has no RDDs for batch jobs; the bounded pipeline "
+                          "runs as a Structured Streaming query that stops at the end of its input")
             return SparkStreamingRunner(spark).run(pipeline, options)
         return _Translation(spark, pipeline, options).run()
 

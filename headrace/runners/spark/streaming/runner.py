@@ -18,18 +18,24 @@ wakes keys up (see `coordinator` and `processor`).
 
 State lives in Spark's state store (RocksDB provider), offsets and the driver's per-batch state
 under the checkpoint location, so a restarted query replays an unfinished batch exactly.
+
+The query is built only from APIs that Spark Connect serves as well (DataFrame operations, a
+Python data source, mapInArrow, transformWithState, foreachBatch; no SparkContext, no RDDs),
+so it runs the same on a classic session and on a Spark Connect one (`--spark_remote`).
 """
 
 from __future__ import annotations
 
 import os
+import re
+import socket
 import sys
 import tempfile
 import threading
 import time
 from typing import Any, Dict, List, Optional, Set, Tuple
 
-from headrace.errors import PipelineExecutionError, UnsupportedArgumentError
+from headrace.errors import InvalidArgumentError, PipelineExecutionError, UnsupportedArgumentError
 from headrace.io.iobase import Read
 from headrace.metrics.metric import MetricResults, MetricsContainer
 from headrace.model import coders
@@ -37,6 +43,7 @@ from headrace.options.pipeline_options import LocalRunnerOptions, SparkRunnerOpt
 from headrace.pipeline.pipeline import Pipeline, PipelineResult, PipelineState
 from headrace.runners.kit import plan as planning
 from headrace.runners.kit.side_inputs import SideInputCombiner, replace_views
+from headrace.runners.spark import session as sessions
 from headrace.runners.spark import tasks
 from headrace.runners.spark.streaming import rows
 from headrace.runners.spark.streaming.coordinator import (
@@ -66,9 +73,16 @@ class StreamPlan(SourcePlan):
 
 
 def build_plan(pipeline: Pipeline, bundle_size: int, max_attempts: int, partitions: int,
-               ctl_keys: Tuple[bytes, ...], max_records: int = 100_000) -> StreamPlan:
-    """Plans `pipeline` as a streaming query (see the module doc); errors name the step."""
+               ctl_keys: Tuple[bytes, ...], max_records: int = 100_000, connect: bool = False
+               ) -> StreamPlan:
+    """Plans `pipeline` as a streaming query (see the module doc); errors name the step and,
+    on Spark Connect (`connect`, where batch jobs cannot run), say so."""
     units = planning.plan(pipeline, "Spark streaming runner")
+    if connect:
+        batch = ("; Spark Connect has no RDDs for the batch runner, so run it on a classic session "
+                 "(--spark_master instead of --spark_remote) or on the LocalRunner")
+    else:
+        batch = None
     level_of: Dict[int, int] = {}        # pc id -> level it is made at
     nodes: List[Node] = []
     sources: List[Tuple[str, Any, Dict[Optional[str], int]]] = []
@@ -137,7 +151,7 @@ def build_plan(pipeline: Pipeline, bundle_size: int, max_attempts: int, partitio
             if not isinstance(t, Create):
                 raise UnsupportedArgumentError(
                     f"step {u.label!r}: the Spark streaming runner reads Create and TestStream "
-                    "sources so far; run bounded reads on the Spark runner in batch mode")
+                    "sources so far" + (batch or "; run bounded reads on the Spark runner in batch mode"))
             out = node.outputs[None]
             nodes.append(Node(SOURCE, len(sources), (), (out._id,)))
             sources.append(("create", list(t.values), {None: out._id}))
@@ -221,9 +235,8 @@ def build_plan(pipeline: Pipeline, bundle_size: int, max_attempts: int, partitio
 def partition_keys(spark: Any, n: int) -> Tuple[bytes, ...]:
     """One control key per partition of a stateful operator with `n` partitions: key i lands in
     partition i (Spark hash-partitions a grouping by Murmur3 of its columns, pmod n)."""
-    from pyspark.sql import functions as F
-    cand = spark.range(0, 64 * n + 64).select(
-        F.col("id"), F.expr(f"pmod(hash(0, unhex(lpad(hex(id), 8, '0'))), {n})").alias("p"))
+    cand = spark.range(0, 64 * n + 64).selectExpr(  # SQL text: the same on Spark Connect
+        "id", f"pmod(hash(0, unhex(lpad(hex(id), 8, '0'))), {n}) AS p")
     found: Dict[int, bytes] = {}
     for r in cand.collect():
         if r.p not in found:
@@ -324,12 +337,65 @@ def _pipeline_error(exc: BaseException) -> BaseException:
         return exc
     payload = tasks.decode_failure(str(exc))
     if payload is None:
+        missing = _missing_module(exc)
+        if missing is not None:
+            return missing
         text = str(exc).strip().splitlines()
         return PipelineExecutionError(
             f"the streaming query failed: {type(exc).__name__}: {text[0] if text else ''}")
     cls = payload.get("type", PipelineExecutionError)
     return cls(payload["message"], step=payload["step"], element=payload["element"],  # type: ignore[no-any-return]
                attempts=payload["attempts"])
+
+
+_NO_MODULE = re.compile(r"No module named '([^']+)'")
+
+
+def _missing_module(exc: BaseException) -> Optional[PipelineExecutionError]:
+    """A Python worker's failed import (`exc`'s text names the module) as an error saying where
+    the module must be installed; None if `exc` is about something else."""
+    m = _NO_MODULE.search(str(exc))
+    if m is None:
+        return None
+    return PipelineExecutionError(
+        f"the streaming query failed: Spark's Python workers cannot import {m.group(1)!r}. Install "
+        "headrace, and the modules your pipeline's functions are defined in, in the Python the "
+        "workers run (PYSPARK_PYTHON; on Spark Connect, the server's); on Spark Connect, "
+        "spark.addArtifacts(pyfile=True) does not reach the Python process of the query's "
+        "foreachBatch sink, so it is not enough for headrace itself")
+
+
+def _build_error(exc: BaseException, files: RunFiles) -> Optional[PipelineExecutionError]:
+    """An error building or starting the query, explained when its cause is known (a module the
+    server's Python lacks, a plan the server cannot read); else None."""
+    missing = _missing_module(exc)
+    if missing is not None:
+        return missing
+    if files.plan_path in str(exc):
+        return PipelineExecutionError(
+            f"Spark's Python workers cannot read the query's plan at {files.plan_path}: the "
+            "checkpoint location must be a directory that this process and the Spark driver (on "
+            "Spark Connect, the server) see at the same path, such as a shared mount; give one "
+            "with --checkpoint_location")
+    return None
+
+
+_LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1", "0.0.0.0", "", None}
+
+
+def _check_connect_checkpoint(spark: Any, checkpoint_location: Optional[str]) -> None:
+    """Refuses the default checkpoint location (a temporary directory here) when the Spark
+    Connect server runs on another host, where that directory does not exist."""
+    if checkpoint_location:
+        return
+    host = getattr(getattr(spark, "client", None), "host", None)
+    if host in _LOCAL_HOSTS or host in (socket.gethostname(), socket.getfqdn()):
+        return
+    raise InvalidArgumentError(
+        f"the Spark Connect server runs on {host}, and the streaming query keeps its plan and "
+        "per-batch state in files under its checkpoint location, which this process and the "
+        "server must both see at the same path: give --checkpoint_location a directory on a "
+        "shared mount (the default, a temporary directory here, is not on the server)")
 
 
 def make_sink(run_dir: str, n_groupings: int) -> Any:
@@ -395,8 +461,11 @@ class SparkStreamingRunner:
     def run(self, pipeline: Pipeline, options: Any, *, wait: bool = True) -> StreamingPipelineResult:
         """Builds and starts the query; with `wait`, runs it to the end of its input."""
         spark = self.spark
+        connect = sessions.is_connect(spark)
         so = options.view_as(SparkRunnerOptions)
         lo = options.view_as(LocalRunnerOptions)
+        if connect:
+            _check_connect_checkpoint(spark, so.checkpoint_location)
         checkpoint = so.checkpoint_location or tempfile.mkdtemp(prefix="headrace-stream-")
         checkpoint = os.path.abspath(checkpoint)
         print(f"headrace: streaming query checkpoint at {checkpoint}", file=sys.stderr)
@@ -408,15 +477,34 @@ class SparkStreamingRunner:
         n = old.partitions if old is not None else int(spark.conf.get("spark.sql.shuffle.partitions"))
         keys = partition_keys(spark, n)
         plan = build_plan(pipeline, max(1, int(lo.bundle_size)), max(1, int(lo.max_bundle_attempts)),
-                          n, keys, max(1, int(so.max_records_per_batch)))
+                          n, keys, max(1, int(so.max_records_per_batch)), connect)
         if old is not None:
             _check_restart(old, plan, checkpoint)
         files.write_plan(plan)
+        try:
+            query = self._start(plan, checkpoint, keys, max(1, int(lo.max_bundle_attempts)),
+                                float(so.trigger_interval))
+        except Exception as exc:
+            explained = _build_error(exc, files)
+            if explained is None:
+                raise
+            raise explained from exc
+        result = StreamingPipelineResult(query, files, plan.coordinator.n_groupings, checkpoint,
+                                         bool(plan.coordinator.unbounded))
+        if wait:
+            result.wait_until_finish()
+        return result
+
+    def _start(self, plan: StreamPlan, checkpoint: str, keys: Tuple[bytes, ...], max_attempts: int,
+               trigger_interval: float) -> Any:
+        """Builds the query of `plan` (see the module doc) and starts it; only DataFrame and
+        streaming APIs that Spark Connect serves too."""
+        spark = self.spark
         spark.dataSource.register(data_source_class())
         df = (spark.readStream.format(SOURCE_NAME).option("run_dir", checkpoint).load()
               .withWatermark("clock", "0 seconds").drop("clock"))
         schema = rows.spark_schema()
-        env = tasks.TaskEnv(None, None, plan.bundle_size, max(1, int(lo.max_bundle_attempts)),
+        env = tasks.TaskEnv(None, None, plan.bundle_size, max_attempts,
                             os.path.join(checkpoint, "headrace", "failures"))
         for lv, spec in enumerate(plan.levels):
             if lv > 0:
@@ -427,13 +515,8 @@ class SparkStreamingRunner:
                   .option("checkpointLocation", os.path.join(checkpoint, "spark")))
         # Sources that may grow (an UnboundedSource) are polled every trigger interval and the
         # query is stopped once the driver sees the end; the others end by themselves.
-        live = bool(plan.coordinator.unbounded)
-        if live:
-            writer = writer.trigger(processingTime=f"{max(0.0, float(so.trigger_interval)):g} seconds")
+        if plan.coordinator.unbounded:
+            writer = writer.trigger(processingTime=f"{max(0.0, trigger_interval):g} seconds")
         else:
             writer = writer.trigger(availableNow=True)
-        query = writer.start()
-        result = StreamingPipelineResult(query, files, plan.coordinator.n_groupings, checkpoint, live)
-        if wait:
-            result.wait_until_finish()
-        return result
+        return writer.start()
