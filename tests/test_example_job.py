@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 from collections import defaultdict
@@ -168,3 +170,53 @@ def test_cli_version_and_demo(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "500 parsed" in out
     assert f"{len(sb.MALFORMED_LINES)} lines went to the dead-letter output" in out
+
+
+def _stream_of(paths, steps):
+    """The log's lines as a TestStream: `steps` element events in file (time) order, each
+    followed by the watermark at the next step's first event time (so no line is late); a
+    malformed line is stamped with the step's first event time."""
+    from headrace.testing import TestStream
+    lines = []
+    for path in paths:
+        with open(path, encoding="utf-8") as fh:
+            lines.extend(line.rstrip("\n") for line in fh)
+
+    def time_of(line):
+        try:
+            return sb.parse_event(line).ts_us
+        except Exception:
+            return None
+
+    size = -(-len(lines) // steps)
+    chunks = [lines[i:i + size] for i in range(0, len(lines), size)]
+    firsts = [min(t for t in map(time_of, c) if t is not None) for c in chunks]
+    stream = TestStream()
+    for k, chunk in enumerate(chunks):
+        stream = stream.add_elements([
+            window.TimestampedValue(line, window.Timestamp(micros=time_of(line) or firsts[k]))
+            for line in chunk])
+        if k + 1 < len(chunks):
+            stream = stream.advance_watermark_to(window.Timestamp(micros=firsts[k + 1]))
+    return stream.advance_watermark_to_infinity()
+
+
+def _outputs(out_dir):
+    return {name: sorted(json.dumps(r, sort_keys=True) for r in sb.read_output(out_dir, name))
+            for name in sb.OUTPUTS}
+
+
+def test_the_job_gives_the_batch_results_when_its_input_is_fed_as_a_stream(tmp_path, small_input,
+                                                                          make_pipeline):
+    batch_out, stream_out = str(tmp_path / "batch"), str(tmp_path / "stream")
+    p = make_pipeline()
+    sb.build_pipeline(p, os.path.join(os.path.dirname(small_input.paths[0]), "events-*.jsonl"),
+                      batch_out)
+    p.run().wait_until_finish()
+    # the global-window totals over the stream fire when it ends (its watermark reaches +inf)
+    p = make_pipeline(allow_unsafe_triggers=True)
+    sb.build_from_lines(p | "Log" >> _stream_of(small_input.paths, steps=5), stream_out)
+    p.run().wait_until_finish()
+    batch, stream = _outputs(batch_out), _outputs(stream_out)
+    assert all(batch[name] for name in sb.OUTPUTS if name != "dead_letters")
+    assert stream == batch

@@ -177,6 +177,5 @@ def test_a_runtime_spark_conf_entry_is_set_over_spark_connect(connect_results):
     assert _outcome(connect_results, "runtime_conf_applied") == {"timeZone": "Asia/Tokyo"}
 
 
-def test_a_bounded_read_is_refused_over_spark_connect_with_the_way_out(connect_results):
-    detail = _outcome(connect_results, "bounded_read_refused")
-    assert "--spark_master instead of --spark_remote" in detail["message"]
+def test_a_bounded_read_runs_over_spark_connect(connect_results):
+    assert _outcome(connect_results, "bounded_read")["words"] == 5

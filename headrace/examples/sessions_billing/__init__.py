@@ -38,7 +38,8 @@ from headrace.examples.sessions_billing.data import (ADVERTISERS, DAY_START, DAY
                                                      KINDS, MALFORMED_LINES, GeneratedInput, fmt_time,
                                                      generate_events)
 from headrace.examples.sessions_billing.pipeline import (NAMESPACE, OUTPUTS, SESSION_GAP_S, Event,
-                                                         SessionRecord, build_pipeline, output_paths,
+                                                         SessionRecord, build_from_lines, build_pipeline,
+                                                         output_paths,
                                                          parse_event, read_output)
 
 __all__ = [
@@ -47,7 +48,8 @@ __all__ = [
     "DEFAULT_USERS", "HOUR_S", "KINDS", "MALFORMED_LINES", "GeneratedInput", "fmt_time",
     "generate_events",
     # pipeline
-    "NAMESPACE", "OUTPUTS", "SESSION_GAP_S", "Event", "SessionRecord", "build_pipeline",
+    "NAMESPACE", "OUTPUTS", "SESSION_GAP_S", "Event", "SessionRecord", "build_from_lines",
+    "build_pipeline",
     "output_paths", "parse_event", "read_output",
     # cli
     "JobResult", "format_summary", "main", "parse_args", "run",

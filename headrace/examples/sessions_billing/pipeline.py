@@ -250,6 +250,12 @@ OUTPUTS = ("sessions", "user_stats", "session_summary", "revenue_by_advertiser",
 
 def build_pipeline(p: beam.Pipeline, input_pattern: str, output_dir: str) -> None:
     """Adds the whole job to `p`: read, parse, sessions, billing, top users, writes."""
+    build_from_lines(p | "ReadEvents" >> beam.ReadFromText(input_pattern), output_dir)
+
+
+def build_from_lines(lines: Any, output_dir: str) -> None:
+    """The job after its read: parse the log lines `lines`, sessions, billing, top users, writes
+    (the same job whether `lines` is a bounded read or a stream)."""
 
     def write(pcoll: Any, name: str, num_shards: int = 1) -> None:
         _ = (pcoll
@@ -258,7 +264,6 @@ def build_pipeline(p: beam.Pipeline, input_pattern: str, output_dir: str) -> Non
                                                      file_name_suffix=".jsonl",
                                                      num_shards=num_shards))
 
-    lines = p | "ReadEvents" >> beam.ReadFromText(input_pattern)
     events, malformed = lines | "Parse" >> beam.ParDo(ParseEventFn()).with_exception_handling()
     write(malformed | "DeadLetter" >> beam.Map(dead_letter_record), "dead_letters")
 

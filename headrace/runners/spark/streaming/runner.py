@@ -35,7 +35,7 @@ import threading
 import time
 from typing import Any, Dict, List, Optional, Set, Tuple
 
-from headrace.errors import InvalidArgumentError, PipelineExecutionError, UnsupportedArgumentError
+from headrace.errors import InvalidArgumentError, PipelineExecutionError
 from headrace.io.iobase import Read
 from headrace.metrics.metric import MetricResults, MetricsContainer
 from headrace.model import coders
@@ -73,16 +73,9 @@ class StreamPlan(SourcePlan):
 
 
 def build_plan(pipeline: Pipeline, bundle_size: int, max_attempts: int, partitions: int,
-               ctl_keys: Tuple[bytes, ...], max_records: int = 100_000, connect: bool = False
-               ) -> StreamPlan:
-    """Plans `pipeline` as a streaming query (see the module doc); errors name the step and,
-    on Spark Connect (`connect`, where batch jobs cannot run), say so."""
+               ctl_keys: Tuple[bytes, ...], max_records: int = 100_000) -> StreamPlan:
+    """Plans `pipeline` as a streaming query (see the module doc); errors name the step."""
     units = planning.plan(pipeline, "Spark streaming runner")
-    if connect:
-        batch = ("; Spark Connect has no RDDs for the batch runner, so run it on a classic session "
-                 "(--spark_master instead of --spark_remote) or on the LocalRunner")
-    else:
-        batch = None
     level_of: Dict[int, int] = {}        # pc id -> level it is made at
     nodes: List[Node] = []
     sources: List[Tuple[str, Any, Dict[Optional[str], int]]] = []
@@ -148,13 +141,21 @@ def build_plan(pipeline: Pipeline, bundle_size: int, max_attempts: int, partitio
             sources.append(("unbounded", t.source, {None: out._id}))
             level_of[out._id] = 0
         elif u.kind == planning.SOURCE:
-            if not isinstance(t, Create):
-                raise UnsupportedArgumentError(
-                    f"step {u.label!r}: the Spark streaming runner reads Create and TestStream "
-                    "sources so far" + (batch or "; run bounded reads on the Spark runner in batch mode"))
             out = node.outputs[None]
             nodes.append(Node(SOURCE, len(sources), (), (out._id,)))
-            sources.append(("create", list(t.values), {None: out._id}))
+            source_labels[len(sources)] = u.label
+            if isinstance(t, Create):
+                sources.append(("create", list(t.values), {None: out._id}))
+            else:
+                # a bounded Read: its parts are read in the first batch, one Spark partition each
+                assert isinstance(t, Read)
+                try:
+                    parts = list(t.source.split(max(1, 2 * partitions)))
+                except Exception as exc:
+                    raise PipelineExecutionError(
+                        f"step {u.label!r}: splitting {t.source.display_name()} failed: "
+                        f"{type(exc).__name__}: {exc}", step=u.label) from exc
+                sources.append(("bounded", (t.source, parts), {None: out._id}))
             level_of[out._id] = 0
         elif u.kind == planning.TEST_STREAM:
             assert isinstance(t, TestStream)
@@ -477,7 +478,7 @@ class SparkStreamingRunner:
         n = old.partitions if old is not None else int(spark.conf.get("spark.sql.shuffle.partitions"))
         keys = partition_keys(spark, n)
         plan = build_plan(pipeline, max(1, int(lo.bundle_size)), max(1, int(lo.max_bundle_attempts)),
-                          n, keys, max(1, int(so.max_records_per_batch)), connect)
+                          n, keys, max(1, int(so.max_records_per_batch)))
         if old is not None:
             _check_restart(old, plan, checkpoint)
         files.write_plan(plan)

@@ -22,7 +22,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from headrace.model.windowed import WindowedValue
 from headrace.model.window import GLOBAL_WINDOWS_TUPLE
-from headrace.runners.kit.sources import read_unbounded, to_windowed_value
+from headrace.runners.kit.sources import read_bundles, read_unbounded, to_windowed_value
 from headrace.runners.spark.streaming import rows
 from headrace.runners.spark.streaming.coordinator import BatchState, script_elements
 from headrace.runners.spark.tasks import pack
@@ -105,9 +105,14 @@ def data_source_class() -> Any:
     from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 
     class _Part(InputPartition):  # type: ignore[misc]
-        def __init__(self, start: Dict[str, Any], end: Dict[str, Any]) -> None:
+        """The batch's control row and its sources' elements (`part` None), or one part of a
+        bounded source (`part` = (source index, part index))."""
+
+        def __init__(self, start: Dict[str, Any], end: Dict[str, Any],
+                     part: Optional[Tuple[int, int]] = None) -> None:
             self.start = start
             self.end = end
+            self.part = part
 
     class HeadraceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # type: ignore[misc]
         """Reads every source of a headrace pipeline, one coordinated micro-batch at a time."""
@@ -138,11 +143,17 @@ def data_source_class() -> Any:
             pass  # the sources here end by themselves (TestStream scripts, bounded sources)
 
         def partitions(self, start: Dict[str, Any], end: Dict[str, Any]) -> List[Any]:
-            return [_Part(start, end)]
+            return [_Part(start, end)] + [_Part(start, end, part)
+                                          for part in self.plan.bounded_parts(start, end)]
 
         def read(self, partition: Any) -> Iterator[Tuple[Any, ...]]:
             start, end = partition.start, partition.end
             clock = clock_timestamp(end["stamp"])
+            if partition.part is not None:
+                for pc, bundle, values in self.plan.part_elements(*partition.part):
+                    for seq, wv in enumerate(values):
+                        yield (rows.PASS, pc, b"", bundle, seq, pack([wv]), clock)
+                return
             ctl = rows.Control.between(start, end)
             yield (rows.PASS, rows.CTL_PC, b"", 0, 0, rows.dumps(ctl), clock)
             for pc, bundle, values in self.plan.elements(start, end):
@@ -179,12 +190,27 @@ class SourcePlan:
         self.bundle_size = bundle_size
         self.labels: Dict[int, str] = {}   # source index -> step label (for errors)
 
+    def bounded_parts(self, start: Dict[str, Any], end: Dict[str, Any]) -> List[Tuple[int, int]]:
+        """(source index, part index) of every bounded source's part read in this batch (each is
+        read in a Spark partition of its own, by `part_elements`)."""
+        return [(i, j) for i, (kind, data, _) in enumerate(self.sources)
+                if kind == "bounded" and start["pos"][i] != end["pos"][i]
+                for j in range(len(data[1]))]
+
+    def part_elements(self, i: int, j: int) -> Iterator[Tuple[int, int, List[WindowedValue]]]:
+        """(pc, bundle id, elements) of part j of bounded source i; errors name the step."""
+        _, (source, parts), pcs = self.sources[i]
+        label = self.labels.get(i, "Read")
+        for k, bundle in enumerate(read_bundles(label, source, parts[j], self.bundle_size)):
+            yield pcs[None], (i << 32) | (j << 20) | k, bundle  # j < 4096, k < 2**20
+
     def elements(self, start: Dict[str, Any], end: Dict[str, Any]
                  ) -> Iterator[Tuple[int, int, List[WindowedValue]]]:
-        """(pc, bundle id, elements) of the batch from `start` to `end`, in order."""
+        """(pc, bundle id, elements) of the batch from `start` to `end`, in order (bounded
+        sources' parts apart: `part_elements`)."""
         for i, (kind, data, pcs) in enumerate(self.sources):
             a, b = start["pos"][i], end["pos"][i]
-            if a == b:
+            if a == b or kind == "bounded":
                 continue
             if kind == "create":
                 size = self.bundle_size  # in bundles, as every runner reads a Create
