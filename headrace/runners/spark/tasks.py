@@ -104,6 +104,12 @@ def decode_failure(text: str) -> Optional[Dict[str, Any]]:
         return None
 
 
+def task_failure(exc: PipelineExecutionError) -> TaskFailure:
+    """`exc` as the exception a task raises so that the driver gets it back (no marker: for
+    steps that fail the same way when Spark re-runs them, such as a source's read)."""
+    return TaskFailure(_payload(exc))
+
+
 def _payload(exc: PipelineExecutionError) -> Dict[str, Any]:
     element: Any = exc.element
     try:

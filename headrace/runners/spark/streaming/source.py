@@ -20,12 +20,13 @@ import pickle
 import time
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
+from headrace.errors import PipelineExecutionError
 from headrace.model.windowed import WindowedValue
 from headrace.model.window import GLOBAL_WINDOWS_TUPLE
 from headrace.runners.kit.sources import read_bundles, read_unbounded, to_windowed_value
 from headrace.runners.spark.streaming import rows
 from headrace.runners.spark.streaming.coordinator import BatchState, script_elements
-from headrace.runners.spark.tasks import pack
+from headrace.runners.spark.tasks import pack, task_failure
 
 SOURCE_NAME = "headrace_stream"
 _EPOCH = datetime.datetime(1970, 1, 1)
@@ -132,7 +133,10 @@ def data_source_class() -> Any:
             state = self.files.batch_state(start["n"], coord.n_groupings)
             if state is None:  # the previous batch's sink has not written its state
                 return start
-            end = coord.next_offset(start, state, time.time_ns() // 1000)
+            try:
+                end = coord.next_offset(start, state, time.time_ns() // 1000)
+            except PipelineExecutionError as exc:  # a source failed: the driver names the step
+                raise task_failure(exc) from exc
             if end is None:
                 if coord.finished(start):
                     self.files.mark_finished(start["n"])
@@ -147,6 +151,12 @@ def data_source_class() -> Any:
                                           for part in self.plan.bounded_parts(start, end)]
 
         def read(self, partition: Any) -> Iterator[Tuple[Any, ...]]:
+            try:
+                yield from self._read(partition)
+            except PipelineExecutionError as exc:  # a source failed: the driver names the step
+                raise task_failure(exc) from exc
+
+        def _read(self, partition: Any) -> Iterator[Tuple[Any, ...]]:
             start, end = partition.start, partition.end
             clock = clock_timestamp(end["stamp"])
             if partition.part is not None:
