@@ -13,6 +13,7 @@ import pytest
 
 from headrace import cli, window
 from headrace.examples import sessions_billing as sb
+from headrace.examples.sessions_billing import cli as cli_module
 
 GAP_US = sb.SESSION_GAP_S * 1_000_000
 HOUR_US = sb.HOUR_S * 1_000_000
@@ -215,8 +216,31 @@ def test_the_job_gives_the_batch_results_when_its_input_is_fed_as_a_stream(tmp_p
     p.run().wait_until_finish()
     # the global-window totals over the stream fire when it ends (its watermark reaches +inf)
     p = make_pipeline(allow_unsafe_triggers=True)
-    sb.build_from_lines(p | "Log" >> _stream_of(small_input.paths, steps=5), stream_out)
+    sb.build_from_lines(p | "Log" >> _stream_of(small_input.paths, steps=3), stream_out)
     p.run().wait_until_finish()
     batch, stream = _outputs(batch_out), _outputs(stream_out)
     assert all(batch[name] for name in sb.OUTPUTS if name != "dead_letters")
     assert stream == batch
+
+
+def test_the_streaming_demo_gives_late_panes_and_drops_exactly_the_too_late_lines(tmp_path,
+                                                                                   runner_flags):
+    args, extra = sb.parse_args(["--streaming", "--events", "3000", "--users", "40", "--files",
+                                 "12", "--interval", "0.05", "--workdir", str(tmp_path),
+                                 *runner_flags])
+    r = cli_module.run_streaming(args, extra)
+    assert r.files == 12 and r.late_lines > 0 and r.too_late_lines > 0
+    # too-late lines are dropped at the session step (every event) and the revenue step (ads)
+    too_late = []
+    for line in sb.data.stream_plan(sb.data.generate_lines(3000, 40, sb.DEFAULT_SEED), 12,
+                                    late_by=1, too_late_by=3).too_late:
+        try:
+            too_late.append(sb.parse_event(line))
+        except Exception:
+            pass
+    assert r.dropped_late == len(too_late) + sum(1 for e in too_late if e.kind != "view")
+    assert r.final_revenue_micros == r.expected_revenue_micros > 0
+    assert r.panes["session"]["LATE"] > 0 and r.panes["revenue"]["ON_TIME"] > 0
+    assert r.malformed == len(sb.MALFORMED_LINES)
+    text = cli_module.format_streaming(r)
+    assert "(equal)" in text and "late" in text

@@ -32,8 +32,10 @@ from typing import Any, BinaryIO, Iterable, List, Optional, Tuple, cast
 
 from headrace.errors import InvalidArgumentError
 from headrace.io.filesystem import compressing_writer, compression_of
-from headrace.model.time import MIN_TIMESTAMP_MICROS
-from headrace.model.window import GLOBAL_WINDOWS_TUPLE, GlobalWindow, GlobalWindows
+from headrace.model.time import MIN_TIMESTAMP_MICROS, Duration
+from headrace.model.strategy import AccumulationMode
+from headrace.model.window import (GLOBAL_WINDOWS_TUPLE, GlobalWindow, GlobalWindows,
+                                   NonMergingWindowFn)
 from headrace.model.windowed import WindowedValue
 from headrace.pipeline.dofn import DoFn
 from headrace.pipeline.pvalue import AsList, PCollection
@@ -349,6 +351,15 @@ class _FinalizeDoFn(DoFn):
         return self.sink.finalize(temp_paths)
 
 
+class _SameWindows(NonMergingWindowFn):
+    """Keeps each element in the window it is already in: the windowed write groups the panes
+    it is given by shard without merging windows (session windows of different keys under one
+    shard stay apart) or accumulating them again."""
+
+    def assign(self, assign_context: Any) -> List[Any]:
+        return [assign_context.window]
+
+
 class _StableShardDoFn(DoFn):
     """Keys each record by a shard chosen from its text, so a re-run pane splits the same way."""
 
@@ -391,7 +402,16 @@ def write_files(pcoll: PCollection, sink: FileBasedSink) -> PCollection:
                 "an unbounded PCollection is written per window and pane, to num_shards files "
                 "each (default 1): drop the limits or set num_shards")
         n = max(1, sink.num_shards)
+        w = pcoll.windowing
+        # each pane the input carries is written once, to the files of its window: the write's
+        # own grouping keeps the windows and the trigger, and discards what it fired
         return (pcoll
+                | "KeepWindows" >> WindowInto(
+                    _SameWindows(), trigger=w.trigger,
+                    accumulation_mode=AccumulationMode.DISCARDING,
+                    timestamp_combiner=w.timestamp_combiner,
+                    allowed_lateness=Duration(micros=w.allowed_lateness_us),
+                    closing_behavior=w.closing_behavior, on_time_behavior=w.on_time_behavior)
                 | "AssignShard" >> ParDo(_StableShardDoFn(n))
                 | "GroupByShard" >> GroupByKey()
                 | "WriteWindowedShards" >> ParDo(_WriteWindowedShardDoFn(sink, n)))

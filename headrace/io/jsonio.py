@@ -11,10 +11,11 @@ from headrace.io.filebasedsink import FileBasedSink, FileFormatWriter, write_fil
 from headrace.io.filesystem import compression_of, open_for_read
 from headrace.io.iobase import Read
 from headrace.io.textio import _TextSource
+from headrace.io.watch import SKIP, GrowingFilesSource
 from headrace.pipeline.ptransform import PTransform
 from headrace.pipeline.pvalue import PCollection
 
-__all__ = ["ReadFromJson", "WriteToJson"]
+__all__ = ["ReadFromJson", "ReadFromJsonContinuously", "WriteToJson"]
 
 
 class _JsonSource(_TextSource):
@@ -98,6 +99,37 @@ class ReadFromJson(PTransform):
 
     def expand(self, pbegin: Any) -> PCollection:
         return pbegin | "Read" >> Read(self._source)
+
+
+class ReadFromJsonContinuously(PTransform):
+    """Reads the JSON lines of the files matching `file_pattern` (one `json.loads` value per
+    line, blank lines skipped) and keeps watching it, as `ReadFromTextContinuously` reads lines:
+    new files and appended lines are read as they appear; `timestamp_fn` gets the parsed value."""
+
+    def __init__(self, file_pattern: str, poll_interval: float = 1.0,
+                 timestamp_fn: Optional[Any] = None, watermark_delay: float = 0.0,
+                 stop_timestamp: Any = None, stop_after_idle: Optional[float] = None,
+                 max_files_per_read: Optional[int] = None, label: Optional[str] = None) -> None:
+        super().__init__(label)
+        self._source = GrowingFilesSource(
+            file_pattern, _json_line, "ReadFromJsonContinuously", poll_interval, timestamp_fn,
+            watermark_delay, stop_timestamp, stop_after_idle, max_files_per_read)
+
+    def default_label(self) -> str:
+        return "ReadFromJsonContinuously"
+
+    def expand(self, pbegin: Any) -> PCollection:
+        return pbegin | "Read" >> Read(self._source)
+
+
+def _json_line(text: str, path: str, line_no: int) -> Any:
+    if not text.strip():
+        return SKIP
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise DataFormatError(f"ReadFromJsonContinuously: {path} line {line_no} is not JSON: "
+                              f"{exc}: {_short_repr(text)}") from None
 
 
 class _JsonLinesWriter(FileFormatWriter):

@@ -17,6 +17,7 @@ from headrace.io.filesystem import (
     check_compression_type, check_files_exist, compression_of, match_files, open_for_read,
 )
 from headrace.io.iobase import BoundedSource, Read
+from headrace.io.watch import GrowingFilesSource
 from headrace.model.coders import StrUtf8Coder, ToBytesCoder
 from headrace.pipeline.ptransform import PTransform
 from headrace.pipeline.pvalue import PCollection
@@ -372,6 +373,38 @@ class ReadFromText(PTransform):
 
     def expand(self, pbegin: Any) -> PCollection:
         return pbegin | "Read" >> Read(self._source).with_output_types(self._source.output_type())
+
+
+class ReadFromTextContinuously(PTransform):
+    """Reads the lines of the files matching `file_pattern` and keeps watching it: new files
+    and lines appended to known ones are read as they appear (an unbounded PCollection).
+
+    With `timestamp_fn` (line -> event time) each line gets its own time and the watermark is
+    the largest event time read minus `watermark_delay` seconds; without it, lines are stamped
+    with the processing time they were found at. The input ends after `stop_timestamp`
+    (processing time) or once nothing new appeared for `stop_after_idle` seconds; the pattern
+    is listed at most every `poll_interval` seconds and one read takes new lines from at most
+    `max_files_per_read` files. See `headrace.io.watch`.
+    """
+
+    def __init__(self, file_pattern: str, poll_interval: float = 1.0,
+                 timestamp_fn: Optional[Any] = None, watermark_delay: float = 0.0,
+                 stop_timestamp: Any = None, stop_after_idle: Optional[float] = None,
+                 max_files_per_read: Optional[int] = None, label: Optional[str] = None) -> None:
+        super().__init__(label)
+        self._source = GrowingFilesSource(
+            file_pattern, _line, "ReadFromTextContinuously", poll_interval, timestamp_fn,
+            watermark_delay, stop_timestamp, stop_after_idle, max_files_per_read)
+
+    def default_label(self) -> str:
+        return "ReadFromTextContinuously"
+
+    def expand(self, pbegin: Any) -> PCollection:
+        return pbegin | "Read" >> Read(self._source).with_output_types(str)
+
+
+def _line(text: str, path: str, line_no: int) -> str:
+    return text
 
 
 # ---------------------------------------------------------------------------------------

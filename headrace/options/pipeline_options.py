@@ -289,6 +289,12 @@ class SparkRunnerOptions(PipelineOptions):
         parser.add_argument("--max_records_per_batch", type=int, default=100_000,
                             help="streaming: at most this many records of each source that may "
                                  "grow are read in one micro-batch (default 100000)")
+        parser.add_argument("--state_partitions", type=int, default=None, metavar="N",
+                            help="streaming: partitions of the query's stateful operators (fixed "
+                                 "for the life of its checkpoint; each costs time in every "
+                                 "micro-batch). Default: spark.sql.shuffle.partitions when it is "
+                                 "set to other than Spark's default 200, else Spark's default "
+                                 "parallelism (the cores of local mode)")
 
 
 _RUNNING_MODES = ("in_memory", "multi_threading", "multi_processing")

@@ -10,19 +10,31 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import glob
 import os
 import sys
 import tempfile
+import threading
 import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import headrace as beam
-from headrace.examples.sessions_billing.data import (DEFAULT_EVENTS, DEFAULT_SEED, DEFAULT_USERS, KINDS,
-                                                     fmt_time, generate_events)
-from headrace.examples.sessions_billing.pipeline import (NAMESPACE, OUTPUTS, build_pipeline, output_paths,
+from headrace import window
+from headrace.examples.sessions_billing.data import (DAY_START_US, DEFAULT_EVENTS, DEFAULT_SEED,
+                                                     DEFAULT_USERS, HOUR_S, KINDS, fmt_time,
+                                                     generate_events, generate_lines, stream_plan,
+                                                     write_stream)
+from headrace.examples.sessions_billing.pipeline import (NAMESPACE, OUTPUTS, build_pipeline,
+                                                         build_streaming, output_paths, parse_event,
                                                          read_output)
+from headrace.io.textio import ReadFromTextContinuously
 from headrace.metrics import MetricsFilter
 from headrace.options.pipeline_options import PipelineOptions
+
+STREAM_EVENTS = 100_000      # --streaming's default --events
+EARLY_S = 1.0                # --streaming: early panes every second of processing time
+LATENESS_S = 3 * HOUR_S      # --streaming: allowed lateness (lines 2 hours late are kept,
+                             # lines 6 hours late dropped)
 
 
 @dataclasses.dataclass
@@ -80,8 +92,9 @@ def parse_args(argv: Optional[Sequence[str]] = None, prog: Optional[str] = None
         description="Video sessions and ad billing over generated event logs: the Dataflow Model "
                     "paper's motivating examples as one headrace pipeline. Other --flags are "
                     "passed on as pipeline options.")
-    parser.add_argument("--events", type=int, default=DEFAULT_EVENTS,
-                        help=f"events to generate (default {DEFAULT_EVENTS:,})")
+    parser.add_argument("--events", type=int, default=None,
+                        help=f"events to generate (default {DEFAULT_EVENTS:,}; with --streaming "
+                             f"{STREAM_EVENTS:,})")
     parser.add_argument("--users", type=int, default=DEFAULT_USERS,
                         help=f"distinct users (default {DEFAULT_USERS:,})")
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED, help="random seed of the generator")
@@ -93,7 +106,24 @@ def parse_args(argv: Optional[Sequence[str]] = None, prog: Optional[str] = None
                              "for a cluster) or LocalRunner")
     parser.add_argument("--bundle_size", type=int, default=1000,
                         help="elements per bundle (default 1000)")
-    return parser.parse_known_args(argv)
+    parser.add_argument("--streaming", action="store_true",
+                        help="run the streaming variant: the log arrives as files in a directory "
+                             "while the job runs (on Spark: one Structured Streaming query), with "
+                             "early, on-time and late panes; --events defaults to "
+                             f"{STREAM_EVENTS:,} then")
+    parser.add_argument("--files", type=int, default=24,
+                        help="--streaming: the number of log files the day arrives in, one read "
+                             "(micro-batch) each; a multiple of 12 (default 24: an hour of the "
+                             "log per file)")
+    parser.add_argument("--interval", type=float, default=0.5,
+                        help="--streaming: seconds between two log files (default 0.5)")
+    args, extra = parser.parse_known_args(argv)
+    if args.files < 12 or args.files % 12:
+        parser.error(f"--files={args.files}: give a multiple of 12 (late lines come 2 hours late, "
+                     "too-late ones 6 hours, in whole files)")
+    if args.events is None:
+        args.events = STREAM_EVENTS if args.streaming else DEFAULT_EVENTS
+    return args, extra
 
 
 def run(argv: Optional[Sequence[str]] = None, prog: Optional[str] = None) -> JobResult:
@@ -172,9 +202,151 @@ def format_summary(r: JobResult) -> str:
     return "\n".join(out)
 
 
-def main(argv: Optional[Sequence[str]] = None, prog: Optional[str] = None) -> int:
-    """Runs the job and prints its summary; returns the exit code."""
+# ---------------------------------------------------------------------------------------
+# --streaming
+
+
+@dataclasses.dataclass
+class StreamResult:
+    """What the streaming variant reports (read back from its metrics and output files)."""
+
+    runner: str
+    workdir: str
+    files: int
+    lines: int
+    late_lines: int
+    too_late_lines: int
+    panes: Dict[str, Dict[str, int]]        # "session" / "revenue" -> timing -> panes
+    dropped_late: int
+    malformed: int
+    story: List[Dict[str, Any]]             # the panes of the revenue window with the most panes
+    final_revenue_micros: int               # the sum of every revenue window's last pane
+    expected_revenue_micros: int            # the log's ad revenue without the too-late lines
+    wall_time_s: float
+
+
+def line_time(line: str) -> Any:
+    """A log line's event time for the source's watermark; the start of the day for a line
+    that is no valid event (it goes to the dead letters, and a wrong time in it, such as a
+    line of the wrong kind with a time hours ahead, must not move the watermark)."""
     try:
+        return window.Timestamp(micros=parse_event(line).ts_us)
+    except Exception:
+        return window.Timestamp(micros=DAY_START_US)
+
+
+def _ad_revenue(lines: Sequence[str]) -> int:
+    total = 0
+    for line in lines:
+        try:
+            e = parse_event(line)
+        except Exception:
+            continue
+        total += e.price_micros
+    return total
+
+
+def run_streaming(args: argparse.Namespace, extra: List[str]) -> StreamResult:
+    """Writes the log into input/ file by file while the streaming job reads it; returns what
+    the job computed once the log has stopped growing."""
+    workdir = args.workdir or tempfile.mkdtemp(prefix="headrace-sessions-billing-stream-")
+    input_dir = os.path.join(workdir, "input")
+    output_dir = os.path.join(workdir, "output")
+    for d in (input_dir, output_dir):
+        os.makedirs(d, exist_ok=True)
+        for old in glob.glob(os.path.join(d, "*.jsonl")):
+            os.remove(old)
+    lines = generate_lines(args.events, args.users, args.seed)
+    # late lines come 2 hours late (kept: 3 h of allowed lateness), too-late ones 6 hours late
+    plan = stream_plan(lines, args.files, late_by=args.files // 12, too_late_by=args.files // 4)
+    options = PipelineOptions([f"--runner={args.runner}", f"--bundle_size={args.bundle_size}",
+                               "--streaming", *extra])
+    p = beam.Pipeline(options=options)
+    log = p | "ReadLog" >> ReadFromTextContinuously(
+        os.path.join(input_dir, "events-*.jsonl"), poll_interval=min(0.2, args.interval),
+        timestamp_fn=line_time, watermark_delay=60, stop_after_idle=max(5.0, 4 * args.interval),
+        max_files_per_read=1)
+    build_streaming(log, output_dir, EARLY_S, LATENESS_S)
+    stop = threading.Event()
+    writer = threading.Thread(target=write_stream, args=(input_dir, plan, args.interval, stop),
+                              name="log-shipper", daemon=True)
+    t0 = time.perf_counter()
+    writer.start()
+    try:
+        result = p.run()
+        result.wait_until_finish()
+    finally:
+        stop.set()
+        writer.join()
+    wall = time.perf_counter() - t0
+
+    counters = _counters(result)
+    panes = {name: {t: counters.get(f"{name}_panes_{t.lower()}", 0)
+                    for t in ("EARLY", "ON_TIME", "LATE")} for name in ("session", "revenue")}
+    revenue = read_output(output_dir, "revenue_panes")
+    by_window: Dict[Tuple[str, int], List[Dict[str, Any]]] = {}
+    for r in revenue:
+        by_window.setdefault((r["key"], r["window_us"]), []).append(r)
+    final = sum(max(ps, key=lambda r: r["index"])["value"] for ps in by_window.values())
+    story = max(by_window.values(), default=[],  # a window with every timing, the largest sum
+                key=lambda ps: (len({r["timing"] for r in ps}), max(r["value"] for r in ps)))
+    return StreamResult(
+        runner=args.runner, workdir=workdir, files=len(plan.files), lines=len(lines),
+        late_lines=plan.late, too_late_lines=len(plan.too_late), panes=panes,
+        dropped_late=_dropped(result), malformed=counters.get("malformed_lines", 0),
+        story=sorted(story, key=lambda r: r["index"]),
+        final_revenue_micros=final,
+        expected_revenue_micros=_ad_revenue(lines) - _ad_revenue(plan.too_late),
+        wall_time_s=wall)
+
+
+def _dropped(result: Any) -> int:
+    try:
+        found = result.metrics().query(
+            MetricsFilter().with_namespace("headrace").with_name("dropped_late_elements"))
+    except Exception:
+        return 0
+    return sum(c.committed for c in found["counters"])
+
+
+def format_streaming(r: StreamResult) -> str:
+    """The streaming variant's results as a readable report."""
+    def counts(name: str) -> str:
+        c = r.panes[name]
+        return f"{c['EARLY']:,} early, {c['ON_TIME']:,} on time, {c['LATE']:,} late"
+
+    out = [f"headrace sessions & billing, streaming ({r.runner})",
+           f"  input      {r.lines:,} lines arrived in {r.files} files in "
+           f"{os.path.join(r.workdir, 'input')}; {r.late_lines} lines came 2 hours late, "
+           f"{r.too_late_lines} 6 hours late",
+           f"  panes      sessions: {counts('session')}",
+           f"             hourly revenue: {counts('revenue')}",
+           f"  dropped    {r.dropped_late} late elements beyond the {LATENESS_S // 3600} h allowed "
+           "lateness (counter headrace/dropped_late_elements, once per grouping)",
+           f"  malformed  {r.malformed} lines went to the dead-letter output"]
+    if r.story:
+        first = r.story[0]
+        out.append(f"  one window, pane by pane: {first['key']}, {first['window'][0][:16]} to "
+                   f"{first['window'][1][11:16]} UTC (accumulating)")
+        for pane in r.story:
+            out.append(f"    #{pane['index']} {pane['timing']:<8} {_dollars(pane['value']):>10}"
+                       + ("  (last)" if pane["last"] else ""))
+    verdict = "equal" if r.final_revenue_micros == r.expected_revenue_micros else "DIFFERENT"
+    out.append(f"  revenue    {_dollars(r.final_revenue_micros)} in the windows' last panes; the log "
+               f"without its too-late lines: {_dollars(r.expected_revenue_micros)} ({verdict})")
+    out.append(f"  output     {os.path.join(r.workdir, 'output')} (a file per window and pane)")
+    out.append(f"  wall time  {r.wall_time_s:.1f} s")
+    return "\n".join(out)
+
+
+def main(argv: Optional[Sequence[str]] = None, prog: Optional[str] = None) -> int:
+    """Runs the job (or with --streaming its streaming variant) and prints its summary; returns
+    the exit code."""
+    try:
+        args, extra = parse_args(argv, prog)
+        if args.streaming:
+            print(format_streaming(run_streaming(args, extra)))
+            return 0
         result = run(argv, prog)
     except beam.HeadraceError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -11,7 +11,10 @@ import datetime as _dt
 import glob
 import os
 import random
-from typing import List, NamedTuple, Tuple
+import re
+import threading
+import time
+from typing import List, NamedTuple, Optional, Tuple
 
 HOUR_S = 60 * 60
 KINDS = ("view", "ad_impression", "ad_click")
@@ -50,16 +53,16 @@ def fmt_time(ts_us: int) -> str:
     return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{dt.microsecond // 1000:03d}Z"
 
 
-def generate_events(input_dir: str, n_events: int = DEFAULT_EVENTS, n_users: int = DEFAULT_USERS,
-                    seed: int = DEFAULT_SEED, n_files: int = 4) -> GeneratedInput:
-    """Writes `n_events` events of one day (plus `MALFORMED_LINES`) to `n_files` JSON-lines files.
+def generate_lines(n_events: int = DEFAULT_EVENTS, n_users: int = DEFAULT_USERS,
+                   seed: int = DEFAULT_SEED) -> List[str]:
+    """The log of one day: `n_events` events as JSON lines in time order, with the
+    `MALFORMED_LINES` mixed in at random places.
 
     Users come back in bursts of activity (a few to a few dozen events, minutes apart); some
-    users are far more active than others. The files split the day's log in time order, like
-    rotated logs. The same arguments always produce the same files.
+    users are far more active than others. The same arguments always give the same lines.
     """
-    if n_events < 0 or n_users < 1 or n_files < 1:
-        raise ValueError("need n_events >= 0, n_users >= 1 and n_files >= 1")
+    if n_events < 0 or n_users < 1:
+        raise ValueError("need n_events >= 0 and n_users >= 1")
     rng = random.Random(seed)
     events: List[Tuple[int, str, str, int, str, int]] = []
     while len(events) < n_events:
@@ -98,6 +101,19 @@ def generate_events(input_dir: str, n_events: int = DEFAULT_EVENTS, n_users: int
             lines.append(f'{head},"advertiser":"{adv}","price":{price / 1_000_000!r}}}')
     for bad in MALFORMED_LINES:
         lines.insert(rng.randrange(len(lines) + 1), bad)
+    return lines
+
+
+def generate_events(input_dir: str, n_events: int = DEFAULT_EVENTS, n_users: int = DEFAULT_USERS,
+                    seed: int = DEFAULT_SEED, n_files: int = 4) -> GeneratedInput:
+    """Writes `n_events` events of one day (plus `MALFORMED_LINES`) to `n_files` JSON-lines files.
+
+    The files split the day's log (`generate_lines`) in time order, like rotated logs. The same
+    arguments always produce the same files.
+    """
+    if n_files < 1:
+        raise ValueError("need n_files >= 1")
+    lines = generate_lines(n_events, n_users, seed)
     os.makedirs(input_dir, exist_ok=True)
     for old in glob.glob(os.path.join(input_dir, "events-*.jsonl")):
         os.remove(old)
@@ -110,4 +126,63 @@ def generate_events(input_dir: str, n_events: int = DEFAULT_EVENTS, n_users: int
                 fh.write(line)
                 fh.write("\n")
         paths.append(path)
-    return GeneratedInput(paths, len(events), len(MALFORMED_LINES))
+    return GeneratedInput(paths, n_events, len(MALFORMED_LINES))
+
+
+class LogStream(NamedTuple):
+    """What `stream_plan` decided: the files' contents in the order they appear, and the lines
+    held back to arrive late (within the allowed lateness, and beyond it)."""
+
+    files: List[Tuple[str, List[str]]]
+    late: int
+    too_late: List[str]   # the lines that arrive after their windows' allowed lateness
+
+
+def stream_plan(lines: List[str], n_files: int, late_every: int = 97, too_late_every: int = 1009,
+                late_by: int = 2, too_late_by: int = 6) -> LogStream:
+    """Cuts a day's log (`generate_lines`) into `n_files` files by event time (file k holds the
+    k-th of `n_files` equal parts of the day, like hourly rotated logs; a line without a
+    readable time stays with the line before it), except that every `late_every`-th line
+    arrives `late_by` files later and every `too_late_every`-th line `too_late_by` files later
+    (late data: a phone that was offline). Deterministic."""
+    if n_files < 1:
+        raise ValueError("need n_files >= 1")
+    chunks: List[List[str]] = [[] for _ in range(n_files)]
+    late = 0
+    too_late: List[str] = []
+    k = 0
+    for i, line in enumerate(lines):
+        m = _TIME.search(line)
+        if m is not None:
+            h, mi, sec = int(m.group(1)), int(m.group(2)), int(m.group(3))
+            if h < 24 and mi < 60 and sec < 60:
+                k = min(n_files - 1, (h * 3600 + mi * 60 + sec) * n_files // 86400)
+        dest = k
+        if i % too_late_every == too_late_every - 1 and k + too_late_by < n_files:
+            dest = k + too_late_by
+            too_late.append(line)
+        elif i % late_every == late_every - 1 and k + late_by < n_files:
+            dest = k + late_by
+            late += 1
+        chunks[dest].append(line)
+    return LogStream([(f"events-{j:04d}.jsonl", c) for j, c in enumerate(chunks)], late, too_late)
+
+
+_TIME = re.compile(r'"time": ?"\d{4}-\d\d-\d\dT(\d\d):(\d\d):(\d\d)')
+
+
+def write_stream(input_dir: str, plan: LogStream, interval_s: float,
+                 stop: Optional[threading.Event] = None) -> None:
+    """Writes the planned files into `input_dir` one every `interval_s` seconds (each written
+    whole under a temporary name, then renamed, as a log shipper does); returns when all are
+    written or `stop` is set."""
+    os.makedirs(input_dir, exist_ok=True)
+    for name, chunk in plan.files:
+        if stop is not None and stop.wait(interval_s):
+            return
+        if stop is None:
+            time.sleep(interval_s)
+        tmp = os.path.join(input_dir, f".{name}.tmp")
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write("".join(line + "\n" for line in chunk))
+        os.replace(tmp, os.path.join(input_dir, name))

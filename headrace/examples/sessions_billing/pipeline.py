@@ -15,6 +15,7 @@ from typing import Any, Dict, Iterable, List, NamedTuple, Tuple
 
 import headrace as beam
 from headrace import combiners, window
+from headrace.transforms import trigger
 from headrace.examples.sessions_billing.data import HOUR_S, KINDS, fmt_time
 
 NAMESPACE = "sessions_billing"
@@ -258,11 +259,7 @@ def build_from_lines(lines: Any, output_dir: str) -> None:
     (the same job whether `lines` is a bounded read or a stream)."""
 
     def write(pcoll: Any, name: str, num_shards: int = 1) -> None:
-        _ = (pcoll
-             | f"Format[{name}]" >> beam.Map(lambda x: x if isinstance(x, str) else json.dumps(x))
-             | f"Write[{name}]" >> beam.WriteToText(os.path.join(output_dir, name),
-                                                     file_name_suffix=".jsonl",
-                                                     num_shards=num_shards))
+        _write(pcoll, output_dir, name, num_shards)
 
     events, malformed = lines | "Parse" >> beam.ParDo(ParseEventFn()).with_exception_handling()
     write(malformed | "DeadLetter" >> beam.Map(dead_letter_record), "dead_letters")
@@ -304,6 +301,81 @@ def build_from_lines(lines: Any, output_dir: str) -> None:
 
     # (c) top 5 users by watch time
     write(user_stats | "Top5Users" >> combiners.Top.Of(5, key=watch_rank), "top_users")
+
+
+# ---------------------------------------------------------------------------------------
+# the streaming variant: the same sessions and billing, with early and late panes
+
+
+STREAM_OUTPUTS = ("session_panes", "revenue_panes", "dead_letters")
+
+
+class PaneRecordFn(beam.DoFn):
+    """(key, result) in a window -> a record of the pane (its timing and index), counted by
+    timing in the counters `<name>_panes_<timing>`."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def setup(self) -> None:
+        self.counters = {t: beam.Metrics.counter(NAMESPACE, f"{self.name}_panes_{t.lower()}")
+                         for t in ("EARLY", "ON_TIME", "LATE")}
+
+    def process(self, kv: Tuple[str, Any], win: Any = beam.DoFn.WindowParam,
+                pane: Any = beam.DoFn.PaneInfoParam) -> Iterable[Dict[str, Any]]:
+        key, value = kv
+        timing = pane.timing.name
+        if timing in self.counters:
+            self.counters[timing].inc()
+        yield {"key": key, "window": [fmt_time(win.start.micros), fmt_time(win.end.micros)],
+               "window_us": win.start.micros, "timing": timing, "index": pane.index,
+               "last": pane.is_last, "value": list(value) if isinstance(value, tuple) else value}
+
+
+def build_streaming(lines: Any, output_dir: str, early_s: float, lateness_s: int) -> None:
+    """The job on a stream of log lines: sessions per user and hourly revenue per advertiser,
+    each window firing early every `early_s` seconds of processing time, on time when the
+    watermark passes its end, and again for every late event within `lateness_s` seconds of
+    allowed lateness (accumulating: each pane holds the whole result so far)."""
+    events, malformed = lines | "Parse" >> beam.ParDo(ParseEventFn()).with_exception_handling()
+    _write(malformed
+           | "DeadLetter" >> beam.Map(dead_letter_record)
+           | "DeadLetterPanes" >> beam.WindowInto(  # never late: a file each second they come
+               window.GlobalWindows(),
+               trigger=trigger.Repeatedly(trigger.AfterProcessingTime(1)),
+               accumulation_mode=trigger.AccumulationMode.DISCARDING),
+           output_dir, "dead_letters")
+    stamped = events | "EventTime" >> beam.Map(with_event_time)
+
+    def panes(windowfn: Any) -> Any:
+        return beam.WindowInto(windowfn,
+                               trigger=trigger.AfterWatermark(early=trigger.AfterProcessingTime(early_s),
+                                                              late=trigger.AfterCount(1)),
+                               accumulation_mode=trigger.AccumulationMode.ACCUMULATING,
+                               allowed_lateness=lateness_s)
+
+    sessions = (stamped
+                | "UserActivity" >> beam.Map(user_activity)
+                | "SessionWindows" >> panes(window.Sessions(SESSION_GAP_S))
+                | "SummariseSession" >> beam.CombinePerKey(SessionStatsFn())
+                | "SessionPane" >> beam.ParDo(PaneRecordFn("session")))
+    _write(sessions, output_dir, "session_panes")
+    revenue = (stamped
+               | "AdsOnly" >> beam.Filter(is_ad)
+               | "AdvertiserPrice" >> beam.Map(advertiser_price)
+               | "HourlyWindows" >> panes(window.FixedWindows(HOUR_S))
+               | "RevenuePerAdvertiser" >> beam.CombinePerKey(sum)
+               | "RevenuePane" >> beam.ParDo(PaneRecordFn("revenue")))
+    _write(revenue, output_dir, "revenue_panes")
+
+
+def _write(pcoll: Any, output_dir: str, name: str, num_shards: int = 1) -> None:
+    """Writes records (JSON) or strings as the JSON-lines output `name` (shards of each window
+    and pane on a stream)."""
+    _ = (pcoll
+         | f"Format[{name}]" >> beam.Map(lambda x: x if isinstance(x, str) else json.dumps(x))
+         | f"Write[{name}]" >> beam.WriteToText(os.path.join(output_dir, name),
+                                                 file_name_suffix=".jsonl", num_shards=num_shards))
 
 
 # ---------------------------------------------------------------------------------------

@@ -233,6 +233,30 @@ def build_plan(pipeline: Pipeline, bundle_size: int, max_attempts: int, partitio
     return plan
 
 
+_SPARK_DEFAULT_SHUFFLE_PARTITIONS = 200
+
+
+def state_partitions(spark: Any, requested: Optional[int]) -> int:
+    """The partitions of a new query's stateful operators: `requested` (--state_partitions);
+    else spark.sql.shuffle.partitions unless it is Spark's default, 200, which is meant for
+    batch shuffles that adaptive execution coalesces (a streaming query's state partitions
+    are fixed, and each costs a Python worker call per operator and batch); then the default
+    parallelism (a Spark Connect session, which does not tell it, keeps the 200)."""
+    if requested is not None:
+        if int(requested) < 1:
+            raise InvalidArgumentError(
+                f"--state_partitions={requested}: give a positive number of partitions, e.g. 4")
+        return int(requested)
+    n = int(spark.conf.get("spark.sql.shuffle.partitions"))
+    if n != _SPARK_DEFAULT_SHUFFLE_PARTITIONS:
+        return n
+    try:
+        return max(1, int(spark.sparkContext.defaultParallelism))
+    except Exception:  # Spark Connect: no SparkContext
+        default = spark.conf.get("spark.default.parallelism", None)
+        return int(default) if default else n
+
+
 def partition_keys(spark: Any, n: int) -> Tuple[bytes, ...]:
     """One control key per partition of a stateful operator with `n` partitions: key i lands in
     partition i (Spark hash-partitions a grouping by Murmur3 of its columns, pmod n)."""
@@ -475,13 +499,15 @@ class SparkStreamingRunner:
         files = RunFiles(checkpoint)
         old = files.read_plan() if os.path.exists(files.plan_path) else None
         # a resumed query keeps its partitions (Spark keeps them in the checkpoint)
-        n = old.partitions if old is not None else int(spark.conf.get("spark.sql.shuffle.partitions"))
+        n = old.partitions if old is not None else state_partitions(spark, so.state_partitions)
         keys = partition_keys(spark, n)
         plan = build_plan(pipeline, max(1, int(lo.bundle_size)), max(1, int(lo.max_bundle_attempts)),
                           n, keys, max(1, int(so.max_records_per_batch)))
         if old is not None:
             _check_restart(old, plan, checkpoint)
         files.write_plan(plan)
+        shuffle = spark.conf.get("spark.sql.shuffle.partitions")
+        spark.conf.set("spark.sql.shuffle.partitions", str(n))  # the query keeps it from its start
         try:
             query = self._start(plan, checkpoint, keys, max(1, int(lo.max_bundle_attempts)),
                                 float(so.trigger_interval))
@@ -490,6 +516,8 @@ class SparkStreamingRunner:
             if explained is None:
                 raise
             raise explained from exc
+        finally:
+            spark.conf.set("spark.sql.shuffle.partitions", shuffle)
         result = StreamingPipelineResult(query, files, plan.coordinator.n_groupings, checkpoint,
                                          bool(plan.coordinator.unbounded))
         if wait:

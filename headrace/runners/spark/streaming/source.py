@@ -21,6 +21,7 @@ import time
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from headrace.errors import PipelineExecutionError
+from headrace.model import coders
 from headrace.model.windowed import WindowedValue
 from headrace.model.window import GLOBAL_WINDOWS_TUPLE
 from headrace.runners.kit.sources import read_bundles, read_unbounded, to_windowed_value
@@ -42,9 +43,10 @@ class RunFiles:
         self.batches = os.path.join(self.root, "batches")
 
     def write_plan(self, plan: Any) -> None:
-        """Stores the plan (atomically)."""
+        """Stores the plan (atomically; cloudpickle, so a source's functions, such as a
+        `timestamp_fn` lambda, travel)."""
         os.makedirs(self.batches, exist_ok=True)
-        _atomic_write(self.plan_path, pickle.dumps(plan, pickle.HIGHEST_PROTOCOL))
+        _atomic_write(self.plan_path, coders.dumps(plan))
 
     def read_plan(self) -> Any:
         """The stored plan."""
