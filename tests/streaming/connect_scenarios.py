@@ -139,8 +139,21 @@ def bounded_read(url, tmp):
     return {"words": len(words)}
 
 
+def demo_stream(url, tmp):
+    """The streaming demo (a directory filled while the query reads it) over Spark Connect:
+    its late panes, its drops and its revenue check."""
+    from headrace.examples.sessions_billing import cli
+    args, extra = cli.parse_args(["--streaming", "--events", "2000", "--users", "30", "--files",
+                                  "12", "--interval", "0.05", "--workdir", f"{tmp}/demo",
+                                  f"--spark_remote={url}"])
+    r = cli.run_streaming(args, extra)
+    assert r.final_revenue_micros == r.expected_revenue_micros > 0, cli.format_streaming(r)
+    return {"late_panes": r.panes["session"]["LATE"], "dropped": r.dropped_late,
+            "too_late_lines": r.too_late_lines}
+
+
 SCENARIOS = [stream_panes, bounded_pipeline, step_failure, static_conf_refused,
-             runtime_conf_applied, bounded_read]
+             runtime_conf_applied, bounded_read, demo_stream]
 
 
 def main(argv):
@@ -150,7 +163,7 @@ def main(argv):
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
         for scenario in SCENARIOS:
-            args = (url, tmp) if scenario is bounded_read else (url,)
+            args = (url, tmp) if scenario in (bounded_read, demo_stream) else (url,)
             start = time.monotonic()
             try:
                 results[scenario.__name__] = {"ok": True, "detail": scenario(*args)}

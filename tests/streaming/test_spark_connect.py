@@ -179,3 +179,8 @@ def test_a_runtime_spark_conf_entry_is_set_over_spark_connect(connect_results):
 
 def test_a_bounded_read_runs_over_spark_connect(connect_results):
     assert _outcome(connect_results, "bounded_read")["words"] == 5
+
+
+def test_the_streaming_demo_runs_over_spark_connect(connect_results):
+    detail = _outcome(connect_results, "demo_stream")
+    assert detail["late_panes"] > 0 and detail["too_late_lines"] > 0 and detail["dropped"] > 0
