@@ -61,7 +61,7 @@ def runner(request):
 # conformance takes about 25 minutes per Spark master. HEADRACE_SPARK_STREAMING=all runs every
 # such test; by default only the tests under these paths do (they cover the TestStream
 # semantics), and the others are skipped with that reason.
-STREAMING_SMOKE = ("tests/conformance/test_test_stream.py", "tests/streaming/",
+STREAMING_SMOKE = ("tests/conformance/test_test_stream.py", "tests/streaming/", "tests/transcripts/",
                    "tests/test_example_job.py::test_the_job_gives_the_batch_results_when")
 
 

@@ -141,13 +141,13 @@ def _events(n_files, per_file):
 
 def test_windowed_sums_of_a_growing_directory_drop_exactly_the_too_late_lines(make_pipeline,
                                                                               tmp_path):
-    files, late = _events(n_files=6, per_file=10)
+    files, late = _events(n_files=5, per_file=8)
     assert late
     lines = [[json.dumps({"k": k, "v": v, "t": t}) for k, v, t in evs] for evs in files]
     (tmp_path / "f-00.jsonl").write_text("".join(line + "\n" for line in lines[0]))
     writer = _writer(str(tmp_path), [(f"f-{i:02d}.jsonl", ls) for i, ls in enumerate(lines)
                                       if i > 0], 0.2)
-    p = make_pipeline(max_records_per_batch=4, bundle_size=3, trigger_interval=0.1)
+    p = make_pipeline(max_records_per_batch=5, bundle_size=3, trigger_interval=0.1)
     sums = (p
             | ReadFromJsonContinuously(str(tmp_path / "f-*.jsonl"), poll_interval=0.05,
                                        timestamp_fn=lambda d: d["t"], stop_after_idle=3,

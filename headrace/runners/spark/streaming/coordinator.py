@@ -49,7 +49,7 @@ watermark.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 from headrace.model.time import MAX_TIMESTAMP_MICROS, MIN_TIMESTAMP_MICROS, to_micros
 from headrace.testing.test_stream import ElementEvent, ProcessingTimeEvent, WatermarkEvent
@@ -141,10 +141,9 @@ class Coordinator:
     may take an element event together with the watermark event after it (`_step_end`)."""
 
     def __init__(self, nodes: Sequence[Node], scripts: Sequence[Optional[List[Any]]],
-                 n_groupings: int, merge_elements: bool = False,
+                 n_groupings: int, merge_elements: Union[bool, Sequence[bool]] = False,
                  unbounded: Optional[Dict[int, Any]] = None, max_records: int = 100_000) -> None:
         self.nodes = tuple(nodes)
-        self.merge_elements = merge_elements
         self.unbounded = dict(unbounded or {})
         self.max_records = max(1, int(max_records))
         self.scripts = list(scripts)
@@ -153,6 +152,57 @@ class Coordinator:
         self._streams = [i for i, s in enumerate(scripts) if s is not None]
         self._tags = {node.ref: node.tags for node in self.nodes if node.kind == TEST_STREAM}
         self._side_steps = [node.ref for node in self.nodes if node.kind == SIDE_STEP]
+        pt_free = ([bool(merge_elements)] * n_groupings if isinstance(merge_elements, bool)
+                   else [bool(b) for b in merge_elements])
+        self._find_islands()
+        self._merge = [all(pt_free[g] for g in gs) for gs in self._island_groupings]
+        self.merge_elements = all(self._merge)
+
+    def _find_islands(self) -> None:
+        """Splits the pipeline into islands: parts that share no PCollection (connected
+        components). Islands are scheduled independently, each with its own processing time,
+        so independent pipelines in one query give what each gives alone."""
+        parent: Dict[int, int] = {}
+
+        def find(x: int) -> int:
+            while parent.setdefault(x, x) != x:
+                parent[x] = parent[parent[x]]
+                x = parent[x]
+            return x
+
+        for node in self.nodes:
+            ids = list(node.inputs) + list(node.outputs) + list(node.sides)
+            for a in ids[1:]:
+                ra, rb = find(ids[0]), find(a)
+                if ra != rb:
+                    parent[rb] = ra
+        label: Dict[int, int] = {}
+        source_island = [0] * len(self.scripts)
+        g_island = [0] * self.n_groupings
+        for node in self.nodes:
+            ids = list(node.outputs) + list(node.inputs)
+            if not ids:
+                continue
+            k = label.setdefault(find(ids[0]), len(label))
+            if node.kind in (SOURCE, UNBOUNDED, TEST_STREAM):
+                source_island[node.ref] = k
+            elif node.kind in (GROUPING, SIDE_STEP):
+                g_island[node.ref] = k
+        self.n_islands = max(1, len(label))
+        self._source_island = source_island
+        self._g_island = g_island
+        self._island_sources = [[i for i in range(len(self.scripts)) if source_island[i] == k]
+                                for k in range(self.n_islands)]
+        self._island_groupings = [[g for g in range(self.n_groupings) if g_island[g] == k]
+                                  for k in range(self.n_islands)]
+        self._island_streams = [[i for i in self._streams if source_island[i] == k]
+                                for k in range(self.n_islands)]
+
+    def _per_island(self, offset: Dict[str, Any], field: str) -> List[int]:
+        """An offset's per-island values (`pt`, `rr`); an int (a checkpoint written before
+        islands) stands for every island."""
+        v = offset[field]
+        return list(v) if isinstance(v, list) else [v] * self.n_islands
 
     # ---- offsets ----------------------------------------------------------------------
 
@@ -161,7 +211,8 @@ class Coordinator:
         g = self.n_groupings
         pos = [self.unbounded[i].initial_position() if i in self.unbounded else 0
                for i in range(len(self.scripts))]
-        return {"n": -1, "pos": pos, "next": list(pos), "pt": 0, "rr": 0,
+        return {"n": -1, "pos": pos, "next": list(pos), "pt": [0] * self.n_islands,
+                "rr": [0] * self.n_islands, "gpt": [0] * g,
                 "w": [MIN] * g, "o": [MIN] * g, "clock": 0, "stamp": 0,
                 "s": {str(node.ref): [MIN] * len(node.sides) for node in self.nodes if node.sides}}
 
@@ -184,29 +235,40 @@ class Coordinator:
         reserved = list(start.get("next", pos))
         in_wm, out_wm = self.watermarks(pos, state, start["o"], start["w"])
         sides = self.side_watermarks(pos, state, start["o"], start["w"])
-        pt = start["pt"] if self.virtual_time else max(start["pt"], wall_us)
-        due = any(state.min_ptime(g) <= pt for g in range(self.n_groupings))
+        pts = [p if self.virtual_time else max(p, wall_us) for p in self._per_island(start, "pt")]
+        rrs = self._per_island(start, "rr")
         # a timer due at the last batch's watermarks that Spark's clock did not reach yet (only
         # keys that existed before that batch have such timers: none before batch 0)
         lagging = start["n"] > 0 and to_clock(max(start["w"], default=MIN)) > start["clock"]
-        rr = start["rr"]
-        # a side step releases what waited for its output watermark one batch after it moved
-        # (the next level judges lateness against the watermark before the batch)
-        released = any(start["o"][g] != start.get("op", start["o"])[g] for g in self._side_steps)
-        if (in_wm == list(start["w"]) and sides == start.get("s", {}) and not due and not lagging
-                and not released):
-            moved = self._advance(pos, start, state, reserved)
-            if moved is None:
-                # idle, unless an unbounded source has new records: a batch without input then
-                # reserves them for the next one
-                if self._reserve(pos, wall_us) == reserved:
-                    return None
-            else:
-                pos, rr, pt = moved
-                in_wm, out_wm = self.watermarks(pos, state, start["o"], start["w"])
-                sides = self.side_watermarks(pos, state, start["o"], start["w"])
+        # an island whose watermarks would move, or whose keys are due at its processing time,
+        # or whose side step released what waited for its output watermark (one batch after it
+        # moved: the next level judges lateness against the watermark before the batch), has a
+        # round (no new input); the others may move their sources on
+        busy = [lagging] * self.n_islands
+        op = start.get("op", start["o"])
+        for g in range(self.n_groupings):
+            k = self._g_island[g]
+            if (in_wm[g] != start["w"][g] or state.min_ptime(g) <= pts[k]
+                    or (g in self._side_steps and start["o"][g] != op[g])):
+                busy[k] = True
+        old_sides = start.get("s", {})
+        for ref, ws in sides.items():
+            if ws != old_sides.get(ref):
+                busy[self._g_island[int(ref)]] = True
+        moved = False
+        for k in range(self.n_islands):
+            if not busy[k] and self._advance(k, pos, pts, rrs, state, reserved):
+                moved = True
+        if moved:
+            in_wm, out_wm = self.watermarks(pos, state, start["o"], start["w"])
+            sides = self.side_watermarks(pos, state, start["o"], start["w"])
+        elif not any(busy) and self._reserve(pos, wall_us) == reserved:
+            # idle, unless an unbounded source has new records: a batch without input then
+            # reserves them for the next one
+            return None
         nxt = self._reserve(pos, wall_us)
-        end = {"n": start["n"] + 1, "pos": pos, "next": nxt, "pt": pt, "rr": rr, "w": in_wm,
+        end = {"n": start["n"] + 1, "pos": pos, "next": nxt, "pt": pts, "rr": rrs,
+               "gpt": [pts[self._g_island[g]] for g in range(self.n_groupings)], "w": in_wm,
                "o": out_wm, "op": list(start["o"]), "clock": start["stamp"], "s": sides}
         end["stamp"] = min(max(to_clock(self._bound(nxt, out_wm)), end["clock"] + 1),
                            _CLOCK_LIMIT_MS)
@@ -240,16 +302,18 @@ class Coordinator:
         The final step (every output to +infinity) joins a step after which it changes nothing."""
         script = self.scripts[i]
         assert script is not None
+        island = self._island_groupings[self._source_island[i]]
+        merge = self._merge[self._source_island[i]]
         n = len(script)
         q = p
         while q < n and isinstance(script[q], ProcessingTimeEvent):
             pt += script[q].advance_by.micros
             q += 1
-            if state is not None and any(state.min_ptime(g) <= pt for g in range(self.n_groupings)):
+            if state is not None and any(state.min_ptime(g) <= pt for g in island):
                 return q, pt  # it fires timers: nothing else in this batch
         if q < n and isinstance(script[q], ElementEvent):
             q += 1
-            if self.merge_elements and q < n and isinstance(script[q], WatermarkEvent):
+            if merge and q < n and isinstance(script[q], WatermarkEvent):
                 q += 1
         elif q < n and isinstance(script[q], WatermarkEvent):
             q += 1
@@ -259,34 +323,36 @@ class Coordinator:
             q += 1
         return q, pt
 
-    def _advance(self, pos: List[Any], start: Dict[str, Any], state: Optional[BatchState],
-                 reserved: List[Any]) -> Optional[Tuple[List[Any], int, int]]:
-        """Moves the sources on by one step: the bounded sources emit everything (first
-        batch), else the unbounded sources read up to their reserved positions, else the next
-        TestStream (round robin) performs one step (`_step_end`); None if none can."""
-        pt = start["pt"]
+    def _advance(self, k: int, pos: List[Any], pts: List[int], rrs: List[int],
+                 state: Optional[BatchState], reserved: List[Any]) -> bool:
+        """Moves island k's sources on by one step (in `pos`, and its processing time in `pts`
+        and round robin in `rrs`): its bounded sources emit everything (first batch), else its
+        unbounded sources read up to their reserved positions, else its next TestStream
+        (round robin) performs one step (`_step_end`); False if none can."""
         moved = False
-        for i, s in enumerate(self.scripts):
-            if s is None and i not in self.unbounded and pos[i] == 0:
+        for i in self._island_sources[k]:
+            if self.scripts[i] is None and i not in self.unbounded and pos[i] == 0:
                 pos[i] = 1
                 moved = True
         if moved:
-            return pos, start["rr"], pt
-        for i in self.unbounded:
-            if reserved[i] != pos[i]:
+            return True
+        for i in self._island_sources[k]:
+            if i in self.unbounded and reserved[i] != pos[i]:
                 pos[i] = reserved[i]
                 moved = True
         if moved:
-            return pos, start["rr"], pt
-        n = len(self._streams)
-        for k in range(n):
-            i = self._streams[(start["rr"] + k) % n]
+            return True
+        streams = self._island_streams[k]
+        n = len(streams)
+        for j in range(n):
+            i = streams[(rrs[k] + j) % n]
             script = self.scripts[i]
             assert script is not None
             if pos[i] <= len(script):  # len(script): the final "every output to +infinity"
-                pos[i], pt = self._step_end(i, pos[i], pt, state)
-                return pos, (start["rr"] + k + 1) % n, pt
-        return None
+                pos[i], pts[k] = self._step_end(i, pos[i], pts[k], state)
+                rrs[k] = (rrs[k] + j + 1) % n
+                return True
+        return False
 
     # ---- watermarks ---------------------------------------------------------------------
 

@@ -284,7 +284,7 @@ def processor(specs: Dict[int, Any], forward_key: bytes, env: Any) -> Any:
             spec = specs[g]
             core = self._core(g)
             rec = self._load()
-            prev, cur, pt = ctl.w_prev[g], ctl.w[g], ctl.pt
+            prev, cur, pt = ctl.w_prev[g], ctl.w[g], ctl.pt[g]
             out: List[WindowedValue] = []
             late: Optional[List[WindowedValue]] = [] if spec.late_pc is not None else None
             metrics = MetricsContainer()
@@ -339,7 +339,7 @@ def processor(specs: Dict[int, Any], forward_key: bytes, env: Any) -> Any:
                     expired: Optional[int], wakeup: int) -> Iterator[Any]:
             """Saves the key (or forgets it), moves its Spark timer, reports hold and wakeup."""
             state = rec.state
-            cur, pt = ctl.w[g], ctl.pt
+            cur, pt = ctl.w[g], ctl.pt[g]
             if state.is_empty():
                 hold = ptime = MAX
                 timer = None

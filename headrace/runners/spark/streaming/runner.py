@@ -222,9 +222,12 @@ def build_plan(pipeline: Pipeline, bundle_size: int, max_attempts: int, partitio
                                 later, ctl_keys if lv < top else None, bundle_size, max_attempts,
                                 {k: tuple(v) for k, v in spread.get(lv, {}).items()},
                                 frozenset(broadcast.get(lv, ()))))
-    merge = all(spec.windowing.trigger.processing_time_free
-                for specs in g_specs.values() for spec in specs.values()
-                if isinstance(spec, GroupingSpec))
+    # per grouping: no trigger waits for processing time (a side step has none)
+    merge = [True] * n_groupings
+    for specs in g_specs.values():
+        for g, spec in specs.items():
+            if isinstance(spec, GroupingSpec):
+                merge[g] = spec.windowing.trigger.processing_time_free
     coordinator = Coordinator(nodes, [s[1] if s[0] == "test_stream" else None for s in sources],
                               n_groupings, merge, unbounded, max_records)
     groupings = [g_specs.get(lv, {}) for lv in range(top + 1)]
@@ -283,6 +286,7 @@ class StreamingPipelineResult(PipelineResult):
         self.checkpoint = checkpoint
         self.live = live   # a processing-time trigger: the query is stopped when it has finished
         self._lock = threading.Lock()
+        self._progress: Optional[MetricsContainer] = None   # the progress metrics once it ended
 
     @property
     def state(self) -> PipelineState:
@@ -338,13 +342,68 @@ class StreamingPipelineResult(PipelineResult):
         return self.state
 
     def metrics(self) -> Any:
-        """The committed metrics of every batch so far (attempted: also failed bundle attempts)."""
+        """The committed metrics of every batch so far (attempted: also failed bundle attempts),
+        and the query's own from its progress reports (namespace `PROGRESS_NAMESPACE`)."""
         last = _last_batch(self.files)
         state = self.files.batch_state(last, self.n_groupings) if last >= 0 else None
-        if state is None or state.metrics is None:
-            return MetricResults(MetricsContainer(), MetricsContainer())
-        committed, attempted = state.metrics
+        committed, attempted = MetricsContainer(), MetricsContainer()
+        if state is not None and state.metrics is not None:
+            committed.merge(state.metrics[0])
+            attempted.merge(state.metrics[1])
+        progress = self._progress
+        if progress is None:
+            progress = progress_metrics(self.query)
+            if not self.query.isActive:  # final: read Spark's reports once
+                self._progress = progress
+        committed.merge(progress)
+        attempted.merge(progress)
         return MetricResults(committed, attempted)
+
+
+PROGRESS_NAMESPACE = "headrace.spark_streaming"
+
+
+def _field(report: Any, name: str) -> Any:
+    """A field of a progress report: a dict, or PySpark's progress objects (classic or Spark
+    Connect), which answer `report[name]` or have it as an attribute; None when absent."""
+    try:
+        value = report[name]
+    except (KeyError, TypeError, IndexError):
+        value = None
+    if value is None:
+        value = getattr(report, name, None)
+    return value
+
+
+def progress_metrics(query: Any) -> MetricsContainer:
+    """The streaming query's progress reports as metrics (step: the query's name, or "query"):
+    gauges `batches` (micro-batches run) and `state_rows` (rows in the stateful operators'
+    state after the last batch), and, over the batches Spark still reports
+    (spark.sql.streaming.numRecentProgressUpdates, default 100), distributions
+    `batch_duration_ms` and `input_rows_per_batch`."""
+    out = MetricsContainer()
+    try:
+        reports = list(query.recentProgress)
+        step = query.name or "query"
+    except Exception:  # a query whose session is gone
+        return out
+    for pr in reports:
+        duration = (_field(pr, "durationMs") or {}).get("triggerExecution")
+        if duration is not None:
+            out.update("distribution", step, PROGRESS_NAMESPACE, "batch_duration_ms", int(duration))
+        rows_in = _field(pr, "numInputRows")
+        if rows_in is not None:
+            out.update("distribution", step, PROGRESS_NAMESPACE, "input_rows_per_batch",
+                       int(rows_in))
+    if reports:
+        last = reports[-1]
+        batch = _field(last, "batchId")
+        if batch is not None:
+            out.update("gauge", step, PROGRESS_NAMESPACE, "batches", int(batch) + 1)
+        ops = _field(last, "stateOperators") or []
+        out.update("gauge", step, PROGRESS_NAMESPACE, "state_rows",
+                   sum(int(_field(op, "numRowsTotal") or 0) for op in ops))
+    return out
 
 
 def _last_batch(files: RunFiles) -> int:
