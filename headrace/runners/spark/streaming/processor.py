@@ -155,9 +155,12 @@ def processor(specs: Dict[int, Any], forward_key: bytes, env: Any) -> Any:
             ctl = self._control()
             g = rows.grouping_of(kb)
             batches: Dict[int, List[Tuple[int, WindowedValue]]] = {}
-            for r in rows_:
-                for wv in pickle.loads(r.payload):
-                    batches.setdefault(r.bundle, []).append((r.seq, wv))
+            for r in rows_:   # a row: the key's elements (bundle, place, element) of a partition
+                for bundle, seq, wv in pickle.loads(r.payload):
+                    lst = batches.get(bundle)
+                    if lst is None:
+                        lst = batches[bundle] = []
+                    lst.append((seq, wv))
             if g in side_steps:
                 yield from self._side_step(side_steps[g], ctl, batches)
             else:
@@ -238,8 +241,8 @@ def processor(specs: Dict[int, Any], forward_key: bytes, env: Any) -> Any:
                     released.append(wv)
                 else:
                     kept.append((arrived, wv))
-            for seq, wv in enumerate(released):
-                yield (rows.PASS, step.released, b"", ctl.n, seq, pack([wv]))
+            if released:
+                yield (rows.PASS, step.released, b"", ctl.n, 0, pack(released))
             hold = MAX
             for arrived, wv in kept:
                 h = wv.timestamp_us if wv.timestamp_us > arrived else arrived
@@ -325,13 +328,11 @@ def processor(specs: Dict[int, Any], forward_key: bytes, env: Any) -> Any:
             yield from self._settle(g, core, rec, ctl, expired, wakeup)
             # Output made before the watermark moved and output made after are two bundles, as
             # they are two settle passes of the local runner (a batch may hold both, `coordinator`).
-            seq = 0
             for pc, lst, bundle in ((spec.main_pc, out[:split], 2 * ctl.n),
                                     (spec.main_pc, out[split:], 2 * ctl.n + 1),
                                     (spec.late_pc, late, 2 * ctl.n)):
-                for wv in lst or ():
-                    yield (rows.PASS, pc, b"", bundle, seq, pack([wv]))
-                    seq += 1
+                if lst:
+                    yield (rows.PASS, pc, b"", bundle, 0, pack(lst))
             if metrics.cells:
                 yield (rows.PASS, rows.REPORT_PC, b"", 0, 0, rows.dumps(("metrics", metrics)))
 

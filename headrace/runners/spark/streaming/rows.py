@@ -14,7 +14,8 @@ stateful operator is duplicated. Columns:
 * `key`   the grouping key (KEYED), a partition key (CTL, PASS), else empty;
 * `bundle`, `seq`  the element's bundle and its place in it (a grouping takes each bundle of a
   key in one call, in order, as the local runner does);
-* `payload` the pickled element (`pack([WindowedValue])`), control values or a report.
+* `payload` the pickled elements: a list of WindowedValues (in order) for CTL and PASS rows, a
+  list of (bundle, seq, WindowedValue) for KEYED rows; or control values, or a report.
 """
 
 from __future__ import annotations

@@ -163,14 +163,14 @@ def data_source_class() -> Any:
             clock = clock_timestamp(end["stamp"])
             if partition.part is not None:
                 for pc, bundle, values in self.plan.part_elements(*partition.part):
-                    for seq, wv in enumerate(values):
-                        yield (rows.PASS, pc, b"", bundle, seq, pack([wv]), clock)
+                    if values:
+                        yield (rows.PASS, pc, b"", bundle, 0, pack(values), clock)
                 return
             ctl = rows.Control.between(start, end)
             yield (rows.PASS, rows.CTL_PC, b"", 0, 0, rows.dumps(ctl), clock)
             for pc, bundle, values in self.plan.elements(start, end):
-                for seq, wv in enumerate(values):
-                    yield (rows.PASS, pc, b"", bundle, seq, pack([wv]), clock)
+                if values:   # a bundle is one row (its elements in order)
+                    yield (rows.PASS, pc, b"", bundle, 0, pack(values), clock)
 
         def commit(self, end: Dict[str, Any]) -> None:
             pass

@@ -6,8 +6,9 @@ takes the rows of the PCollections it reads, runs each bundle through its stage 
 retries and metrics as in every runner), and emits:
 
 * the elements a grouping of the next level reads, keyed (`rows.KEYED`, grouping index + key
-  bytes), one row per grouping that reads them;
-* the elements later levels read, and reports, as `rows.PASS` rows spread over the partitions;
+  bytes): one row per grouping and key, holding its elements with their bundles and places;
+* the elements later levels read (one row per bundle), and reports, as `rows.PASS` rows spread
+  over the partitions;
 * the control row once per partition of the next stateful operator (`rows.CTL` with each of
   the `ctl_keys`, which hash to distinct partitions), or, after the last level, once for the
   driver;
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import pickle
 import zlib
+from operator import itemgetter
 from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 from headrace.errors import PipelineExecutionError
@@ -114,19 +116,32 @@ def level_fn(spec: LevelSpec, env: Any) -> Callable[[Iterator[Any]], Iterator[An
             later = pc in spec.later
             if not readers and not later and not steps and not side:
                 continue
-            for bundle, seq, wv in items:
-                payload = pack([wv])
-                for g, label in readers:
-                    _, _, kb = key_of(label, wv.value)
-                    out.add(rows.KEYED, pc, rows.grouping_key(g, kb), bundle, seq, payload)
-                for g in steps:  # a side step's main input: any key, spread by content
-                    kb = bytes([zlib.crc32(payload) % _SPREAD])
-                    out.add(rows.KEYED, pc, rows.grouping_key(g, kb), bundle, seq, payload)
-                if side and spec.ctl_keys is not None:  # a side input: to every partition
-                    for k in spec.ctl_keys:
-                        out.add(rows.CTL, pc, k, bundle, seq, payload)
-                if later:
-                    out.add(rows.PASS, pc, None, bundle, seq, payload)
+            items.sort(key=_ORDER)
+            if readers or steps:
+                # one row per grouping key: its elements with their bundles and places in them
+                keyed: Dict[bytes, List[Item]] = {}
+                for item in items:
+                    wv = item[2]
+                    for g, label in readers:
+                        _, _, kb = key_of(label, wv.value)
+                        gk = rows.grouping_key(g, kb)
+                        lst = keyed.get(gk)
+                        if lst is None:
+                            lst = keyed[gk] = []
+                        lst.append(item)
+                    for g in steps:  # a side step's main input: any key, spread by content
+                        kb = bytes([zlib.crc32(pack([wv])) % _SPREAD])
+                        keyed.setdefault(rows.grouping_key(g, kb), []).append(item)
+                for gk, lst in keyed.items():
+                    out.add(rows.KEYED, pc, gk, lst[0][0], lst[0][1], pack(lst))
+            if side or later:   # one row per bundle: its elements in order
+                for bundle, wvs in _bundles(items):
+                    payload = pack(wvs)
+                    if side and spec.ctl_keys is not None:  # a side input: to every partition
+                        for k in spec.ctl_keys:
+                            out.add(rows.CTL, pc, k, bundle, 0, payload)
+                    if later:
+                        out.add(rows.PASS, pc, None, bundle, 0, payload)
         if control is not None:
             if spec.ctl_keys is None:
                 out.add(rows.PASS, rows.CTL_PC, None, 0, 0, control)
@@ -140,6 +155,21 @@ def level_fn(spec: LevelSpec, env: Any) -> Callable[[Iterator[Any]], Iterator[An
             yield pa.RecordBatch.from_pydict(out.cols, schema=_arrow_schema())
 
     return run
+
+
+_ORDER = itemgetter(0, 1)
+
+
+def _bundles(items: List[Item]) -> Iterator[Tuple[int, List[WindowedValue]]]:
+    """(bundle, its elements in order) of items sorted by bundle and place."""
+    i, n = 0, len(items)
+    while i < n:
+        bundle = items[i][0]
+        j = i
+        while j < n and items[j][0] == bundle:
+            j += 1
+        yield bundle, [it[2] for it in items[i:j]]
+        i = j
 
 
 def _side_reader(unit: LevelUnit, contents: Dict[int, Dict[Any, list]]) -> SideInputReader:
