@@ -19,7 +19,7 @@ rest is here, once:
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from headrace.errors import KeyEncodingError, PipelineExecutionError, _short_repr
 from headrace.metrics.metric import Metrics
@@ -116,9 +116,12 @@ class GroupingCore:
     # ---- the core's events, for one key -------------------------------------------------
 
     def process(self, key: Any, state: KeyState, elements: List[Element], watermark: int, now: int,
-                out: List[WindowedValue], late: Optional[List[WindowedValue]]) -> None:
-        """Hands the key's new elements to the core at input watermark `watermark`."""
-        self.take(key, self.core.process_elements(state, elements, watermark, now), out, late)
+                out: List[WindowedValue], late: Optional[List[WindowedValue]],
+                weights: Optional[Dict[Any, int]] = None) -> None:
+        """Hands the key's new elements to the core at input watermark `watermark`; `weights`,
+        when given, counts each (partial accumulator) element as that many inputs, by window."""
+        self.take(key, self.core.process_elements(state, elements, watermark, now), out, late,
+                  weights)
 
     def on_watermark(self, key: Any, state: KeyState, watermark: int, now: int,
                      out: List[WindowedValue]) -> None:
@@ -147,19 +150,19 @@ class GroupingCore:
     # ---- outputs --------------------------------------------------------------------------
 
     def take(self, key: Any, res: ReduceResult, out: List[WindowedValue],
-             late: Optional[List[WindowedValue]]) -> None:
+             late: Optional[List[WindowedValue]], weights: Optional[Dict[Any, int]] = None) -> None:
         """Turns one core result into output elements and counts (and routes) what it dropped."""
         if res.panes:
             self.emit_panes(key, res.panes, out)
         dropped = res.dropped_late
         if dropped:
-            Metrics.counter("headrace", DROPPED_LATE).inc(len(dropped))
+            Metrics.counter("headrace", DROPPED_LATE).inc(_count(dropped, weights))
             if late is not None:
                 for e in dropped:
                     late.append(WindowedValue((key, e.value), e.timestamp_us, (e.window,),
                                               PANE_INFO_UNKNOWN, e.is_retraction))
         if res.dropped_closed:
-            Metrics.counter("headrace", DROPPED_CLOSED).inc(len(res.dropped_closed))
+            Metrics.counter("headrace", DROPPED_CLOSED).inc(_count(res.dropped_closed, weights))
 
     def emit_panes(self, key: Any, panes: List[Pane], out: List[WindowedValue]) -> None:
         """Appends the panes as output elements `(key, value)` (or hands them to `on_panes`)."""
@@ -169,6 +172,13 @@ class GroupingCore:
         finish = self.finish
         for p in panes:
             out.append(pane_element(key, p, p.value if finish is None else finish(p.window, p.value)))
+
+
+def _count(elements: List[Element], weights: Optional[Dict[Any, int]]) -> int:
+    """How many inputs `elements` stand for (each one, or its window's weight)."""
+    if weights is None:
+        return len(elements)
+    return sum(weights.get(e.window, 1) for e in elements)
 
 
 def pane_element(key: Any, pane: Pane, value: Any) -> WindowedValue:

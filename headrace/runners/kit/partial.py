@@ -111,11 +111,12 @@ class PartialCombiner:
             for w in wins:
                 cell = windows.get(w)
                 if cell is None:
-                    windows[w] = [add(create(), v), ts]
+                    windows[w] = [add(create(), v), ts, 1]
                 else:
                     cell[0] = add(cell[0], v)
                     if (ts > cell[1]) if latest else (ts < cell[1]):
                         cell[1] = ts
+                    cell[2] += 1
             if merging_fn is not None and len(windows) > limits.get(id(windows), _MERGE_EVERY):
                 self._merge(windows)
                 limits[id(windows)] = max(_MERGE_EVERY, 2 * len(windows))
@@ -189,11 +190,12 @@ class PartialCombiner:
                 fn = self._fn(w)
                 cell = windows.get(w)
                 if cell is None:
-                    windows[w] = [fn.add_input(fn.create_accumulator(), v), ts]
+                    windows[w] = [fn.add_input(fn.create_accumulator(), v), ts, 1]
                 else:
                     cell[0] = fn.add_input(cell[0], v)
                     if (ts > cell[1]) if latest else (ts < cell[1]):
                         cell[1] = ts
+                    cell[2] += 1
 
     def _merge(self, windows: Dict[BoundedWindow, list]) -> None:
         """Merges a key's windows as the WindowFn says, and their accumulators and timestamps."""
@@ -205,7 +207,7 @@ class PartialCombiner:
                 continue
             acc = cells[0][0] if len(cells) == 1 else fn.merge_accumulators([c[0] for c in cells])
             times = [c[1] for c in cells]
-            windows[result] = [acc, max(times) if latest else min(times)]
+            windows[result] = [acc, max(times) if latest else min(times), sum(c[2] for c in cells)]
 
     def emit(self, record: Record) -> Iterator[Any]:
         """Yields `record(key bytes, key, compacted accumulator, timestamp, window)` per group."""
@@ -223,8 +225,21 @@ class PartialCombiner:
         for kb, (k, windows) in self.table.items():
             if self.merging_fn is not None:
                 self._merge(windows)
-            for w, (a, ts) in windows.items():
-                yield record(kb, k, self._fn(w).compact(a), ts, w)
+            for w, cell in windows.items():
+                yield record(kb, k, self._fn(w).compact(cell[0]), cell[1], w)
+        self.table = {}
+        self.by_str = {}
+        self.limits = {}
+
+    def emit_counted(self) -> Iterator[Tuple[bytes, Any, List[Tuple[BoundedWindow, Any, int, int]]]]:
+        """Yields (key bytes, key, [(window, compacted accumulator, timestamp, inputs added)])
+        per key (not with `Sessions`, whose sweeps do not count inputs)."""
+        if self.sessions:
+            raise ValueError("emit_counted: inputs are not counted with Sessions")
+        for kb, (k, windows) in self.table.items():
+            if self.merging_fn is not None:
+                self._merge(windows)
+            yield kb, k, [(w, self._fn(w).compact(c[0]), c[1], c[2]) for w, c in windows.items()]
         self.table = {}
         self.by_str = {}
         self.limits = {}

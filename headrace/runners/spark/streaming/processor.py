@@ -56,6 +56,8 @@ class GroupingSpec(NamedTuple):
     # its side inputs (side index, side pc id, side WindowFn)
     side_combiner: Optional[bytes] = None
     sides: Tuple[Tuple[int, int, Any], ...] = ()
+    # a lifted combine (`runner.liftable`): its input rows carry partial accumulators per window
+    lifted: bool = False
 
     def core(self, on_panes: Any = None) -> GroupingCore:
         """A fresh GroupingCore for this grouping (its CombineFn set up; with side inputs, its
@@ -65,6 +67,7 @@ class GroupingSpec(NamedTuple):
             fn.setup()
         return GroupingCore(self.label, self.windowing, fn, late_output=self.late_pc is not None,
                             input_retractions=self.input_retractions,
+                            inputs_are_accumulators=self.lifted,
                             on_panes=on_panes if self.side_combiner is not None else None)
 
 
@@ -107,6 +110,7 @@ def processor(specs: Dict[int, Any], forward_key: bytes, env: Any) -> Any:
     from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 
     side_steps = {g: sp for g, sp in specs.items() if isinstance(sp, SideStepSpec)}
+    lifted = {g for g, sp in specs.items() if isinstance(sp, GroupingSpec) and sp.lifted}
     side_specs = {g: sp for g, sp in specs.items() if sp.sides}
 
     class HeadraceGroupings(StatefulProcessor):  # type: ignore[misc]
@@ -154,6 +158,9 @@ def processor(specs: Dict[int, Any], forward_key: bytes, env: Any) -> Any:
                 return
             ctl = self._control()
             g = rows.grouping_of(kb)
+            if g in lifted:
+                yield from self._visit(g, ctl, {}, None, _partials(rows_))
+                return
             batches: Dict[int, List[Tuple[int, WindowedValue]]] = {}
             for r in rows_:   # a row: the key's elements (bundle, place, element) of a partition
                 for bundle, seq, wv in pickle.loads(r.payload):
@@ -197,10 +204,9 @@ def processor(specs: Dict[int, Any], forward_key: bytes, env: Any) -> Any:
             inputs kept there ({side pc: {window: [values]}}) and sends them, per side step, to
             this partition's stages (`rows.SIDE_PC`)."""
             store: Dict[int, Dict[Any, list]] = {}
-            if self.cell.exists():
-                row = self.cell.get()
-                if row is not None:
-                    store = coders.loads(bytes(row[0]))
+            row = self.cell.get()
+            if row is not None:
+                store = coders.loads(bytes(row[0]))
             if new:
                 for pc, wvs in new.items():
                     by_window = store.setdefault(pc, {})
@@ -283,7 +289,8 @@ def processor(specs: Dict[int, Any], forward_key: bytes, env: Any) -> Any:
             self.panes.extend(panes)   # a combine with side inputs: combined when ready
 
         def _visit(self, g: int, ctl: rows.Control, batches: Dict[int, List[Tuple[int, WindowedValue]]],
-                   expired: Optional[int]) -> Iterator[Any]:
+                   expired: Optional[int], partials: Optional[Tuple[Any, Dict[Any, list]]] = None
+                   ) -> Iterator[Any]:
             spec = specs[g]
             core = self._core(g)
             rec = self._load()
@@ -298,6 +305,20 @@ def processor(specs: Dict[int, Any], forward_key: bytes, env: Any) -> Any:
                 # The key's processing-time wakeup, as the local runner keeps it: computed after
                 # each call that changed the key, due when it is at or before `pt`.
                 wakeup = rec.ptime if rec is not None else MAX
+                if partials is not None:   # a lifted combine: the batch's partials in one call
+                    k, cells = partials
+                    if rec is None:
+                        rec = _KeyRecord(k, KeyState(), prev)
+                    fn = core.core.combine_fn
+                    assert fn is not None
+                    elements_: List[Element] = []
+                    weights: Dict[Any, int] = {}
+                    for w, (accs, ts, n) in cells.items():
+                        acc = accs[0] if len(accs) == 1 else fn.merge_accumulators(accs)
+                        elements_.append(Element(acc, ts, w, False))
+                        weights[w] = n
+                    core.process(rec.key, rec.state, elements_, prev, pt, out, late, weights)
+                    wakeup = core.next_processing_time(rec.state, prev, pt)
                 for bundle in sorted(batches):
                     items = sorted(batches[bundle], key=lambda x: x[0])
                     elements: List[Element] = []
@@ -378,9 +399,7 @@ def processor(specs: Dict[int, Any], forward_key: bytes, env: Any) -> Any:
                 rec.hold = hold
 
         def _load(self) -> Optional[_KeyRecord]:
-            if not self.cell.exists():
-                return None
-            row = self.cell.get()
+            row = self.cell.get()   # None when the key has no state (one call, no exists())
             return coders.loads(bytes(row[0])) if row is not None else None
 
     def _guard(gen: Iterator[rows.Row]) -> Iterator[Any]:
@@ -391,6 +410,25 @@ def processor(specs: Dict[int, Any], forward_key: bytes, env: Any) -> Any:
             raise env.fail(exc) from exc
 
     return HeadraceGroupings()
+
+
+def _partials(rows_: Any) -> Tuple[Any, Dict[Any, list]]:
+    """A lifted combine's input rows of one key (one per partition of the level before): the
+    key and, per window, [partial accumulators, earliest timestamp, inputs they hold]."""
+    key: Any = None
+    cells: Dict[Any, list] = {}
+    for r in rows_:
+        key, got = pickle.loads(r.payload)
+        for w, acc, ts, n in got:
+            cell = cells.get(w)
+            if cell is None:
+                cells[w] = [[acc], ts, n]
+            else:
+                cell[0].append(acc)
+                if ts < cell[1]:
+                    cell[1] = ts
+                cell[2] += n
+    return key, cells
 
 
 class _SideRecord:

@@ -4,6 +4,7 @@ The query, from the plan of `runners.kit.plan`:
 
     headrace_stream source (every headrace source; rows stamped with the Spark clock)
       .withWatermark("clock", "0 seconds").drop("clock")
+      [.repartition(n, "bundle")                 with an unbounded source: its bundles in parallel]
       .mapInArrow(level 0)                       stages reading source outputs; keys for level 1
       .groupBy("kind", "key").transformWithState(groupings of level 1, EventTime)
       .mapInArrow(level 1)                       ...
@@ -39,6 +40,7 @@ from headrace.errors import InvalidArgumentError, PipelineExecutionError
 from headrace.io.iobase import Read
 from headrace.metrics.metric import MetricResults, MetricsContainer
 from headrace.model import coders
+from headrace.model.window import TimestampCombiner, Windowing
 from headrace.options.pipeline_options import LocalRunnerOptions, SparkRunnerOptions
 from headrace.pipeline.pipeline import Pipeline, PipelineResult, PipelineState
 from headrace.runners.kit import plan as planning
@@ -90,6 +92,7 @@ def build_plan(pipeline: Pipeline, bundle_size: int, max_attempts: int, partitio
     readers: Dict[int, Set[int]] = {}
     spread: Dict[int, Dict[int, List[int]]] = {}      # level -> main pc -> side steps reading it
     broadcast: Dict[int, Set[int]] = {}               # level -> side-input pcs sent to every partition
+    lifts: Dict[int, Dict[int, Tuple[bytes, Any]]] = {}   # level -> lifted combines it feeds
     shape = [(u.kind, u.label) for u in units]
     for u in units:
         if isinstance(u, planning.Stage) and u.side_inputs:
@@ -191,9 +194,14 @@ def build_plan(pipeline: Pipeline, bundle_size: int, max_attempts: int, partitio
             for _, pc, _ in g_sides:
                 broadcast.setdefault(lv - 1, set()).add(pc)
                 readers.setdefault(pc, set()).add(lv - 1)
+            lifted = (fn is not None and late_pc is None and not src.may_contain_retractions
+                      and liftable(src.windowing))
             spec = GroupingSpec(g, u.label, src.windowing, fn, node.outputs[None]._id,
                                 late_pc._id if late_pc is not None else None,
-                                src.may_contain_retractions, combiner, tuple(g_sides))
+                                src.may_contain_retractions, combiner, tuple(g_sides), lifted)
+            if lifted:
+                assert fn is not None
+                lifts.setdefault(lv - 1, {})[g] = (fn, src.windowing)
             g_specs.setdefault(lv, {})[g] = spec
             g_inputs.setdefault(lv - 1, []).append((src._id, g, u.label))
             readers.setdefault(src._id, set()).add(lv - 1)
@@ -221,7 +229,7 @@ def build_plan(pipeline: Pipeline, bundle_size: int, max_attempts: int, partitio
         levels.append(LevelSpec(tuple(by_level.get(lv, ())), {k: tuple(v) for k, v in keyed.items()},
                                 later, ctl_keys if lv < top else None, bundle_size, max_attempts,
                                 {k: tuple(v) for k, v in spread.get(lv, {}).items()},
-                                frozenset(broadcast.get(lv, ()))))
+                                frozenset(broadcast.get(lv, ())), lifts.get(lv, {})))
     # per grouping: no trigger waits for processing time (a side step has none)
     merge = [True] * n_groupings
     for specs in g_specs.values():
@@ -234,6 +242,20 @@ def build_plan(pipeline: Pipeline, bundle_size: int, max_attempts: int, partitio
     plan = StreamPlan(coordinator, sources, levels, groupings, partitions, bundle_size, shape)
     plan.labels = source_labels
     return plan
+
+
+def liftable(windowing: Windowing) -> bool:
+    """Whether a CombinePerKey with this input windowing (and no late-data output, no
+    retractions coming in) is lifted on the streaming runner: each partition of the level before
+    it sends one partial accumulator per key and window of the batch (with how many inputs it
+    holds), which the per-key core takes in one call, as the local runner hands it each key's
+    buffered elements at once when the trigger looks only at the watermark. Only where that
+    gives the same panes as the elements one by one: a watermark-only trigger (no pane depends on
+    how many elements came or when), windows that do not merge (an element too late for its own
+    session could join a merged one), and output timestamps at the end of the window (a hold
+    does not depend on which elements were behind the output watermark)."""
+    return (windowing.trigger.watermark_only and not windowing.windowfn.is_merging()
+            and windowing.timestamp_combiner is TimestampCombiner.OUTPUT_AT_EOW)
 
 
 _SPARK_DEFAULT_SHUFFLE_PARTITIONS = 200
@@ -591,6 +613,10 @@ class SparkStreamingRunner:
         spark.dataSource.register(data_source_class())
         df = (spark.readStream.format(SOURCE_NAME).option("run_dir", checkpoint).load()
               .withWatermark("clock", "0 seconds").drop("clock"))
+        if plan.coordinator.unbounded and len(keys) > 1:
+            # An unbounded source is read in one task; its bundles (one row each) are spread
+            # over the partitions so that the first level's steps run in parallel.
+            df = df.repartition(len(keys), "bundle")
         schema = rows.spark_schema()
         env = tasks.TaskEnv(None, None, plan.bundle_size, max_attempts,
                             os.path.join(checkpoint, "headrace", "failures"))

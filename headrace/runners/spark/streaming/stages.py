@@ -6,7 +6,8 @@ takes the rows of the PCollections it reads, runs each bundle through its stage 
 retries and metrics as in every runner), and emits:
 
 * the elements a grouping of the next level reads, keyed (`rows.KEYED`, grouping index + key
-  bytes): one row per grouping and key, holding its elements with their bundles and places;
+  bytes): one row per grouping and key, holding its elements with their bundles and places,
+  or, for a lifted combine (`runner.liftable`), its partial accumulators per window;
 * the elements later levels read (one row per bundle), and reports, as `rows.PASS` rows spread
   over the partitions;
 * the control row once per partition of the next stateful operator (`rows.CTL` with each of
@@ -25,9 +26,11 @@ from operator import itemgetter
 from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 from headrace.errors import PipelineExecutionError
-from headrace.metrics.metric import MetricsContainer
+from headrace.metrics.metric import MetricsContainer, metrics_scope
+from headrace.model import coders
 from headrace.model.windowed import WindowedValue
-from headrace.runners.kit.grouping import key_of
+from headrace.runners.kit.grouping import grouping_errors, key_of
+from headrace.runners.kit.partial import PartialCombiner
 from headrace.runners.kit.side_inputs import SideInputReader
 from headrace.runners.kit.stage import FusedStage
 from headrace.runners.spark.streaming import rows
@@ -58,6 +61,8 @@ class LevelSpec(NamedTuple):
     max_attempts: int
     spread: Dict[int, Tuple[int, ...]] = {}          # pc -> side steps reading it as main input
     broadcast: frozenset = frozenset()               # pcs read as side inputs next level
+    # lifted combines of the next level (`runner.liftable`): grouping -> (CombineFn, windowing)
+    lifted: Dict[int, Tuple[bytes, Any]] = {}
 
 
 Item = Tuple[int, int, WindowedValue]  # (bundle, seq, element)
@@ -117,6 +122,13 @@ def level_fn(spec: LevelSpec, env: Any) -> Callable[[Iterator[Any]], Iterator[An
             if not readers and not later and not steps and not side:
                 continue
             items.sort(key=_ORDER)
+            lifted = [(g, label) for g, label in readers if g in spec.lifted]
+            if lifted:
+                readers = tuple(r for r in readers if r[0] not in spec.lifted)
+                for g, label in lifted:
+                    fn, windowing = spec.lifted[g]
+                    for gk, payload in _partials(g, label, fn, windowing, items, committed):
+                        out.add(rows.KEYED, pc, gk, 0, 0, payload)
             if readers or steps:
                 # one row per grouping key: its elements with their bundles and places in them
                 keyed: Dict[bytes, List[Item]] = {}
@@ -170,6 +182,23 @@ def _bundles(items: List[Item]) -> Iterator[Tuple[int, List[WindowedValue]]]:
             j += 1
         yield bundle, [it[2] for it in items[i:j]]
         i = j
+
+
+def _partials(g: int, label: str, fn_bytes: bytes, windowing: Any, items: List[Item],
+              committed: MetricsContainer) -> List[Tuple[bytes, bytes]]:
+    """A lifted combine's map side: (row key, payload) per key of the partition's elements, the
+    payload `(key, [(window, accumulator, timestamp, inputs), ...])`; the CombineFn's failures
+    name the grouping."""
+    with metrics_scope(committed, label), grouping_errors(label, "combining"):
+        combine_fn = coders.loads(fn_bytes)
+        combine_fn.setup()
+        try:
+            partial = PartialCombiner(label, combine_fn, windowing)
+            partial.add_all((wv.value, wv.timestamp_us, wv.windows) for _, _, wv in items)
+            return [(rows.grouping_key(g, kb), pack((k, cells)))
+                    for kb, k, cells in partial.emit_counted()]
+        finally:
+            combine_fn.teardown()
 
 
 def _side_reader(unit: LevelUnit, contents: Dict[int, Dict[Any, list]]) -> SideInputReader:
