@@ -73,7 +73,7 @@ class FastPickleSerializer(FramedSerializer):
         return pickle.loads(obj, encoding=encoding)
 
 
-def pack(values: List[Any]) -> bytes:
+def pack(values: Any) -> bytes:
     """Values pickled together (one output's elements of one bundle), for `unpack`."""
     return FastPickleSerializer().dumps(values)
 

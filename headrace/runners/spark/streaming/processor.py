@@ -3,20 +3,26 @@
 
 Rows arrive grouped by (`kind`, `key`) and sorted, so each partition first sees its control row
 (`rows.CTL`: this batch's watermarks and processing time, see `coordinator`), then pass-through
-rows, then the keys of the groupings. For a key, one call:
+rows, then the buckets of the groupings. A grouping's keys are kept in *buckets*
+(`rows.bucket_key`): a bucket is one Spark grouping key, its keys' records one state value, and
+it has one Spark timer, so a batch costs a few state calls (each a round trip to the JVM) per
+bucket visited rather than per key. For a bucket, one call:
 
-1. loads the key's state (one value: the user key, its `KeyState`, the watermark its core last
-   saw, its registered Spark timer, and the hold and wakeup it last reported);
-2. catches its core up to the previous batch's watermark (the local runner tells every key of
-   a grouping when the watermark moves; here a key hears of it when next visited), hands it the
-   new elements bundle by bundle at that watermark, then moves it to this batch's watermark and
-   fires its due processing-time triggers, as one settle pass of the local runner does;
-3. saves the state, re-registers its Spark timer if its next wakeup changed, and reports to the
-   driver how its hold and processing-time wakeup changed.
+1. loads its records (per key: the user key, its `KeyState`, the watermark its core last saw,
+   the Spark clock it must be visited at, its hold and processing-time wakeup);
+2. visits the keys with input and the keys that are due (their clock at or before this batch's):
+   catches a key's core up to the previous batch's watermark (the local runner tells every key
+   of a grouping when the watermark moves; here a key hears of it when next visited), hands it
+   the new elements bundle by bundle at that watermark (a lifted combine: its partial
+   accumulators in one call), then moves it to this batch's watermark and fires its due
+   processing-time triggers, as one settle pass of the local runner does;
+3. saves the bucket, moves its Spark timer to the earliest clock of its keys, and reports to the
+   driver how its hold and processing-time wakeup (the least of its keys') changed.
 
-Spark timers only wake keys up: a key's timer is at the Spark clock of its next event-time
-wakeup, or at the next batch's clock when it waits for processing time or for a watermark that
+Spark timers only wake buckets up: a key's clock is the Spark clock of its next event-time
+wakeup, or the next batch's clock when it waits for processing time or for a watermark that
 the Spark clock (the largest source watermark) already passed but its grouping's has not.
+Side steps (a stage with side inputs) keep one key per spread key, as before.
 """
 
 from __future__ import annotations
@@ -83,7 +89,7 @@ class SideStepSpec(NamedTuple):
 
 
 class _KeyRecord:
-    """A key's stored state (pickled into one ValueState cell)."""
+    """A key's state, kept in its bucket (`_Bucket`)."""
 
     __slots__ = ("key", "state", "seen", "timer", "hold", "ptime", "waiting")
 
@@ -91,9 +97,9 @@ class _KeyRecord:
         self.key = key
         self.state = state
         self.seen = seen          # the input watermark its core last saw
-        self.timer: Optional[int] = None   # its registered Spark timer (clock ms)
-        self.hold = MAX           # the hold it last reported
-        self.ptime = MAX          # the processing-time wakeup it last reported
+        self.timer: Optional[int] = None   # the Spark clock (ms) it must be visited at
+        self.hold = MAX           # its output hold
+        self.ptime = MAX          # its processing-time wakeup
         self.waiting: List[Any] = []   # panes waiting for side inputs (combine with side inputs)
 
     def __getstate__(self) -> Tuple[Any, ...]:
@@ -135,7 +141,7 @@ def processor(specs: Dict[int, Any], forward_key: bytes, env: Any) -> Any:
             if g in side_steps:
                 return _guard(self._side_step(side_steps[g], self._control(), {},
                                               expiredTimerInfo.getExpiryTimeInMs()))
-            return _guard(self._visit(g, self._control(), {}, expiredTimerInfo.getExpiryTimeInMs()))
+            return _guard(self._bucket(g, self._control(), {}, expiredTimerInfo.getExpiryTimeInMs()))
 
         def _input(self, key: Any, rows_: Any) -> Iterator[rows.Row]:
             kind, kb = key[0], bytes(key[1])
@@ -158,20 +164,15 @@ def processor(specs: Dict[int, Any], forward_key: bytes, env: Any) -> Any:
                 return
             ctl = self._control()
             g = rows.grouping_of(kb)
-            if g in lifted:
-                yield from self._visit(g, ctl, {}, None, _partials(rows_))
-                return
-            batches: Dict[int, List[Tuple[int, WindowedValue]]] = {}
-            for r in rows_:   # a row: the key's elements (bundle, place, element) of a partition
-                for bundle, seq, wv in pickle.loads(r.payload):
-                    lst = batches.get(bundle)
-                    if lst is None:
-                        lst = batches[bundle] = []
-                    lst.append((seq, wv))
             if g in side_steps:
+                batches: Dict[int, List[Tuple[int, WindowedValue]]] = {}
+                for r in rows_:   # a row: the key's elements (bundle, place, element) of a partition
+                    _add_items(batches, pickle.loads(r.payload))
                 yield from self._side_step(side_steps[g], ctl, batches)
+            elif g in lifted:
+                yield from self._bucket(g, ctl, _partials(rows_), None)
             else:
-                yield from self._visit(g, ctl, batches, None)
+                yield from self._bucket(g, ctl, _elements(rows_), None)
 
         def _combine_ready(self, g: int, spec: GroupingSpec, rec: _KeyRecord,
                            ctl: rows.Control) -> List[WindowedValue]:
@@ -228,9 +229,8 @@ def processor(specs: Dict[int, Any], forward_key: bytes, env: Any) -> Any:
             watermark and the side-input windows it reads are complete, as the local runner's
             stage with side inputs releases them; the rest hold the step's output watermark."""
             g = step.ref
-            rec: Any = self._load()
-            if rec is None:
-                rec = _SideRecord()
+            row = self.cell.get()
+            rec: Any = coders.loads(bytes(row[0])) if row is not None else _SideRecord()
             waiting: List[Tuple[int, WindowedValue]] = list(rec.waiting)
             came = ctl.w_prev[g]
             for bundle in sorted(batches):
@@ -288,12 +288,64 @@ def processor(specs: Dict[int, Any], forward_key: bytes, env: Any) -> Any:
         def _take_panes(self, key: Any, panes: List[Any], out: List[WindowedValue]) -> None:
             self.panes.extend(panes)   # a combine with side inputs: combined when ready
 
-        def _visit(self, g: int, ctl: rows.Control, batches: Dict[int, List[Tuple[int, WindowedValue]]],
-                   expired: Optional[int], partials: Optional[Tuple[Any, Dict[Any, list]]] = None
-                   ) -> Iterator[Any]:
+        # ---- a bucket of keys ------------------------------------------------------------
+
+        def _bucket(self, g: int, ctl: rows.Control, inputs: Dict[bytes, Any],
+                    expired: Optional[int]) -> Iterator[Any]:
+            """One bucket of grouping `g` (`rows.bucket_of`): loads its keys' records (one state
+            value), visits the keys with input (`inputs`: key bytes -> their elements, or a lifted
+            combine's partials) and the keys whose wakeup is due (at or before this batch's Spark
+            clock), saves the bucket, moves its one Spark timer to the earliest wakeup of its keys
+            and reports how its hold (the least of its keys') and processing-time wakeup
+            changed."""
+            row = self.cell.get()   # None when the bucket has no state (one call, no exists())
+            bucket: _Bucket = coders.loads(bytes(row[0])) if row is not None else _Bucket()
+            recs = bucket.records
+            clock = ctl.clock
+            due = [kb for kb, rec in recs.items()
+                   if kb not in inputs and rec.timer is not None and rec.timer <= clock]
+            lifted_g = g in lifted
+            for kb, got in inputs.items():
+                if lifted_g:
+                    yield from self._visit(g, ctl, recs, kb, {}, got)
+                else:
+                    yield from self._visit(g, ctl, recs, kb, got, None)
+            for kb in due:
+                yield from self._visit(g, ctl, recs, kb, {}, None)
+            timer: Optional[int] = None
+            hold = ptime = MAX
+            for rec in recs.values():
+                if rec.timer is not None and (timer is None or rec.timer < timer):
+                    timer = rec.timer
+                if rec.hold < hold:
+                    hold = rec.hold
+                if rec.ptime < ptime:
+                    ptime = rec.ptime
+            if bucket.timer != timer:
+                if bucket.timer is not None and bucket.timer != expired:
+                    self.handle.deleteTimer(bucket.timer)
+                if timer is not None:
+                    self.handle.registerTimer(timer)
+                bucket.timer = timer
+            if hold != bucket.hold:
+                yield (rows.PASS, rows.REPORT_PC, b"", 0, 0, rows.dumps(("hold", g, bucket.hold, hold)))
+                bucket.hold = hold
+            if ptime != bucket.ptime:
+                yield (rows.PASS, rows.REPORT_PC, b"", 0, 0, rows.dumps(("pt", g, bucket.ptime, ptime)))
+                bucket.ptime = ptime
+            if recs:
+                self.cell.update((coders.dumps(bucket),))
+            elif row is not None:
+                self.cell.clear()
+
+        def _visit(self, g: int, ctl: rows.Control, recs: Dict[bytes, "_KeyRecord"], kb: bytes,
+                   batches: Dict[int, List[Tuple[int, WindowedValue]]],
+                   partials: Optional[Tuple[Any, Dict[Any, list]]]) -> Iterator[Any]:
+            """One key of a bucket (its record in `recs`, added or removed here): its new elements
+            or partials, the watermark and processing time it missed (see the module doc)."""
             spec = specs[g]
             core = self._core(g)
-            rec = self._load()
+            rec = recs.get(kb)
             prev, cur, pt = ctl.w_prev[g], ctl.w[g], ctl.pt[g]
             out: List[WindowedValue] = []
             late: Optional[List[WindowedValue]] = [] if spec.late_pc is not None else None
@@ -332,8 +384,9 @@ def processor(specs: Dict[int, Any], forward_key: bytes, env: Any) -> Any:
                     assert rec is not None
                     core.process(rec.key, rec.state, elements, prev, pt, out, late)
                     wakeup = core.next_processing_time(rec.state, prev, pt)
-                if rec is None:  # a timer of a key whose state is gone
+                if rec is None:  # nothing came for a key without state
                     return
+                recs[kb] = rec
                 split = len(out)
                 if cur > rec.seen:
                     core.on_watermark(rec.key, rec.state, cur, pt, out)
@@ -346,7 +399,7 @@ def processor(specs: Dict[int, Any], forward_key: bytes, env: Any) -> Any:
                     rec.waiting.extend(self.panes)
                     self.panes = []
                     out.extend(self._combine_ready(g, spec, rec, ctl))
-            yield from self._settle(g, core, rec, ctl, expired, wakeup)
+            self._settle(g, core, recs, kb, rec, ctl, wakeup)
             # Output made before the watermark moved and output made after are two bundles, as
             # they are two settle passes of the local runner (a batch may hold both, `coordinator`).
             for pc, lst, bundle in ((spec.main_pc, out[:split], 2 * ctl.n),
@@ -357,9 +410,10 @@ def processor(specs: Dict[int, Any], forward_key: bytes, env: Any) -> Any:
             if metrics.cells:
                 yield (rows.PASS, rows.REPORT_PC, b"", 0, 0, rows.dumps(("metrics", metrics)))
 
-        def _settle(self, g: int, core: GroupingCore, rec: _KeyRecord, ctl: rows.Control,
-                    expired: Optional[int], wakeup: int) -> Iterator[Any]:
-            """Saves the key (or forgets it), moves its Spark timer, reports hold and wakeup."""
+        def _settle(self, g: int, core: GroupingCore, recs: Dict[bytes, "_KeyRecord"], kb: bytes,
+                    rec: "_KeyRecord", ctl: rows.Control, wakeup: int) -> None:
+            """Notes a key's hold, processing-time wakeup and next wakeup of its bucket's Spark
+            timer (`_bucket` registers and reports them), or forgets the key."""
             state = rec.state
             cur, pt = ctl.w[g], ctl.pt[g]
             if state.is_empty():
@@ -375,14 +429,9 @@ def processor(specs: Dict[int, Any], forward_key: bytes, env: Any) -> Any:
             if rec.waiting:   # panes waiting for side inputs: output still to come
                 hold = min([hold] + [p.timestamp_us for p in rec.waiting])
                 timer = ctl.clock + 1
-            yield from self._timer_and_hold(g, rec, expired, timer, hold)
-            if ptime != rec.ptime:
-                yield (rows.PASS, rows.REPORT_PC, b"", 0, 0, rows.dumps(("pt", g, rec.ptime, ptime)))
-                rec.ptime = ptime
+            rec.timer, rec.hold, rec.ptime = timer, hold, ptime
             if state.is_empty() and not rec.waiting:
-                self.cell.clear()
-            else:
-                self.cell.update((coders.dumps(rec),))
+                del recs[kb]
 
         def _timer_and_hold(self, g: int, rec: Any, expired: Optional[int], timer: Optional[int],
                             hold: int) -> Iterator[rows.Row]:
@@ -398,10 +447,6 @@ def processor(specs: Dict[int, Any], forward_key: bytes, env: Any) -> Any:
                 yield (rows.PASS, rows.REPORT_PC, b"", 0, 0, rows.dumps(("hold", g, rec.hold, hold)))
                 rec.hold = hold
 
-        def _load(self) -> Optional[_KeyRecord]:
-            row = self.cell.get()   # None when the key has no state (one call, no exists())
-            return coders.loads(bytes(row[0])) if row is not None else None
-
     def _guard(gen: Iterator[rows.Row]) -> Iterator[Any]:
         try:
             for t in gen:
@@ -412,23 +457,70 @@ def processor(specs: Dict[int, Any], forward_key: bytes, env: Any) -> Any:
     return HeadraceGroupings()
 
 
-def _partials(rows_: Any) -> Tuple[Any, Dict[Any, list]]:
-    """A lifted combine's input rows of one key (one per partition of the level before): the
-    key and, per window, [partial accumulators, earliest timestamp, inputs they hold]."""
-    key: Any = None
-    cells: Dict[Any, list] = {}
+def _add_items(batches: Dict[int, List[Tuple[int, WindowedValue]]],
+               items: List[Tuple[int, int, WindowedValue]]) -> None:
+    """Adds (bundle, place, element) items to {bundle: [(place, element)]}."""
+    for bundle, seq, wv in items:
+        lst = batches.get(bundle)
+        if lst is None:
+            lst = batches[bundle] = []
+        lst.append((seq, wv))
+
+
+def _elements(rows_: Any) -> Dict[bytes, Dict[int, List[Tuple[int, WindowedValue]]]]:
+    """A bucket's input rows (one per partition of the level before: {key bytes: items}) as
+    {key bytes: {bundle: [(place, element)]}}."""
+    out: Dict[bytes, Dict[int, List[Tuple[int, WindowedValue]]]] = {}
     for r in rows_:
-        key, got = pickle.loads(r.payload)
-        for w, acc, ts, n in got:
-            cell = cells.get(w)
-            if cell is None:
-                cells[w] = [[acc], ts, n]
-            else:
-                cell[0].append(acc)
-                if ts < cell[1]:
-                    cell[1] = ts
-                cell[2] += n
-    return key, cells
+        for kb, items in pickle.loads(r.payload).items():
+            batches = out.get(kb)
+            if batches is None:
+                batches = out[kb] = {}
+            _add_items(batches, items)
+    return out
+
+
+def _partials(rows_: Any) -> Dict[bytes, Tuple[Any, Dict[Any, list]]]:
+    """A lifted combine's bucket rows (one per partition of the level before: {key bytes: (key,
+    [(window, accumulator, timestamp, inputs)])}) as {key bytes: (key, {window: [partial
+    accumulators, earliest timestamp, inputs they hold]})}."""
+    out: Dict[bytes, Tuple[Any, Dict[Any, list]]] = {}
+    for r in rows_:
+        for kb, (key, got) in pickle.loads(r.payload).items():
+            entry = out.get(kb)
+            if entry is None:
+                entry = out[kb] = (key, {})
+            cells = entry[1]
+            for w, acc, ts, n in got:
+                cell = cells.get(w)
+                if cell is None:
+                    cells[w] = [[acc], ts, n]
+                else:
+                    cell[0].append(acc)
+                    if ts < cell[1]:
+                        cell[1] = ts
+                    cell[2] += n
+    return out
+
+
+class _Bucket:
+    """A bucket's stored state (pickled into one ValueState cell): its keys' records by key
+    bytes, its registered Spark timer and the hold and processing-time wakeup it last reported
+    (the least of its keys')."""
+
+    __slots__ = ("records", "timer", "hold", "ptime")
+
+    def __init__(self) -> None:
+        self.records: Dict[bytes, _KeyRecord] = {}
+        self.timer: Optional[int] = None
+        self.hold = MAX
+        self.ptime = MAX
+
+    def __getstate__(self) -> Tuple[Any, ...]:
+        return (self.records, self.timer, self.hold, self.ptime)
+
+    def __setstate__(self, s: Tuple[Any, ...]) -> None:
+        self.records, self.timer, self.hold, self.ptime = s
 
 
 class _SideRecord:

@@ -93,7 +93,8 @@ def build_plan(pipeline: Pipeline, bundle_size: int, max_attempts: int, partitio
     spread: Dict[int, Dict[int, List[int]]] = {}      # level -> main pc -> side steps reading it
     broadcast: Dict[int, Set[int]] = {}               # level -> side-input pcs sent to every partition
     lifts: Dict[int, Dict[int, Tuple[bytes, Any]]] = {}   # level -> lifted combines it feeds
-    shape = [(u.kind, u.label) for u in units]
+    # the state layout is part of the shape: a checkpoint of another layout is refused
+    shape = [(u.kind, u.label) for u in units] + [("state layout", STATE_LAYOUT)]
     for u in units:
         if isinstance(u, planning.Stage) and u.side_inputs:
             # The stage runs one level up, after a side step (`processor`) that holds its main
@@ -229,7 +230,8 @@ def build_plan(pipeline: Pipeline, bundle_size: int, max_attempts: int, partitio
         levels.append(LevelSpec(tuple(by_level.get(lv, ())), {k: tuple(v) for k, v in keyed.items()},
                                 later, ctl_keys if lv < top else None, bundle_size, max_attempts,
                                 {k: tuple(v) for k, v in spread.get(lv, {}).items()},
-                                frozenset(broadcast.get(lv, ())), lifts.get(lv, {})))
+                                frozenset(broadcast.get(lv, ())), lifts.get(lv, {}),
+                                BUCKETS_PER_PARTITION * partitions))
     # per grouping: no trigger waits for processing time (a side step has none)
     merge = [True] * n_groupings
     for specs in g_specs.values():
@@ -242,6 +244,14 @@ def build_plan(pipeline: Pipeline, bundle_size: int, max_attempts: int, partitio
     plan = StreamPlan(coordinator, sources, levels, groupings, partitions, bundle_size, shape)
     plan.labels = source_labels
     return plan
+
+
+#: Buckets of keys per state partition and grouping (`rows.bucket_key`): a stateful operator
+#: keeps a bucket's keys in one state value, so a micro-batch costs a few state calls (each a
+#: round trip to the JVM) per bucket visited, not per key; more buckets, smaller values
+#: rewritten when few keys are active.
+BUCKETS_PER_PARTITION = 8
+STATE_LAYOUT = "keys in buckets, v1"
 
 
 def liftable(windowing: Windowing) -> bool:

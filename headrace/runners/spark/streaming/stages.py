@@ -63,6 +63,7 @@ class LevelSpec(NamedTuple):
     broadcast: frozenset = frozenset()               # pcs read as side inputs next level
     # lifted combines of the next level (`runner.liftable`): grouping -> (CombineFn, windowing)
     lifted: Dict[int, Tuple[bytes, Any]] = {}
+    buckets: int = 1                                 # buckets of keys per grouping (`rows.bucket_key`)
 
 
 Item = Tuple[int, int, WindowedValue]  # (bundle, seq, element)
@@ -127,22 +128,34 @@ def level_fn(spec: LevelSpec, env: Any) -> Callable[[Iterator[Any]], Iterator[An
                 readers = tuple(r for r in readers if r[0] not in spec.lifted)
                 for g, label in lifted:
                     fn, windowing = spec.lifted[g]
-                    for gk, payload in _partials(g, label, fn, windowing, items, committed):
-                        out.add(rows.KEYED, pc, gk, 0, 0, payload)
-            if readers or steps:
-                # one row per grouping key: its elements with their bundles and places in them
-                keyed: Dict[bytes, List[Item]] = {}
+                    for bk, payload in _partials(g, label, fn, windowing, items, spec.buckets,
+                                                 committed):
+                        out.add(rows.KEYED, pc, bk, 0, 0, payload)
+            if readers:
+                # one row per bucket of keys: {key bytes: its elements with their bundles and
+                # places in them}
+                buckets: Dict[bytes, Dict[bytes, List[Item]]] = {}
+                n_buckets = spec.buckets
                 for item in items:
                     wv = item[2]
                     for g, label in readers:
                         _, _, kb = key_of(label, wv.value)
-                        gk = rows.grouping_key(g, kb)
-                        lst = keyed.get(gk)
+                        bk = rows.bucket_key(g, kb, n_buckets)
+                        by_key = buckets.get(bk)
+                        if by_key is None:
+                            by_key = buckets[bk] = {}
+                        lst = by_key.get(kb)
                         if lst is None:
-                            lst = keyed[gk] = []
+                            lst = by_key[kb] = []
                         lst.append(item)
+                for bk, by_key in buckets.items():
+                    out.add(rows.KEYED, pc, bk, 0, 0, pack(by_key))
+            if steps:
+                # one row per spread key of a side step: its elements with bundles and places
+                keyed: Dict[bytes, List[Item]] = {}
+                for item in items:
                     for g in steps:  # a side step's main input: any key, spread by content
-                        kb = bytes([zlib.crc32(pack([wv])) % _SPREAD])
+                        kb = bytes([zlib.crc32(pack([item[2]])) % _SPREAD])
                         keyed.setdefault(rows.grouping_key(g, kb), []).append(item)
                 for gk, lst in keyed.items():
                     out.add(rows.KEYED, pc, gk, lst[0][0], lst[0][1], pack(lst))
@@ -185,18 +198,20 @@ def _bundles(items: List[Item]) -> Iterator[Tuple[int, List[WindowedValue]]]:
 
 
 def _partials(g: int, label: str, fn_bytes: bytes, windowing: Any, items: List[Item],
-              committed: MetricsContainer) -> List[Tuple[bytes, bytes]]:
-    """A lifted combine's map side: (row key, payload) per key of the partition's elements, the
-    payload `(key, [(window, accumulator, timestamp, inputs), ...])`; the CombineFn's failures
-    name the grouping."""
+              n_buckets: int, committed: MetricsContainer) -> List[Tuple[bytes, bytes]]:
+    """A lifted combine's map side: (row key, payload) per bucket of keys of the partition's
+    elements, the payload `{key bytes: (key, [(window, accumulator, timestamp, inputs), ...])}`;
+    the CombineFn's failures name the grouping."""
     with metrics_scope(committed, label), grouping_errors(label, "combining"):
         combine_fn = coders.loads(fn_bytes)
         combine_fn.setup()
         try:
             partial = PartialCombiner(label, combine_fn, windowing)
             partial.add_all((wv.value, wv.timestamp_us, wv.windows) for _, _, wv in items)
-            return [(rows.grouping_key(g, kb), pack((k, cells)))
-                    for kb, k, cells in partial.emit_counted()]
+            buckets: Dict[bytes, Dict[bytes, Any]] = {}
+            for kb, k, cells in partial.emit_counted():
+                buckets.setdefault(rows.bucket_key(g, kb, n_buckets), {})[kb] = (k, cells)
+            return [(bk, pack(by_key)) for bk, by_key in buckets.items()]
         finally:
             combine_fn.teardown()
 
