@@ -144,10 +144,10 @@ def level_fn(spec: LevelSpec, env: Any) -> Callable[[Iterator[Any]], Iterator[An
                         by_key = buckets.get(bk)
                         if by_key is None:
                             by_key = buckets[bk] = {}
-                        lst = by_key.get(kb)
-                        if lst is None:
-                            lst = by_key[kb] = []
-                        lst.append(item)
+                        of_key = by_key.get(kb)
+                        if of_key is None:
+                            of_key = by_key[kb] = []
+                        of_key.append(item)
                 for bk, by_key in buckets.items():
                     out.add(rows.KEYED, pc, bk, 0, 0, pack(by_key))
             if steps:
