@@ -321,15 +321,7 @@ def processor(specs: Dict[int, Any], forward_key: bytes, env: Any) -> Any:
                     hold = rec.hold
                 if rec.ptime < ptime:
                     ptime = rec.ptime
-            if bucket.timer != timer:
-                if bucket.timer is not None and bucket.timer != expired:
-                    self.handle.deleteTimer(bucket.timer)
-                if timer is not None:
-                    self.handle.registerTimer(timer)
-                bucket.timer = timer
-            if hold != bucket.hold:
-                yield (rows.PASS, rows.REPORT_PC, b"", 0, 0, rows.dumps(("hold", g, bucket.hold, hold)))
-                bucket.hold = hold
+            yield from self._timer_and_hold(g, bucket, expired, timer, hold)
             if ptime != bucket.ptime:
                 yield (rows.PASS, rows.REPORT_PC, b"", 0, 0, rows.dumps(("pt", g, bucket.ptime, ptime)))
                 bucket.ptime = ptime
@@ -435,8 +427,8 @@ def processor(specs: Dict[int, Any], forward_key: bytes, env: Any) -> Any:
 
         def _timer_and_hold(self, g: int, rec: Any, expired: Optional[int], timer: Optional[int],
                             hold: int) -> Iterator[rows.Row]:
-            """Moves a key's Spark timer to `timer` (None: none) and reports its hold if it
-            changed (`rec`: a _KeyRecord or _SideRecord)."""
+            """Moves a bucket's or side step key's Spark timer to `timer` (None: none) and
+            reports its hold if it changed (`rec`: a _Bucket or _SideRecord)."""
             if rec.timer != timer:
                 if rec.timer is not None and rec.timer != expired:
                     self.handle.deleteTimer(rec.timer)
