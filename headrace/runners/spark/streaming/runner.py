@@ -269,6 +269,7 @@ def liftable(windowing: Windowing) -> bool:
 
 
 _SPARK_DEFAULT_SHUFFLE_PARTITIONS = 200
+_CHANGELOG = "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled"
 
 
 def state_partitions(spark: Any, requested: Optional[int]) -> int:
@@ -587,6 +588,10 @@ class SparkStreamingRunner:
         print(f"headrace: streaming query checkpoint at {checkpoint}", file=sys.stderr)
         spark.conf.set("spark.sql.streaming.stateStore.providerClass", _ROCKSDB)
         spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "false")
+        if _CHANGELOG not in dict(sessions.parse_conf(so.spark_conf)):
+            # each batch's state changes as a changelog file, not a RocksDB snapshot upload per
+            # batch (snapshots are made in the background); measured 5-7% faster batches here
+            spark.conf.set(_CHANGELOG, "true")
         files = RunFiles(checkpoint)
         old = files.read_plan() if os.path.exists(files.plan_path) else None
         # a resumed query keeps its partitions (Spark keeps them in the checkpoint)
