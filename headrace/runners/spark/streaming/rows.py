@@ -7,15 +7,19 @@ stateful operator is duplicated. Columns:
 
 * `kind`  routing at the next stateful operator: CTL (a control row, sorted first in every
   partition, or a side-input element, sent to every partition's control key), KEYED (an
-  element for a grouping or a side step, `key` = its index + key bytes), PASS (everything
+  elements for a grouping or a side step, `key` = its index + bucket), PASS (everything
   else: elements for later operators, reports for the driver);
 * `pc`    the PCollection id of an element, or CTL_PC / REPORT_PC / SIDE_PC, or the pseudo
   id of elements a side step released (`released_pc`);
-* `key`   the grouping key (KEYED), a partition key (CTL, PASS), else empty;
-* `bundle`, `seq`  the element's bundle and its place in it (a grouping takes each bundle of a
-  key in one call, in order, as the local runner does);
-* `payload` the pickled elements: a list of WindowedValues (in order) for CTL and PASS rows, a
-  list of (bundle, seq, WindowedValue) for KEYED rows; or control values, or a report.
+* `key`   a grouping's index and bucket of keys (KEYED, `bucket_key`; a side step's: its index
+  and spread key), a partition key (CTL, PASS), else empty;
+* `bundle`, `seq`  the elements' bundle and the first one's place in it (KEYED rows carry each
+  element's own; a grouping takes each bundle of a key in one call, in order, as the local
+  runner does);
+* `payload` the pickled elements: a list of WindowedValues (in order) for CTL and PASS rows;
+  for KEYED rows {key bytes: [(bundle, seq, WindowedValue)]} (a lifted combine's: {key bytes:
+  (key, [(window, accumulator, timestamp, inputs)])}; a side step's: [(bundle, seq,
+  WindowedValue)]); or control values, or a report.
 """
 
 from __future__ import annotations
