@@ -222,14 +222,9 @@ class PartialCombiner:
             self.swept = {}
             self.swept_by_str = {}
             return
-        for kb, (k, windows) in self.table.items():
-            if self.merging_fn is not None:
-                self._merge(windows)
-            for w, cell in windows.items():
-                yield record(kb, k, self._fn(w).compact(cell[0]), cell[1], w)
-        self.table = {}
-        self.by_str = {}
-        self.limits = {}
+        for kb, k, cells in self.emit_counted():
+            for w, acc, ts, _ in cells:
+                yield record(kb, k, acc, ts, w)
 
     def emit_counted(self) -> Iterator[Tuple[bytes, Any, List[Tuple[BoundedWindow, Any, int, int]]]]:
         """Yields (key bytes, key, [(window, compacted accumulator, timestamp, inputs added)])

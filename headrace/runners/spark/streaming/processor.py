@@ -204,10 +204,7 @@ def processor(specs: Dict[int, Any], forward_key: bytes, env: Any) -> Any:
             """On a partition's control key: adds the batch's side-input elements to the side
             inputs kept there ({side pc: {window: [values]}}) and sends them, per side step, to
             this partition's stages (`rows.SIDE_PC`)."""
-            store: Dict[int, Dict[Any, list]] = {}
-            row = self.cell.get()
-            if row is not None:
-                store = coders.loads(bytes(row[0]))
+            store: Dict[int, Dict[Any, list]] = self._load() or {}
             if new:
                 for pc, wvs in new.items():
                     by_window = store.setdefault(pc, {})
@@ -229,8 +226,7 @@ def processor(specs: Dict[int, Any], forward_key: bytes, env: Any) -> Any:
             watermark and the side-input windows it reads are complete, as the local runner's
             stage with side inputs releases them; the rest hold the step's output watermark."""
             g = step.ref
-            row = self.cell.get()
-            rec: Any = coders.loads(bytes(row[0])) if row is not None else _SideRecord()
+            rec: Any = self._load() or _SideRecord()
             waiting: List[Tuple[int, WindowedValue]] = list(rec.waiting)
             came = ctl.w_prev[g]
             for bundle in sorted(batches):
@@ -292,14 +288,14 @@ def processor(specs: Dict[int, Any], forward_key: bytes, env: Any) -> Any:
 
         def _bucket(self, g: int, ctl: rows.Control, inputs: Dict[bytes, Any],
                     expired: Optional[int]) -> Iterator[Any]:
-            """One bucket of grouping `g` (`rows.bucket_of`): loads its keys' records (one state
+            """One bucket of grouping `g` (`rows.bucket_key`): loads its keys' records (one state
             value), visits the keys with input (`inputs`: key bytes -> their elements, or a lifted
             combine's partials) and the keys whose wakeup is due (at or before this batch's Spark
             clock), saves the bucket, moves its one Spark timer to the earliest wakeup of its keys
             and reports how its hold (the least of its keys') and processing-time wakeup
             changed."""
-            row = self.cell.get()   # None when the bucket has no state (one call, no exists())
-            bucket: _Bucket = coders.loads(bytes(row[0])) if row is not None else _Bucket()
+            stored: Optional[_Bucket] = self._load()
+            bucket = stored if stored is not None else _Bucket()
             recs = bucket.records
             clock = ctl.clock
             due = [kb for kb, rec in recs.items()
@@ -327,7 +323,7 @@ def processor(specs: Dict[int, Any], forward_key: bytes, env: Any) -> Any:
                 bucket.ptime = ptime
             if recs:
                 self.cell.update((coders.dumps(bucket),))
-            elif row is not None:
+            elif stored is not None:
                 self.cell.clear()
 
         def _visit(self, g: int, ctl: rows.Control, recs: Dict[bytes, "_KeyRecord"], kb: bytes,
@@ -438,6 +434,12 @@ def processor(specs: Dict[int, Any], forward_key: bytes, env: Any) -> Any:
             if hold != rec.hold:
                 yield (rows.PASS, rows.REPORT_PC, b"", 0, 0, rows.dumps(("hold", g, rec.hold, hold)))
                 rec.hold = hold
+
+        def _load(self) -> Any:
+            """The current grouping key's stored value, or None (one state call: `get` without
+            `exists`)."""
+            row = self.cell.get()
+            return coders.loads(bytes(row[0])) if row is not None else None
 
     def _guard(gen: Iterator[rows.Row]) -> Iterator[Any]:
         try:

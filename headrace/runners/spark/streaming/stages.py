@@ -154,8 +154,9 @@ def level_fn(spec: LevelSpec, env: Any) -> Callable[[Iterator[Any]], Iterator[An
                 # one row per spread key of a side step: its elements with bundles and places
                 keyed: Dict[bytes, List[Item]] = {}
                 for item in items:
-                    for g in steps:  # a side step's main input: any key, spread by content
-                        kb = bytes([zlib.crc32(pack([item[2]])) % _SPREAD])
+                    # a side step's main input: any key, spread by content
+                    kb = bytes([zlib.crc32(pack([item[2]])) % _SPREAD])
+                    for g in steps:
                         keyed.setdefault(rows.grouping_key(g, kb), []).append(item)
                 for gk, lst in keyed.items():
                     out.add(rows.KEYED, pc, gk, lst[0][0], lst[0][1], pack(lst))
@@ -232,23 +233,17 @@ def _run_unit(spec: LevelSpec, unit: LevelUnit, buffers: Dict[int, List[Item]],
         out = buffers.setdefault(unit.outputs[0], [])
         for pc in unit.inputs:
             out.extend(buffers.get(pc, ()))
-        out.sort(key=lambda it: (it[0], it[1]))
+        out.sort(key=_ORDER)
         return
     items = buffers.get(unit.inputs[0], [])
     if not items:
         return
-    items.sort(key=lambda it: (it[0], it[1]))
+    items.sort(key=_ORDER)
     stage = unit.stage
     seqs: Dict[int, int] = {}
     try:
-        i = 0
-        while i < len(items):
-            bundle = items[i][0]
-            j = i
-            while j < len(items) and items[j][0] == bundle:
-                j += 1
-            outs = stage.process_bundle([it[2] for it in items[i:j]], reader, spec.max_attempts,
-                                        committed, attempted)
+        for bundle, wvs in _bundles(items):
+            outs = stage.process_bundle(wvs, reader, spec.max_attempts, committed, attempted)
             for pc, lst in outs.items():
                 if not lst:
                     continue
@@ -258,7 +253,6 @@ def _run_unit(spec: LevelSpec, unit: LevelUnit, buffers: Dict[int, List[Item]],
                     dest.append((bundle, n, wv))
                     n += 1
                 seqs[pc] = n
-            i = j
     finally:
         stage.teardown()
 
