@@ -8,19 +8,21 @@ computed expectations. `HEADRACE_TEST_RUNNERS=LocalRunner,spark-local` picks a s
 
 Spark tests share one SparkSession per master; tests are ordered so that each master's tests
 run together (one session start each). A pipeline with a TestStream (an unbounded source) runs
-on the Spark runner as a Structured Streaming query: by default only for the tests in
-STREAMING_SMOKE (below; HEADRACE_SPARK_STREAMING=all runs them all). Skipped tests say why
-in the report.
+on the Spark runner as a Structured Streaming query; the streaming tests of each Spark master
+run as the independent parts of one query (tests/_batch.py) unless HEADRACE_SPARK_STREAMING=alone
+is set, which runs each test's query alone.
 """
 
 from __future__ import annotations
 
 import os
+import re
 
 import pytest
 
 import headrace as beam
 from headrace.options.pipeline_options import PipelineOptions
+from tests._batch import BATCHES, NotStreaming as _NotStreaming
 from tests._support import Journal, Once
 
 SPARK_CONF = ["spark.ui.enabled=false", "spark.sql.shuffle.partitions=2",
@@ -38,16 +40,52 @@ RUNNERS = [r for r in os.environ.get("HEADRACE_TEST_RUNNERS", ",".join(RUNNER_CO
            if r]
 
 
+def _runner_of(item):
+    callspec = getattr(item, "callspec", None)
+    return callspec.params.get("runner") if callspec else None
+
+
 def pytest_collection_modifyitems(session, config, items):
     """Runs each runner's tests together, so each Spark master starts once."""
     order = {r: i for i, r in enumerate(RUNNERS)}
+    items.sort(key=lambda item: order.get(_runner_of(item), -1))
 
-    def rank(item):
-        callspec = getattr(item, "callspec", None)
-        r = callspec.params.get("runner") if callspec else None
-        return order.get(r, -1)
 
-    items.sort(key=rank)
+# Tests that run their streaming queries alone: tests/streaming/ checks queries themselves
+# (progress, checkpoints, restarts, Spark Connect), and the transcripts batch themselves.
+ALONE = ("tests/streaming/", "tests/transcripts/")
+
+
+def _batched():
+    return os.environ.get("HEADRACE_SPARK_STREAMING") != "alone"
+
+
+def _mentions_test_stream(item, _seen={}):
+    """Whether the item's module mentions TestStream (the others have no test to batch)."""
+    path = str(item.path)
+    if path not in _seen:
+        with open(path, encoding="utf-8") as fh:
+            _seen[path] = "TestStream" in fh.read()
+    return _seen[path]
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtestloop(session):
+    """Before any test runs, the Spark tests are run once in capture mode (tests/_batch.py)."""
+    if _batched() and not session.config.option.collectonly and not session.shouldfail:
+        items = [it for it in session.items if (_runner_of(it) or "").startswith("spark")
+                 and not it.nodeid.startswith(ALONE) and "make_pipeline" in it.fixturenames
+                 and _mentions_test_stream(it)]
+        BATCHES.capture_all(items)
+    return (yield)
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Says how the Spark streaming tests were batched into shared queries."""
+    if BATCHES.log:
+        terminalreporter.write_sep("-", "Spark streaming tests in shared queries (tests/_batch.py)")
+        for line in BATCHES.log:
+            terminalreporter.write_line(line)
 
 
 @pytest.fixture(params=RUNNERS)
@@ -56,32 +94,45 @@ def runner(request):
     return request.param
 
 
-# A pipeline with a TestStream runs on the Spark runner as a Structured Streaming query, one
-# micro-batch (~0.5-1 s here) per TestStream event and per round after it: the whole streaming
-# conformance takes about 25 minutes per Spark master. HEADRACE_SPARK_STREAMING=all runs every
-# such test; by default only the tests under these paths do (they cover the TestStream
-# semantics), and the others are skipped with that reason.
-STREAMING_SMOKE = ("tests/conformance/test_test_stream.py", "tests/streaming/", "tests/transcripts/",
-                   "tests/test_example_job.py::test_the_job_gives_the_batch_results_when")
+@pytest.fixture
+def tmp_path(request, tmp_path_factory):
+    """The test's own temporary directory: the same one in the capture pass and the real run of
+    a batched streaming test (tests/_batch.py), so what the shared query wrote is there."""
+    path = BATCHES.tmp_paths.get(request.node.nodeid)
+    if path is None:
+        name = re.sub(r"\W", "_", request.node.name)[:30]
+        path = BATCHES.tmp_paths[request.node.nodeid] = tmp_path_factory.mktemp(name, numbered=True)
+    return path
 
 
 class _TestRunner:
-    """Runs a test's pipeline on the configured runner (see STREAMING_SMOKE for TestStream
-    pipelines on the Spark runner)."""
+    """Runs a test's pipeline on the configured runner; on a Spark runner, a streaming
+    pipeline's first run is served from the shared query of tests/_batch.py."""
 
-    def __init__(self, name, nodeid=""):
+    def __init__(self, name, nodeid="", runner_id=""):
         self.name = name
         self.nodeid = nodeid
+        self.runner_id = runner_id
 
     def run_pipeline(self, pipeline, options):
         from headrace.runners import create_runner
+        from headrace.runners.spark.runner import _is_streaming
         from headrace.testing.test_stream import TestStream
-        streaming = self.name == "SparkRunner" and any(isinstance(n.transform, TestStream)
-                                                       for n in pipeline.primitives())
-        if (streaming and os.environ.get("HEADRACE_SPARK_STREAMING") != "all"
-                and not self.nodeid.startswith(STREAMING_SMOKE)):
-            pytest.skip("a Spark streaming test outside STREAMING_SMOKE (tests/conftest.py); "
-                        "HEADRACE_SPARK_STREAMING=all runs it")
+        if self.name == "SparkRunner" and not self.nodeid.startswith(ALONE) and _batched():
+            streaming = _is_streaming(pipeline, options)
+            # only scripted streams share a query: a live source's processing time is the wall
+            # clock, a TestStream's is its script's (one clock per query)
+            scripted = streaming and all(isinstance(n.transform, TestStream)
+                                         for n in pipeline.primitives() if not n.inputs
+                                         for pc in n.outputs.values() if not pc.is_bounded)
+            if BATCHES.capturing is not None:
+                if scripted:
+                    BATCHES.capture(self.runner_id, pipeline, options)
+                raise _NotStreaming("not a scripted streaming pipeline: not batched")
+            if scripted:
+                shared = BATCHES.result_for(self.runner_id, self.nodeid)
+                if shared is not None:
+                    return shared
         return create_runner(self.name).run_pipeline(pipeline, options)
 
 
@@ -91,7 +142,7 @@ def make_pipeline(runner, request):
     name, extra = RUNNER_CONFIGS[runner]
 
     def make(**opts):
-        return beam.Pipeline(runner=_TestRunner(name, request.node.nodeid),
+        return beam.Pipeline(runner=_TestRunner(name, request.node.nodeid, runner),
                              options=PipelineOptions(**{**extra, **opts}))
     return make
 

@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import Any, BinaryIO, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
-
-import pyarrow as pa
-import pyarrow.parquet as pq
+from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from headrace.errors import DataFormatError, InvalidArgumentError, _short_repr
 from headrace.io.filebasedsink import FileBasedSink, FileFormatWriter, write_files
@@ -14,6 +11,9 @@ from headrace.io.filesystem import check_files_exist, match_files
 from headrace.io.iobase import ArrowBatchSource, BoundedSource, Read
 from headrace.pipeline.ptransform import PTransform
 from headrace.pipeline.pvalue import PCollection, Row
+
+if TYPE_CHECKING:  # pyarrow is imported where it is used: `import headrace` does not need it
+    import pyarrow as pa
 
 __all__ = ["ReadFromParquet", "ReadFromParquetBatched", "WriteToParquet"]
 
@@ -45,6 +45,7 @@ class _ParquetSource(BoundedSource):
         return f"parquet {self.pattern}"
 
     def split(self, desired_parallelism: int) -> List[Part]:
+        import pyarrow.parquet as pq
         files = match_files(self.pattern)
         if not files:
             raise FileNotFoundError(f"no files match {self.pattern!r}")
@@ -80,6 +81,7 @@ class _ParquetSource(BoundedSource):
 
 def _column_values(column: Any) -> list:
     """A column as a list of Python values (numpy's tolist is faster for null-free numbers)."""
+    import pyarrow as pa
     t = column.type
     if column.null_count == 0 and (pa.types.is_integer(t) or pa.types.is_boolean(t)
                                    or pa.types.is_float32(t) or pa.types.is_float64(t)):
@@ -130,6 +132,7 @@ class _ParquetRowSource(_ParquetSource, ArrowBatchSource):
 
     def read_arrow(self, part: Part, size: int) -> Iterable[pa.RecordBatch]:
         """The part's rows as Arrow record batches of about `size` rows."""
+        import pyarrow.parquet as pq
         path, row_groups = part
         with pq.ParquetFile(path) as pf:
             yield from pf.iter_batches(batch_size=size, row_groups=list(row_groups), columns=self.columns)
@@ -146,6 +149,7 @@ class _ParquetRowSource(_ParquetSource, ArrowBatchSource):
 
 class _ParquetTableSource(_ParquetSource):
     def read(self, part: Part) -> Iterable[pa.Table]:
+        import pyarrow.parquet as pq
         path, row_groups = part
         with pq.ParquetFile(path) as pf:
             for i in row_groups:
@@ -185,6 +189,7 @@ class ReadFromParquetBatched(PTransform):
         return "ReadFromParquetBatched"
 
     def expand(self, pbegin: Any) -> PCollection:
+        import pyarrow as pa
         return pbegin | "Read" >> Read(self._source).with_output_types(pa.Table)
 
 
@@ -202,6 +207,7 @@ class _ParquetWriter(FileFormatWriter):
     row groups of about `row_group_buffer_size` bytes (as Beam's ParquetSink does)."""
 
     def __init__(self, fh: BinaryIO, sink: "_ParquetSink") -> None:
+        import pyarrow.parquet as pq
         super().__init__(fh)
         self.sink = sink
         self.writer = pq.ParquetWriter(
@@ -227,6 +233,7 @@ class _ParquetWriter(FileFormatWriter):
             self._write_row_group()
 
     def _write_row_group(self) -> None:
+        import pyarrow as pa
         table = pa.Table.from_batches(self.batches, schema=self.sink.schema)
         self.batches, self.nbytes = [], 0
         self.writer.write_table(table, row_group_size=max(1, table.num_rows))
@@ -263,6 +270,7 @@ class _ParquetSink(FileBasedSink):
 
     def to_record_batch(self, rows: List[Any]) -> pa.RecordBatch:
         """The rows (dicts) as a record batch of the schema; a row that does not fit is named."""
+        import pyarrow as pa
         try:
             columns = [[r[n] for r in rows] for n in self.names]
         except (KeyError, TypeError, IndexError):
@@ -298,6 +306,7 @@ class _ParquetSink(FileBasedSink):
         return DataFormatError(f"step {self.step!r}: rows do not fit the schema ({self._schema_text()})")
 
     def _bad_value(self, field: pa.Field, values: List[Any], rows: List[Any]) -> DataFormatError:
+        import pyarrow as pa
         for i, v in enumerate(values):
             if v is None:
                 if field.nullable:
@@ -329,6 +338,7 @@ class WriteToParquet(PTransform):
                  use_compliant_nested_type: bool = False, file_name_suffix: str = "",
                  num_shards: int = 0, shard_name_template: Optional[str] = None,
                  mime_type: str = "application/x-parquet") -> None:
+        import pyarrow as pa
         super().__init__()
         if not isinstance(mime_type, str):
             raise InvalidArgumentError(f"WriteToParquet(mime_type=...) must be a str, got {mime_type!r}")

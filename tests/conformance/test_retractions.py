@@ -18,7 +18,7 @@ GAP = 600  # ten-minute sessions
 BUCKET = 900  # session lengths bucketed by 15 minutes
 
 
-def _events(seed: int = 11, users: int = 4, per_user: int = 25):
+def _events(seed: int = 11, users: int = 4, per_user: int = 12):
     """(user, event time, arrival order key): bursts of activity, arriving out of order."""
     rng = random.Random(seed)
     out = []

@@ -1,0 +1,68 @@
+"""The Python daemon of the Spark sessions headrace starts (`spark.python.daemon.module`).
+
+PySpark's daemon forks a Python worker for each task that needs one, and a fresh worker
+imports what its task needs. Two things made that slow (measured with py-spy over the test
+suite: about two thirds of the Python workers' CPU time):
+
+* Spark puts its own archives (`pyspark.zip`, `py4j-*.zip`) first on the workers' import path.
+  Python keeps no bytecode cache for modules in an archive, so each new worker compiled
+  pyspark from source, and `importlib.invalidate_caches()`, which each task's setup calls,
+  re-read the archives' directories.
+* Each worker imported pyspark's worker and headrace's modules anew.
+
+This daemon drops those archives from the path when the same packages are installed outside
+them (a pip-installed pyspark: the same files), imports pyspark's worker modules and headrace's
+modules that start no thread before it forks (`PRELOAD`), then runs PySpark's daemon. Modules
+that start threads when imported (pyarrow, pandas) are still imported after the fork, in each
+worker, as PySpark's daemon requires: a fork copies only the thread that forks.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from importlib.machinery import PathFinder
+from typing import List
+
+# Imported before the daemon forks; none of them imports pyarrow or pandas (a test checks).
+PRELOAD = (
+    "pyspark.worker", "pyspark.sql.worker.create_data_source",
+    "pyspark.sql.worker.lookup_data_sources", "pyspark.sql.pandas.serializers",
+    "pyspark.sql.streaming.stateful_processor", "pyspark.sql.streaming.stateful_processor_api_client",
+    "headrace", "headrace.model.reduce", "headrace.runners.kit.plan",
+    "headrace.runners.kit.grouping", "headrace.runners.kit.dofn_runner",
+)
+
+_ARCHIVES = ("pyspark", "py4j")
+
+
+def drop_spark_archives(path: List[str]) -> List[str]:
+    """`path` without Spark's pyspark / py4j archives, if both packages are found without
+    them; else `path` as it is."""
+    archives = [p for p in path if p.endswith(".zip") and os.path.basename(p).startswith(_ARCHIVES)]
+    rest = [p for p in path if p not in archives]
+    if archives and all(PathFinder.find_spec(name, rest) is not None for name in _ARCHIVES):
+        return rest
+    return path
+
+
+def preload() -> None:
+    """Imports PRELOAD (a module that cannot be imported here is left to the workers)."""
+    for name in PRELOAD:
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - the worker imports it itself and reports any error
+            pass
+
+
+def main() -> None:
+    """Runs PySpark's daemon after the path fix and the imports above."""
+    sys.path[:] = drop_spark_archives(sys.path)
+    preload()
+    from pyspark import daemon
+    daemon.manager()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,36 @@
+"""The Python daemon of headrace's Spark sessions (headrace/runners/spark_daemon.py)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from headrace.runners.spark_daemon import drop_spark_archives
+
+
+def test_preloading_starts_no_thread_and_leaves_pyarrow_and_pandas_to_the_workers():
+    # PySpark's daemon forks its workers; a module that starts a thread must not be imported
+    # before the fork (the child has only the forking thread).
+    code = ("import os, sys, threading\n"
+            "from headrace.runners import spark_daemon\n"
+            "spark_daemon.preload()\n"
+            "missing = [m for m in spark_daemon.PRELOAD if m not in sys.modules]\n"
+            "assert not missing, missing\n"
+            "assert 'pyarrow' not in sys.modules and 'pandas' not in sys.modules\n"
+            "assert threading.active_count() == 1\n"
+            "if os.path.isdir('/proc/self/task'):\n"
+            "    assert len(os.listdir('/proc/self/task')) == 1, os.listdir('/proc/self/task')\n")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_spark_archives_are_dropped_only_when_the_packages_are_installed(tmp_path):
+    site = tmp_path / "site"
+    for name in ("pyspark", "py4j"):
+        (site / name).mkdir(parents=True)
+        (site / name / "__init__.py").write_text("")
+    archives = [str(tmp_path / "pyspark.zip"), str(tmp_path / "py4j-0.10.9.9-src.zip")]
+    other = str(tmp_path / "other")
+    assert drop_spark_archives(archives + [other, str(site)]) == [other, str(site)]
+    # a Spark distribution without a pip-installed pyspark: its archives are the only copy
+    assert drop_spark_archives(archives + [other]) == archives + [other]
+    assert drop_spark_archives([other, str(site)]) == [other, str(site)]
