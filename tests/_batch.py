@@ -12,7 +12,7 @@ conftest's `_TestRunner` with a streaming pipeline:
    pipelines with the `make_pipeline` fixture, in a module that mentions TestStream, is run
    once in capture mode: it builds its pipeline as usual, and its first `run()` of a scripted
    streaming pipeline (its unbounded sources are TestStreams) is recorded and stops the test
-   (`Captured`); any other pipeline stops it too (`NotStreaming`), without running. Nothing is
+   (`CaptureStop`); any other pipeline stops it too, without running. Nothing is
    reported for this pass.
 2. When a test of a runner first asks for its result (`Batches.result_for`), the captured
    pipelines of that runner with equal options are grafted into one pipeline, each under its own
@@ -42,15 +42,12 @@ from headrace.pipeline.pipeline import AppliedPTransform, Pipeline, PipelineResu
 from headrace.pipeline.ptransform import PTransform
 
 
-class Captured(pytest.skip.Exception):
-    """Stops a test in capture mode at its first streaming run (its pipeline is recorded).
+class CaptureStop(pytest.skip.Exception):
+    """Stops a test in capture mode at its first run (a scripted streaming pipeline's is
+    recorded first).
 
-    A pytest outcome (as `pytest.skip`): `except Exception` and `pytest.raises` let it through,
-    and a fixture stopped by it is torn down cleanly."""
-
-
-class NotStreaming(pytest.skip.Exception):
-    """Stops a test in capture mode at a bounded run, which is not batched."""
+    A pytest outcome (as `pytest.skip`; the capture pass reports nothing): `except Exception`
+    and `pytest.raises` let it through, and a fixture stopped by it is torn down cleanly."""
 
 
 # A part whose TestStream scripts have more events than this runs alone: a shared query takes
@@ -138,7 +135,7 @@ class Batches:
         """Records the pipeline of the item being captured and stops it."""
         assert self.capturing is not None
         self.captured.setdefault(runner, {})[self.capturing] = (pipeline, options)
-        raise Captured("captured for a shared streaming query")
+        raise CaptureStop("captured for a shared streaming query")
 
     def result_for(self, runner: str, nodeid: str) -> Optional[PartResult]:
         """The view of the shared run for this test's first streaming run, or None (run alone)."""
@@ -171,7 +168,6 @@ class Batches:
             start = time.monotonic()
             try:
                 result = create_runner("SparkRunner").run_pipeline(merged, options)
-                started = time.monotonic() - start
                 result.wait_until_finish()
             except Exception as exc:  # take out the parts the error names, run the rest again
                 named = set(re.findall(r"\b(T\d+)/", str(exc))) & set(prefixes)
@@ -184,23 +180,23 @@ class Batches:
                 for pre in named:
                     del prefixes[pre]
                 continue
-            self.log.append(f"{len(prefixes)} tests in one query: {time.monotonic() - start:.0f} s "
-                            f"({started:.0f} s to start it); {_progress(result)}")
             metrics = result.metrics()
+            self.log.append(f"{len(prefixes)} tests in one query: {time.monotonic() - start:.0f} s, "
+                            f"{_progress(metrics)}")
             return {n: PartResult(metrics, pre) for pre, n in prefixes.items()}
         return {}
 
 
-def _progress(result: Any) -> str:
-    """The query's batches and where their time went (Spark's progress reports, the last 100)."""
-    reports = getattr(getattr(result, "query", None), "recentProgress", None) or []
-    total: Dict[str, int] = {}
-    for r in reports:
-        for k, v in (r.durationMs if not isinstance(r, dict) else r["durationMs"]).items():
-            total[k] = total.get(k, 0) + int(v)
-    parts = sorted(total.items(), key=lambda kv: -kv[1])[:4]
-    return (f"{len(reports)} micro-batches reported, mean ms: "
-            + ", ".join(f"{k} {v // max(1, len(reports))}" for k, v in parts))
+def _progress(metrics: Any) -> str:
+    """The query's micro-batches and their mean time, from the runner's progress metrics."""
+    from headrace.metrics.metric import MetricsFilter
+    from headrace.runners.spark.streaming.runner import PROGRESS_NAMESPACE
+    found = metrics.query(MetricsFilter().with_namespace(PROGRESS_NAMESPACE))
+    batches = [r.committed.value for r in found["gauges"] if r.key.metric.name == "batches"]
+    times = [r.committed for r in found["distributions"] if r.key.metric.name == "batch_duration_ms"]
+    mean = times[0].mean if times else None
+    return (f"{batches[0] if batches else '?'} micro-batches, "
+            f"{'?' if mean is None else f'{mean:.0f}'} ms each on average (the last 100)")
 
 
 def _stop_stray_spark() -> None:

@@ -22,7 +22,7 @@ import pytest
 
 import headrace as beam
 from headrace.options.pipeline_options import PipelineOptions
-from tests._batch import BATCHES, NotStreaming as _NotStreaming
+from tests._batch import BATCHES, CaptureStop
 from tests._support import Journal, Once
 
 SPARK_CONF = ["spark.ui.enabled=false", "spark.sql.shuffle.partitions=2",
@@ -128,7 +128,7 @@ class _TestRunner:
             if BATCHES.capturing is not None:
                 if scripted:
                     BATCHES.capture(self.runner_id, pipeline, options)
-                raise _NotStreaming("not a scripted streaming pipeline: not batched")
+                raise CaptureStop("not a scripted streaming pipeline: not batched")
             if scripted:
                 shared = BATCHES.result_for(self.runner_id, self.nodeid)
                 if shared is not None:
