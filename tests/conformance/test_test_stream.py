@@ -289,3 +289,61 @@ def test_a_combine_counts_every_input_it_drops(make_pipeline):
         return {r.key.step: r.committed for r in found["counters"]}
     assert counter("dropped_closed_window_elements") == {"Sum": 3}
     assert counter("dropped_late_elements") == {"Sum": 3}
+
+
+class _JournalPanes(beam.DoFn):
+    """Writes (tag, key, value, window start, timestamp, timing, index) of each pane."""
+
+    def __init__(self, journal, tag):
+        self.journal = journal
+        self.tag = tag
+
+    def process(self, kv, w=beam.DoFn.WindowParam, ts=beam.DoFn.TimestampParam,
+                pane=beam.DoFn.PaneInfoParam):
+        k, v = kv
+        self.journal.write(self.tag, k, v, float(w.start), ts.micros, pane.timing.name, pane.index)
+        return []
+
+
+@pytest.mark.parametrize("windowfn", ["sessions", "fixed"])
+def test_a_combine_gives_the_sums_of_grouped_panes_with_early_and_late_firings(make_pipeline,
+                                                                            journal, windowfn):
+    # A CombinePerKey whose early firings wait for processing time may combine the inputs that
+    # are not behind the watermark before its per-key core (the Spark streaming runner does);
+    # its panes are still those of the elements one by one, which a GroupByKey of the same
+    # input gives: each combine pane is the sum of the grouped pane of the same key, window,
+    # timing and index. The script mixes inputs ahead of the watermark, behind it (late, some
+    # joining a session that is still open), too late, and processing-time advances.
+    import random
+
+    from headrace.metrics.metric import MetricsFilter
+    from headrace.transforms.trigger import (AccumulationMode, AfterCount, AfterProcessingTime,
+                                             AfterWatermark)
+    rng = random.Random(11)
+    stream = TestStream()
+    wm = 0
+    for step in range(9):
+        stream = stream.add_elements([TV((rng.choice("abc"), rng.randint(1, 9)),
+                                         max(0, wm + rng.randint(-30, 25))) for _ in range(5)])
+        if step % 3 == 1:
+            stream = stream.advance_processing_time(70)   # early panes of what came before
+        wm += 10
+        stream = stream.advance_watermark_to(wm)
+    p = make_pipeline()
+    wf = window.Sessions(8) if windowfn == "sessions" else window.FixedWindows(10)
+    windowed = p | stream | beam.WindowInto(
+        wf, trigger=AfterWatermark(early=AfterProcessingTime(60), late=AfterCount(1)),
+        allowed_lateness=15, accumulation_mode=AccumulationMode.ACCUMULATING)
+    (windowed | "Sum" >> beam.CombinePerKey(sum)
+     | "JournalSums" >> beam.ParDo(_JournalPanes(journal, "combined")))
+    (windowed | "Group" >> beam.GroupByKey() | beam.MapTuple(lambda k, vs: (k, sum(vs)))
+     | "JournalGroups" >> beam.ParDo(_JournalPanes(journal, "grouped")))
+    metrics = p.run().metrics()
+    panes = {"combined": [], "grouped": []}
+    for tag, *pane in journal.read():
+        panes[tag].append(pane)
+    assert sorted(panes["combined"]) == sorted(panes["grouped"])
+    assert {pane[4] for pane in panes["combined"]} == {"EARLY", "ON_TIME", "LATE"}
+    found = metrics.query(MetricsFilter().with_namespace("headrace").with_name("dropped_late_elements"))
+    dropped = {r.key.step: r.committed for r in found["counters"]}
+    assert dropped["Sum"] == dropped["Group"] > 0

@@ -60,7 +60,8 @@ class PartialCombiner:
         self.limits: Dict[int, int] = {}
         self.sessions = type(windowfn) is Sessions and bound is None
         #: with `sessions`: key bytes -> [key, pending inputs, merged sessions], both lists of
-        #: (window start, window end, timestamp, value or accumulator, whether an accumulator)
+        #: (window start, window end, timestamp, value or accumulator, whether an accumulator,
+        #: inputs it holds)
         self.swept: Dict[bytes, list] = {}
         self.swept_by_str: Dict[str, list] = {}
 
@@ -146,7 +147,7 @@ class PartialCombiner:
             v, entry = entry_of(kv)
             pending = entry[1]
             for w in wins:
-                pending.append((w.start_us, w.end_us, ts, v, False))  # type: ignore[attr-defined]
+                pending.append((w.start_us, w.end_us, ts, v, False, 1))  # type: ignore[attr-defined]
             if len(pending) > _MERGE_EVERY and len(pending) > len(entry[2]):
                 self._sweep(entry)
 
@@ -158,26 +159,29 @@ class PartialCombiner:
         items += entry[2]
         items.sort(key=_start)
         out: List[tuple] = []
-        cur_s = cur_e = cur_ts = 0
+        cur_s = cur_e = cur_ts = cur_n = 0
         accs: List[Any] = []
         values: List[Any] = []
-        for s, e, ts, x, is_acc in items:
+        for s, e, ts, x, is_acc, n in items:
             if s < cur_e and (accs or values):
                 if e > cur_e:
                     cur_e = e
                 if (ts > cur_ts) if latest else (ts < cur_ts):
                     cur_ts = ts
+                cur_n += n
             else:
                 if accs or values:
-                    out.append((cur_s, cur_e, cur_ts, _combined(create, add, merge, accs, values), True))
+                    out.append((cur_s, cur_e, cur_ts, _combined(create, add, merge, accs, values),
+                                True, cur_n))
                     accs, values = [], []
-                cur_s, cur_e, cur_ts = s, e, ts
+                cur_s, cur_e, cur_ts, cur_n = s, e, ts, n
             if is_acc:
                 accs.append(x)
             else:
                 values.append(x)
         if accs or values:
-            out.append((cur_s, cur_e, cur_ts, _combined(create, add, merge, accs, values), True))
+            out.append((cur_s, cur_e, cur_ts, _combined(create, add, merge, accs, values), True,
+                        cur_n))
         entry[1] = []
         entry[2] = out
 
@@ -217,7 +221,7 @@ class PartialCombiner:
                 if entry[1]:
                     self._sweep(entry)
                 k = entry[0]
-                for s, e, ts, acc, _ in entry[2]:
+                for s, e, ts, acc, _, _ in entry[2]:
                     yield record(kb, k, compact(acc), ts, IntervalWindow._of(s, e))
             self.swept = {}
             self.swept_by_str = {}
@@ -228,9 +232,17 @@ class PartialCombiner:
 
     def emit_counted(self) -> Iterator[Tuple[bytes, Any, List[Tuple[BoundedWindow, Any, int, int]]]]:
         """Yields (key bytes, key, [(window, compacted accumulator, timestamp, inputs added)])
-        per key (not with `Sessions`, whose sweeps do not count inputs)."""
+        per key."""
         if self.sessions:
-            raise ValueError("emit_counted: inputs are not counted with Sessions")
+            compact = self.combine_fn.compact
+            for kb, entry in self.swept.items():
+                if entry[1]:
+                    self._sweep(entry)
+                yield kb, entry[0], [(IntervalWindow._of(s, e), compact(acc), ts, n)
+                                     for s, e, ts, acc, _, n in entry[2]]
+            self.swept = {}
+            self.swept_by_str = {}
+            return
         for kb, (k, windows) in self.table.items():
             if self.merging_fn is not None:
                 self._merge(windows)

@@ -62,18 +62,21 @@ class GroupingSpec(NamedTuple):
     # its side inputs (side index, side pc id, side WindowFn)
     side_combiner: Optional[bytes] = None
     sides: Tuple[Tuple[int, int, Any], ...] = ()
-    # a lifted combine (`runner.liftable`): its input rows carry partial accumulators per window
+    # a lifted combine (`runner.lift_mode`): its input rows carry partial accumulators per window
     lifted: bool = False
+    # lifted with `runner.LIFT_SPLIT`: the inputs behind the watermark come as elements too
+    split: bool = False
 
-    def core(self, on_panes: Any = None) -> GroupingCore:
+    def core(self, on_panes: Any = None, accumulators: Optional[bool] = None) -> GroupingCore:
         """A fresh GroupingCore for this grouping (its CombineFn set up; with side inputs, its
-        panes go to `on_panes`)."""
+        panes go to `on_panes`); its inputs are accumulators if the grouping is lifted, unless
+        `accumulators` says otherwise."""
         fn = coders.loads(self.combine_fn) if self.combine_fn is not None else None
         if fn is not None:
             fn.setup()
         return GroupingCore(self.label, self.windowing, fn, late_output=self.late_pc is not None,
                             input_retractions=self.input_retractions,
-                            inputs_are_accumulators=self.lifted,
+                            inputs_are_accumulators=self.lifted if accumulators is None else accumulators,
                             on_panes=on_panes if self.side_combiner is not None else None)
 
 
@@ -128,6 +131,7 @@ def processor(specs: Dict[int, Any], forward_key: bytes, env: Any) -> Any:
             self.cell = handle.getValueState("key_state", StructType([StructField("b", BinaryType())]))
             self.ctl: Optional[rows.Control] = None
             self.cores: Dict[int, GroupingCore] = {}
+            self.element_cores: Dict[int, GroupingCore] = {}   # split lifts: for the elements
             self.panes: List[Any] = []
             self.side_cache: Dict[int, Dict[int, Dict[Any, list]]] = {}   # index -> side inputs
             self.combiners: Dict[int, Any] = {}
@@ -261,7 +265,7 @@ def processor(specs: Dict[int, Any], forward_key: bytes, env: Any) -> Any:
         def close(self) -> None:
             for combiner in self.combiners.values():
                 combiner.teardown()
-            for core in self.cores.values():
+            for core in list(self.cores.values()) + list(self.element_cores.values()):
                 fn = core.core.combine_fn
                 if fn is not None:
                     fn.teardown()
@@ -279,6 +283,13 @@ def processor(specs: Dict[int, Any], forward_key: bytes, env: Any) -> Any:
             core = self.cores.get(g)
             if core is None:
                 core = self.cores[g] = specs[g].core(self._take_panes)
+            return core
+
+        def _element_core(self, g: int) -> GroupingCore:
+            """A split-lifted grouping's core for the inputs that come as elements."""
+            core = self.element_cores.get(g)
+            if core is None:
+                core = self.element_cores[g] = specs[g].core(self._take_panes, accumulators=False)
             return core
 
         def _take_panes(self, key: Any, panes: List[Any], out: List[WindowedValue]) -> None:
@@ -302,8 +313,8 @@ def processor(specs: Dict[int, Any], forward_key: bytes, env: Any) -> Any:
                    if kb not in inputs and rec.timer is not None and rec.timer <= clock]
             lifted_g = g in lifted
             for kb, got in inputs.items():
-                if lifted_g:
-                    yield from self._visit(g, ctl, recs, kb, {}, got)
+                if lifted_g:   # (key, partials by window, elements behind the watermark by bundle)
+                    yield from self._visit(g, ctl, recs, kb, got[2], got[:2])
                 else:
                     yield from self._visit(g, ctl, recs, kb, got, None)
             for kb in due:
@@ -359,6 +370,8 @@ def processor(specs: Dict[int, Any], forward_key: bytes, env: Any) -> Any:
                         weights[w] = n
                     core.process(rec.key, rec.state, elements_, prev, pt, out, late, weights)
                     wakeup = core.next_processing_time(rec.state, prev, pt)
+                if batches and partials is not None:   # a split lift's inputs behind the watermark
+                    core = self._element_core(g)
                 for bundle in sorted(batches):
                     items = sorted(batches[bundle], key=lambda x: x[0])
                     elements: List[Element] = []
@@ -474,16 +487,17 @@ def _elements(rows_: Any) -> Dict[bytes, Dict[int, List[Tuple[int, WindowedValue
     return out
 
 
-def _partials(rows_: Any) -> Dict[bytes, Tuple[Any, Dict[Any, list]]]:
+def _partials(rows_: Any) -> Dict[bytes, Tuple[Any, Dict[Any, list], Dict[int, list]]]:
     """A lifted combine's bucket rows (one per partition of the level before: {key bytes: (key,
-    [(window, accumulator, timestamp, inputs)])}) as {key bytes: (key, {window: [partial
-    accumulators, earliest timestamp, inputs they hold]})}."""
-    out: Dict[bytes, Tuple[Any, Dict[Any, list]]] = {}
+    [(window, accumulator, timestamp, inputs)], [(bundle, place, element)] of a split lift's
+    inputs behind the watermark)}) as {key bytes: (key, {window: [partial accumulators, earliest
+    timestamp, inputs they hold]}, {bundle: [(place, element)]})}."""
+    out: Dict[bytes, Tuple[Any, Dict[Any, list], Dict[int, list]]] = {}
     for r in rows_:
-        for kb, (key, got) in pickle.loads(r.payload).items():
+        for kb, (key, got, behind) in pickle.loads(r.payload).items():
             entry = out.get(kb)
             if entry is None:
-                entry = out[kb] = (key, {})
+                entry = out[kb] = (key, {}, {})
             cells = entry[1]
             for w, acc, ts, n in got:
                 cell = cells.get(w)
@@ -494,6 +508,8 @@ def _partials(rows_: Any) -> Dict[bytes, Tuple[Any, Dict[Any, list]]]:
                     if ts < cell[1]:
                         cell[1] = ts
                     cell[2] += n
+            if behind:
+                _add_items(entry[2], behind)
     return out
 
 

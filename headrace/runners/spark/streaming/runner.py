@@ -40,7 +40,10 @@ from headrace.errors import InvalidArgumentError, PipelineExecutionError
 from headrace.io.iobase import Read
 from headrace.metrics.metric import MetricResults, MetricsContainer
 from headrace.model import coders
-from headrace.model.window import TimestampCombiner, Windowing
+from headrace.model.triggers.algebra import (
+    AfterAll, AfterEach, AfterFirst, EndOfWindow, Never, OrFinally, Repeat, SinceEarliestElem,
+)
+from headrace.model.window import Sessions, TimestampCombiner, Windowing
 from headrace.options.pipeline_options import LocalRunnerOptions, SparkRunnerOptions
 from headrace.pipeline.pipeline import Pipeline, PipelineResult, PipelineState
 from headrace.runners.kit import plan as planning
@@ -92,7 +95,7 @@ def build_plan(pipeline: Pipeline, bundle_size: int, max_attempts: int, partitio
     readers: Dict[int, Set[int]] = {}
     spread: Dict[int, Dict[int, List[int]]] = {}      # level -> main pc -> side steps reading it
     broadcast: Dict[int, Set[int]] = {}               # level -> side-input pcs sent to every partition
-    lifts: Dict[int, Dict[int, Tuple[bytes, Any]]] = {}   # level -> lifted combines it feeds
+    lifts: Dict[int, Dict[int, Tuple[bytes, Any, bool]]] = {}   # level -> lifted combines it feeds
     # the state layout is part of the shape: a checkpoint of another layout is refused
     shape = [(u.kind, u.label) for u in units] + [("state layout", STATE_LAYOUT)]
     for u in units:
@@ -195,14 +198,15 @@ def build_plan(pipeline: Pipeline, bundle_size: int, max_attempts: int, partitio
             for _, pc, _ in g_sides:
                 broadcast.setdefault(lv - 1, set()).add(pc)
                 readers.setdefault(pc, set()).add(lv - 1)
-            lifted = (fn is not None and late_pc is None and not src.may_contain_retractions
-                      and liftable(src.windowing))
+            mode = (lift_mode(src.windowing) if fn is not None and late_pc is None
+                    and not src.may_contain_retractions else None)
             spec = GroupingSpec(g, u.label, src.windowing, fn, node.outputs[None]._id,
                                 late_pc._id if late_pc is not None else None,
-                                src.may_contain_retractions, combiner, tuple(g_sides), lifted)
-            if lifted:
+                                src.may_contain_retractions, combiner, tuple(g_sides),
+                                mode is not None, mode == LIFT_SPLIT)
+            if mode is not None:
                 assert fn is not None
-                lifts.setdefault(lv - 1, {})[g] = (fn, src.windowing)
+                lifts.setdefault(lv - 1, {})[g] = (fn, src.windowing, mode == LIFT_SPLIT)
             g_specs.setdefault(lv, {})[g] = spec
             g_inputs.setdefault(lv - 1, []).append((src._id, g, u.label))
             readers.setdefault(src._id, set()).add(lv - 1)
@@ -254,18 +258,79 @@ BUCKETS_PER_PARTITION = 8
 STATE_LAYOUT = "keys in buckets, v1"
 
 
-def liftable(windowing: Windowing) -> bool:
-    """Whether a CombinePerKey with this input windowing (and no late-data output, no
-    retractions coming in) is lifted on the streaming runner: each partition of the level before
-    it sends one partial accumulator per key and window of the batch (with how many inputs it
-    holds), which the per-key core takes in one call, as the local runner hands it each key's
-    buffered elements at once when the trigger looks only at the watermark. Only where that
-    gives the same panes as the elements one by one: a watermark-only trigger (no pane depends on
-    how many elements came or when), windows that do not merge (an element too late for its own
-    session could join a merged one), and output timestamps at the end of the window (a hold
-    does not depend on which elements were behind the output watermark)."""
-    return (windowing.trigger.watermark_only and not windowing.windowfn.is_merging()
-            and windowing.timestamp_combiner is TimestampCombiner.OUTPUT_AT_EOW)
+#: How a CombinePerKey is lifted (`lift_mode`): every input combined before the operator, or
+#: only the inputs not behind the grouping's input watermark (the others go as elements).
+LIFT_ALL = "all"
+LIFT_SPLIT = "split"
+
+
+def lift_mode(windowing: Windowing) -> Optional[str]:
+    """How a CombinePerKey with this input windowing (and no late-data output, no retractions
+    coming in) is lifted on the streaming runner, or None: each partition of the level before it
+    sends one partial accumulator per key and window of the batch (with how many inputs it holds),
+    which the per-key core takes in one call. Only where that gives the panes of the elements
+    bundle by bundle, always with output timestamps at the end of the window (a hold then does
+    not depend on which inputs were behind the output watermark):
+
+    * `LIFT_ALL`: a watermark-only trigger over windows that do not merge: every input is
+      combined (no pane depends on how many inputs came, and the local runner hands such a
+      grouping each key's buffered elements at once);
+    * `LIFT_SPLIT`: `Sessions` or windows that do not merge, with a trigger that no input makes
+      ready before the end of its window (`blind_before_end_of_window`: the watermark, and
+      processing-time delays that start at an element's arrival; the late firings may count
+      elements). Only the inputs at or after the grouping's input watermark before the batch are
+      combined; such an input's window ends after that watermark and can only join windows that
+      do (a session too late to fire ends before it), so no pane fires on their arrival (in a
+      batch with input no key waits for processing time already due, `coordinator`) and their
+      order does not matter. The inputs behind the watermark go to the core as elements, bundle
+      by bundle, after the partials.
+    """
+    if windowing.timestamp_combiner is not TimestampCombiner.OUTPUT_AT_EOW:
+        return None
+    windowfn = windowing.windowfn
+    merging = windowfn.is_merging()
+    if merging and type(windowfn) is not Sessions:
+        return None  # a custom merge need not be the same in any order of merging
+    if windowing.trigger.watermark_only and not merging:
+        return LIFT_ALL
+    return LIFT_SPLIT if blind_before_end_of_window(windowing.trigger) else None
+
+
+def blind_before_end_of_window(trigger: Any) -> bool:
+    """Whether no element can make `trigger` ready while the watermark is before the end of the
+    window and processing time stays where it is: its parts that can be active before the end of
+    the window are built of end-of-window, `Never` and processing-time delays (positive) that
+    start at an element's arrival; no element count, no aligned period (ready at once on a
+    boundary)."""
+    expr = getattr(trigger, "expr", None)   # Beam's names: their expression in the algebra
+    if expr is not None:
+        return blind_before_end_of_window(expr)
+    if isinstance(trigger, (EndOfWindow, Never)):
+        return True
+    if isinstance(trigger, SinceEarliestElem):
+        return trigger.delay_us > 0
+    if isinstance(trigger, AfterEach):
+        first = trigger.triggers[0]
+        if _finishes_at_end_of_window(first):
+            return blind_before_end_of_window(first)
+        return all(blind_before_end_of_window(t) for t in trigger.triggers)
+    if isinstance(trigger, (Repeat, OrFinally, AfterFirst, AfterAll)):
+        return all(blind_before_end_of_window(t) for t in trigger.triggers)
+    return False
+
+
+def _finishes_at_end_of_window(trigger: Any) -> bool:
+    """Whether `trigger` finishes only once the watermark passed the end of the window."""
+    expr = getattr(trigger, "expr", None)
+    if expr is not None:
+        return _finishes_at_end_of_window(expr)
+    if isinstance(trigger, EndOfWindow):
+        return True
+    if isinstance(trigger, OrFinally):   # finishes when its main part or its `until` does
+        main, until = trigger.triggers
+        return _finishes_at_end_of_window(until) and (
+            isinstance(main, Repeat) or _finishes_at_end_of_window(main))
+    return False
 
 
 _SPARK_DEFAULT_SHUFFLE_PARTITIONS = 200

@@ -7,7 +7,8 @@ retries and metrics as in every runner), and emits:
 
 * the elements a grouping of the next level reads, keyed (`rows.KEYED`, grouping index + key
   bytes): one row per grouping and key, holding its elements with their bundles and places,
-  or, for a lifted combine (`runner.liftable`), its partial accumulators per window;
+  or, for a lifted combine (`runner.lift_mode`), its partial accumulators per window (and the
+  elements behind the watermark of a split lift);
 * the elements later levels read (one row per bundle), and reports, as `rows.PASS` rows spread
   over the partitions;
 * the control row once per partition of the next stateful operator (`rows.CTL` with each of
@@ -28,6 +29,7 @@ from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Se
 from headrace.errors import PipelineExecutionError
 from headrace.metrics.metric import MetricsContainer, metrics_scope
 from headrace.model import coders
+from headrace.model.time import MAX_TIMESTAMP_MICROS
 from headrace.model.windowed import WindowedValue
 from headrace.runners.kit.grouping import grouping_errors, key_of
 from headrace.runners.kit.partial import PartialCombiner
@@ -61,8 +63,9 @@ class LevelSpec(NamedTuple):
     max_attempts: int
     spread: Dict[int, Tuple[int, ...]] = {}          # pc -> side steps reading it as main input
     broadcast: frozenset = frozenset()               # pcs read as side inputs next level
-    # lifted combines of the next level (`runner.liftable`): grouping -> (CombineFn, windowing)
-    lifted: Dict[int, Tuple[bytes, Any]] = {}
+    # lifted combines of the next level (`runner.lift_mode`): grouping -> (CombineFn, windowing,
+    # whether the inputs behind its input watermark go as elements: `runner.LIFT_SPLIT`)
+    lifted: Dict[int, Tuple[bytes, Any, bool]] = {}
     buckets: int = 1                                 # buckets of keys per grouping (`rows.bucket_key`)
 
 
@@ -127,9 +130,13 @@ def level_fn(spec: LevelSpec, env: Any) -> Callable[[Iterator[Any]], Iterator[An
             if lifted:
                 readers = tuple(r for r in readers if r[0] not in spec.lifted)
                 for g, label in lifted:
-                    fn, windowing = spec.lifted[g]
+                    fn, windowing, split = spec.lifted[g]
+                    behind_of = None
+                    if split:   # the grouping's input watermark before the batch
+                        behind_of = (rows.loads(control).w_prev[g] if control is not None
+                                     else MAX_TIMESTAMP_MICROS)
                     for bk, payload in _partials(g, label, fn, windowing, items, spec.buckets,
-                                                 committed):
+                                                 committed, behind_of):
                         out.add(rows.KEYED, pc, bk, 0, 0, payload)
             if readers:
                 # one row per bucket of keys: {key bytes: its elements with their bundles and
@@ -199,19 +206,35 @@ def _bundles(items: List[Item]) -> Iterator[Tuple[int, List[WindowedValue]]]:
 
 
 def _partials(g: int, label: str, fn_bytes: bytes, windowing: Any, items: List[Item],
-              n_buckets: int, committed: MetricsContainer) -> List[Tuple[bytes, bytes]]:
+              n_buckets: int, committed: MetricsContainer, behind_of: Optional[int] = None
+              ) -> List[Tuple[bytes, bytes]]:
     """A lifted combine's map side: (row key, payload) per bucket of keys of the partition's
-    elements, the payload `{key bytes: (key, [(window, accumulator, timestamp, inputs), ...])}`;
-    the CombineFn's failures name the grouping."""
+    elements, the payload `{key bytes: (key, [(window, accumulator, timestamp, inputs), ...],
+    [(bundle, place, element), ...])}`: with `behind_of` (a split lift, `runner.LIFT_SPLIT`),
+    the elements whose timestamp is behind that watermark are not combined but listed; the
+    CombineFn's failures name the grouping."""
     with metrics_scope(committed, label), grouping_errors(label, "combining"):
         combine_fn = coders.loads(fn_bytes)
         combine_fn.setup()
         try:
             partial = PartialCombiner(label, combine_fn, windowing)
-            partial.add_all((wv.value, wv.timestamp_us, wv.windows) for _, _, wv in items)
+            behind: Dict[bytes, Tuple[Any, List[Item]]] = {}
+            if behind_of is None:
+                partial.add_all((wv.value, wv.timestamp_us, wv.windows) for _, _, wv in items)
+            else:
+                partial.add_all((wv.value, wv.timestamp_us, wv.windows) for _, _, wv in items
+                                if wv.timestamp_us >= behind_of)
+                for item in items:
+                    if item[2].timestamp_us < behind_of:
+                        k, _, kb = key_of(label, item[2].value)
+                        behind.setdefault(kb, (k, []))[1].append(item)
             buckets: Dict[bytes, Dict[bytes, Any]] = {}
             for kb, k, cells in partial.emit_counted():
-                buckets.setdefault(rows.bucket_key(g, kb, n_buckets), {})[kb] = (k, cells)
+                got = behind.pop(kb, None)
+                buckets.setdefault(rows.bucket_key(g, kb, n_buckets), {})[kb] = (
+                    k, cells, got[1] if got is not None else ())
+            for kb, (k, lst) in behind.items():
+                buckets.setdefault(rows.bucket_key(g, kb, n_buckets), {})[kb] = (k, (), lst)
             return [(bk, pack(by_key)) for bk, by_key in buckets.items()]
         finally:
             combine_fn.teardown()
