@@ -15,9 +15,8 @@ conftest's `_TestRunner` with a streaming pipeline:
    (`CaptureStop`); any other pipeline stops it too, without running. Nothing is
    reported for this pass.
 2. When a test of a runner first asks for its result (`Batches.result_for`), the captured
-   pipelines of that runner with equal options and equally many levels (stateful operators in
-   a row, `_levels`) are grafted into one pipeline, each under its own label prefix, and run as
-   one query. If it fails and the error names the parts at fault,
+   pipelines of that runner with equal options are grafted into one pipeline, each under its
+   own label prefix, and run as one query. If it fails and the error names the parts at fault,
    those are taken out (they run alone later) and the rest is run again.
 3. Then each test runs for real: its first streaming `run()` gets a view of the shared run
    (state DONE, only its own metrics, with its own step names). What its pipeline wrote (the
@@ -67,16 +66,6 @@ class _Part(PTransform):
 
 def _options_key(options: Any) -> str:
     return repr(sorted((k, repr(v)) for k, v in options.get_all_options(drop_default=True).items()))
-
-
-def _levels(p: Pipeline) -> int:
-    """How many levels (element-wise functions between stateful operators) the streaming runner
-    plans for `p`; -1 if it cannot plan it (the shared run then names the part at fault)."""
-    from headrace.runners.spark.streaming.runner import build_plan
-    try:
-        return len(build_plan(p, 1, 1, 2, (b"\0", b"\1")).levels)
-    except Exception:
-        return -1
 
 
 def graft(pipelines: List[Tuple[Pipeline, str]], options: Any) -> Pipeline:
@@ -159,14 +148,13 @@ class Batches:
         return self.results[runner].get(nodeid)
 
     def _run_all(self, captured: Dict[str, Tuple[Pipeline, Any]]) -> Dict[str, PartResult]:
-        # Parts of one query share its options, and its depth: every micro-batch runs every
-        # level of the query (a stateful operator loads and commits its state store in each
-        # batch, with or without rows), so a shallow part in a deep query pays for levels it
-        # does not have, in each of its batches.
-        groups: Dict[Tuple[str, int], List[str]] = {}
+        # One query per set of options. Grouping by depth as well (every micro-batch runs every
+        # level of its query) was measured slower: the queries run one after another, and the
+        # micro-batches they add cost more than the levels they save.
+        groups: Dict[str, List[str]] = {}
         for nodeid, (p, options) in captured.items():
             if _script_length(p) <= LONG_SCRIPT:
-                groups.setdefault((_options_key(options), _levels(p)), []).append(nodeid)
+                groups.setdefault(_options_key(options), []).append(nodeid)
         out: Dict[str, PartResult] = {}
         for nodeids in groups.values():
             if len(nodeids) > 1:
