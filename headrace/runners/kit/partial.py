@@ -215,17 +215,6 @@ class PartialCombiner:
 
     def emit(self, record: Record) -> Iterator[Any]:
         """Yields `record(key bytes, key, compacted accumulator, timestamp, window)` per group."""
-        if self.sessions:
-            compact = self.combine_fn.compact
-            for kb, entry in self.swept.items():
-                if entry[1]:
-                    self._sweep(entry)
-                k = entry[0]
-                for s, e, ts, acc, _, _ in entry[2]:
-                    yield record(kb, k, compact(acc), ts, IntervalWindow._of(s, e))
-            self.swept = {}
-            self.swept_by_str = {}
-            return
         for kb, k, cells in self.emit_counted():
             for w, acc, ts, _ in cells:
                 yield record(kb, k, acc, ts, w)

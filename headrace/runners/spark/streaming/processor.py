@@ -64,8 +64,6 @@ class GroupingSpec(NamedTuple):
     sides: Tuple[Tuple[int, int, Any], ...] = ()
     # a lifted combine (`runner.lift_mode`): its input rows carry partial accumulators per window
     lifted: bool = False
-    # lifted with `runner.LIFT_SPLIT`: the inputs behind the watermark come as elements too
-    split: bool = False
 
     def core(self, on_panes: Any = None, accumulators: Optional[bool] = None) -> GroupingCore:
         """A fresh GroupingCore for this grouping (its CombineFn set up; with side inputs, its

@@ -203,7 +203,7 @@ def build_plan(pipeline: Pipeline, bundle_size: int, max_attempts: int, partitio
             spec = GroupingSpec(g, u.label, src.windowing, fn, node.outputs[None]._id,
                                 late_pc._id if late_pc is not None else None,
                                 src.may_contain_retractions, combiner, tuple(g_sides),
-                                mode is not None, mode == LIFT_SPLIT)
+                                mode is not None)
             if mode is not None:
                 assert fn is not None
                 lifts.setdefault(lv - 1, {})[g] = (fn, src.windowing, mode == LIFT_SPLIT)

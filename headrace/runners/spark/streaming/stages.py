@@ -116,6 +116,10 @@ def level_fn(spec: LevelSpec, env: Any) -> Callable[[Iterator[Any]], Iterator[An
                 reader = _side_reader(unit, sides.get(unit.side_step, {}))
             _run_unit(spec, unit, buffers, committed, attempted, reader)
         out = _Out(spec.ctl_keys)
+        # the input watermarks of the next level's groupings before the batch (a split lift
+        # combines only the inputs not behind its grouping's)
+        w_prev = (rows.loads(control).w_prev if control is not None and
+                  any(split for _, _, split in spec.lifted.values()) else None)
         for pc, bundle, seq, payload in passed:
             out.add(rows.PASS, pc, None, bundle, seq, payload)
         for pc, items in buffers.items():
@@ -132,9 +136,8 @@ def level_fn(spec: LevelSpec, env: Any) -> Callable[[Iterator[Any]], Iterator[An
                 for g, label in lifted:
                     fn, windowing, split = spec.lifted[g]
                     behind_of = None
-                    if split:   # the grouping's input watermark before the batch
-                        behind_of = (rows.loads(control).w_prev[g] if control is not None
-                                     else MAX_TIMESTAMP_MICROS)
+                    if split:
+                        behind_of = w_prev[g] if w_prev is not None else MAX_TIMESTAMP_MICROS
                     for bk, payload in _partials(g, label, fn, windowing, items, spec.buckets,
                                                  committed, behind_of):
                         out.add(rows.KEYED, pc, bk, 0, 0, payload)
@@ -219,15 +222,16 @@ def _partials(g: int, label: str, fn_bytes: bytes, windowing: Any, items: List[I
         try:
             partial = PartialCombiner(label, combine_fn, windowing)
             behind: Dict[bytes, Tuple[Any, List[Item]]] = {}
-            if behind_of is None:
-                partial.add_all((wv.value, wv.timestamp_us, wv.windows) for _, _, wv in items)
-            else:
-                partial.add_all((wv.value, wv.timestamp_us, wv.windows) for _, _, wv in items
-                                if wv.timestamp_us >= behind_of)
+            ahead = items
+            if behind_of is not None:
+                ahead = []
                 for item in items:
                     if item[2].timestamp_us < behind_of:
                         k, _, kb = key_of(label, item[2].value)
                         behind.setdefault(kb, (k, []))[1].append(item)
+                    else:
+                        ahead.append(item)
+            partial.add_all((wv.value, wv.timestamp_us, wv.windows) for _, _, wv in ahead)
             buckets: Dict[bytes, Dict[bytes, Any]] = {}
             for kb, k, cells in partial.emit_counted():
                 got = behind.pop(kb, None)
