@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, Any, Iterable, Iterator, List, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, List, Optional, Protocol, runtime_checkable
 
 from headrace.errors import InvalidArgumentError, PipelineConstructionError
 from headrace.model.window import GlobalWindows, Windowing
@@ -87,6 +87,13 @@ class UnboundedSource(ABC):
     def watermark(self, position: Any) -> Any:
         """A timestamp no record after `position` is earlier than (MAX_TIMESTAMP: the end)."""
         raise NotImplementedError
+
+    def split_positions(self, start: Any, end: Any, n: int) -> Optional[List[Any]]:
+        """At most n - 1 positions strictly between `start` and `end`, in order, where the range
+        may be cut so that its parts are read in parallel (reading the parts one after another
+        gives the records of `read(start, end)`); the same answer every time for the same
+        arguments. None (the default): the source cannot be cut, one reader reads it."""
+        return None
 
     def display_name(self) -> str:
         """A short description for labels and errors."""

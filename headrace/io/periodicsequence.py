@@ -56,6 +56,9 @@ class _ImpulseSource(UnboundedSource):
             value = ts / 1e6 if data is None else data[i % len(data)]
             yield TimestampedValue(value, Timestamp(micros=ts))
 
+    def split_positions(self, start: int, end: int, n: int) -> List[int]:
+        return sorted({start + (end - start) * j // n for j in range(1, n)} - {start, end})
+
     def watermark(self, position: int) -> Timestamp:
         if self.total is not None and position >= self.total:
             return Timestamp(micros=MAX_TIMESTAMP_MICROS)

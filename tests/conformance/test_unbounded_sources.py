@@ -110,6 +110,49 @@ def test_a_users_unbounded_source_read_live_gives_every_pane_on_time(make_pipeli
     assert got == [(float(w), sorted(v), "ON_TIME") for w, v in sorted(want.items())]
 
 
+class _Cuttable(UnboundedSource):
+    """Values 0..n-1 at event time 3*i seconds, all readable at once, out of order within each
+    run of 5 values; its ranges may be cut at any position (`split_positions`), as a runner that
+    reads the parts of a range in parallel does (the Spark streaming runner)."""
+
+    def __init__(self, n):
+        self.n = n
+
+    def initial_position(self):
+        return 0
+
+    def available(self, position, now_us, max_records):
+        return min(self.n, position + max_records)
+
+    def read(self, start, end):
+        for i in range(start, end):
+            yield beam.TimestampedValue(i, 3 * i - 2 * (i % 5))
+
+    def split_positions(self, start, end, n):
+        # uneven cuts: half the range in the first part, then parts of one value
+        return list(range(start + (end - start) // 2, end))[:n - 1] if end - start > 1 else []
+
+    def watermark(self, position):
+        if position >= self.n:
+            return Timestamp(micros=MAX_TIMESTAMP_MICROS)
+        return Timestamp.of(3 * position - 8)
+
+
+def test_a_source_read_in_cut_ranges_gives_every_value_once_on_time(make_pipeline, journal):
+    p = make_pipeline(max_records_per_batch=9, bundle_size=2)
+    (p | Read(_Cuttable(40))
+       | beam.Map(lambda i: ("k%d" % (i % 2), i))
+       | beam.WindowInto(window.FixedWindows(15), allowed_lateness=0)
+       | beam.GroupByKey()
+       | beam.ParDo(JournalPanes(journal)))
+    p.run().wait_until_finish()
+    got = sorted((k, w, v, timing) for k, v, w, timing, _ in journal.read())
+    want = {}
+    for i in range(40):
+        want.setdefault(("k%d" % (i % 2), (3 * i - 2 * (i % 5)) // 15 * 15), []).append(i)
+    assert got == [(k, float(w), sorted(v), "ON_TIME") for (k, w), v in sorted(want.items())]
+
+
 def test_processing_time_triggers_fire_on_a_live_stream(make_pipeline, journal):
     # Elements arrive over ~1.5 s of wall time; a repeated processing-time trigger fires early
     # panes meanwhile. How many panes depends on timing; their contents add up to all elements.

@@ -9,7 +9,7 @@ stateful operator is duplicated. Columns:
   partition, or a side-input element, sent to every partition's control key), KEYED (an
   elements for a grouping or a side step, `key` = its index + bucket), PASS (everything
   else: elements for later operators, reports for the driver);
-* `pc`    the PCollection id of an element, or CTL_PC / REPORT_PC / SIDE_PC, or the pseudo
+* `pc`    the PCollection id of an element, or CTL_PC / REPORT_PC / SIDE_PC / READ_PC, or the pseudo
   id of elements a side step released (`released_pc`);
 * `key`   a grouping's index and bucket of keys (KEYED, `bucket_key`; a side step's: its index
   and spread key), a partition key (CTL, PASS), else empty;
@@ -36,6 +36,7 @@ PASS = 2
 CTL_PC = -1
 REPORT_PC = -2
 SIDE_PC = -3          # side-input contents for a stage of the next level (see `processor`)
+READ_PC = -4          # a range of an unbounded source, read by the first level (`source`)
 
 
 def released_pc(g: int) -> int:

@@ -4,7 +4,10 @@ The query, from the plan of `runners.kit.plan`:
 
     headrace_stream source (every headrace source; rows stamped with the Spark clock)
       .withWatermark("clock", "0 seconds").drop("clock")
-      [.repartition(n, "bundle")                 with an unbounded source: its bundles in parallel]
+      [.repartition(n, "kind", "key")            with an unbounded source that cannot be cut: its
+                                                 bundles in parallel, the control row in every
+                                                 partition (one that can is read in n ranges by
+                                                 level 0 itself: `SourcePlan.split_reads`)]
       .mapInArrow(level 0)                       stages reading source outputs; keys for level 1
       .groupBy("kind", "key").transformWithState(groupings of level 1, EventTime)
       .mapInArrow(level 1)                       ...
@@ -37,7 +40,7 @@ import time
 from typing import Any, Dict, List, Optional, Set, Tuple
 
 from headrace.errors import InvalidArgumentError, PipelineExecutionError
-from headrace.io.iobase import Read
+from headrace.io.iobase import Read, UnboundedSource
 from headrace.metrics.metric import MetricResults, MetricsContainer
 from headrace.model import coders
 from headrace.model.triggers.algebra import (
@@ -247,6 +250,14 @@ def build_plan(pipeline: Pipeline, bundle_size: int, max_attempts: int, partitio
     groupings = [g_specs.get(lv, {}) for lv in range(top + 1)]
     plan = StreamPlan(coordinator, sources, levels, groupings, partitions, bundle_size, shape)
     plan.labels = source_labels
+    if unbounded and len(ctl_keys) > 1:
+        if all(type(src).split_positions is not UnboundedSource.split_positions
+               for src in unbounded.values()):
+            plan.split_reads = len(ctl_keys)
+            levels[0] = levels[0]._replace(reads={
+                i: (source_labels[i], src, sources[i][2][None]) for i, src in unbounded.items()})
+        else:
+            plan.spread_keys = ctl_keys
     return plan
 
 
@@ -709,10 +720,11 @@ class SparkStreamingRunner:
         spark.dataSource.register(data_source_class())
         df = (spark.readStream.format(SOURCE_NAME).option("run_dir", checkpoint).load()
               .withWatermark("clock", "0 seconds").drop("clock"))
-        if plan.coordinator.unbounded and len(keys) > 1:
+        if plan.spread_keys:
             # An unbounded source is read in one task; its bundles (one row each) are spread
-            # over the partitions so that the first level's steps run in parallel.
-            df = df.repartition(len(keys), "bundle")
+            # over the partitions so that the first level's steps run in parallel, and its
+            # control row goes to each of them (`SourcePlan.spread_keys`).
+            df = df.repartition(len(plan.spread_keys), "kind", "key")
         schema = rows.spark_schema()
         env = tasks.TaskEnv(None, None, plan.bundle_size, max_attempts,
                             os.path.join(checkpoint, "headrace", "failures"))

@@ -109,13 +109,18 @@ def data_source_class() -> Any:
 
     class _Part(InputPartition):  # type: ignore[misc]
         """The batch's control row and its sources' elements (`part` None), or one part of a
-        bounded source (`part` = (source index, part index))."""
+        bounded source (`part` = (source index, part index)); with split reads
+        (`SourcePlan.split_reads`), `split` = (j, {source index: (start, end)}): the control
+        row and the j-th range of each unbounded source (and, for j = 0, the other sources'
+        elements)."""
 
         def __init__(self, start: Dict[str, Any], end: Dict[str, Any],
-                     part: Optional[Tuple[int, int]] = None) -> None:
+                     part: Optional[Tuple[int, int]] = None,
+                     split: Optional[Tuple[int, Dict[int, Tuple[Any, Any]]]] = None) -> None:
             self.start = start
             self.end = end
             self.part = part
+            self.split = split
 
     class HeadraceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # type: ignore[misc]
         """Reads every source of a headrace pipeline, one coordinated micro-batch at a time."""
@@ -149,8 +154,16 @@ def data_source_class() -> Any:
             pass  # the sources here end by themselves (TestStream scripts, bounded sources)
 
         def partitions(self, start: Dict[str, Any], end: Dict[str, Any]) -> List[Any]:
-            return [_Part(start, end)] + [_Part(start, end, part)
-                                          for part in self.plan.bounded_parts(start, end)]
+            plan = self.plan
+            if plan.split_reads:
+                try:
+                    ranges = plan.split_ranges(start, end)
+                except PipelineExecutionError as exc:  # the driver names the step
+                    raise task_failure(exc) from exc
+                heads = [_Part(start, end, None, (j, r)) for j, r in enumerate(ranges)]
+            else:
+                heads = [_Part(start, end)]
+            return heads + [_Part(start, end, part) for part in plan.bounded_parts(start, end)]
 
         def read(self, partition: Any) -> Iterator[Tuple[Any, ...]]:
             try:
@@ -161,16 +174,30 @@ def data_source_class() -> Any:
         def _read(self, partition: Any) -> Iterator[Tuple[Any, ...]]:
             start, end = partition.start, partition.end
             clock = clock_timestamp(end["stamp"])
+            spread = self.plan.spread_keys
             if partition.part is not None:
                 for pc, bundle, values in self.plan.part_elements(*partition.part):
                     if values:
-                        yield (rows.PASS, pc, b"", bundle, 0, pack(values), clock)
+                        key = bundle.to_bytes(8, "big") if spread else b""
+                        yield (rows.PASS, pc, key, bundle, 0, pack(values), clock)
                 return
-            ctl = rows.Control.between(start, end)
-            yield (rows.PASS, rows.CTL_PC, b"", 0, 0, rows.dumps(ctl), clock)
-            for pc, bundle, values in self.plan.elements(start, end):
+            ctl = rows.dumps(rows.Control.between(start, end))
+            if partition.split is not None:
+                # a split read: the level function reads each range (`stages.level_fn`)
+                j, ranges = partition.split
+                yield (rows.CTL, rows.CTL_PC, b"", 0, 0, ctl, clock)
+                for i, (a, b) in sorted(ranges.items()):
+                    yield (rows.PASS, rows.READ_PC, b"", split_bundle(i, j), 0,
+                           rows.dumps((i, a, b)), clock)
+                if j > 0:
+                    return
+            else:
+                for k in spread or (b"",):
+                    yield (rows.CTL, rows.CTL_PC, k, 0, 0, ctl, clock)
+            for pc, bundle, values in self.plan.elements(start, end, partition.split is None):
                 if values:   # a bundle is one row (its elements in order)
-                    yield (rows.PASS, pc, b"", bundle, 0, pack(values), clock)
+                    key = bundle.to_bytes(8, "big") if spread else b""
+                    yield (rows.PASS, pc, key, bundle, 0, pack(values), clock)
 
         def commit(self, end: Dict[str, Any]) -> None:
             pass
@@ -191,6 +218,12 @@ def data_source_class() -> Any:
     return HeadraceStreamSource
 
 
+def split_bundle(i: int, j: int) -> int:
+    """The first bundle id of range j of unbounded source i in a split read (its k-th bundle
+    is this + k): after the ids of the unsplit read of source i - 1, in the order of j."""
+    return (i << 32) | (j << 20)   # j < 4096, k < 2**20
+
+
 class SourcePlan:
     """The sources' part of a streaming plan: for each source its kind, output PCollection ids and
     what it emits (Create values, a TestStream script), plus the coordinator (picklable)."""
@@ -201,6 +234,46 @@ class SourcePlan:
         self.sources = sources   # (kind, values, script or UnboundedSource, {tag: pc})
         self.bundle_size = bundle_size
         self.labels: Dict[int, str] = {}   # source index -> step label (for errors)
+        # With several partitions and an unbounded source, the source's rows are spread over
+        # the first level's partitions by (kind, key): a bundle's row is keyed by its id, and
+        # the control row is sent once with each of these keys (one per partition: the first
+        # level's functions all need the batch's watermarks). Empty: one partition reads all.
+        self.spread_keys: Tuple[bytes, ...] = ()
+        # Split reads instead (when every unbounded source can be cut, `split_positions`): the
+        # batch is read as `split_reads` partitions, each with the control row and one range of
+        # each unbounded source, which the first level's function reads itself; no shuffle.
+        self.split_reads = 0
+
+    def split_ranges(self, start: Dict[str, Any], end: Dict[str, Any]
+                     ) -> List[Dict[int, Tuple[Any, Any]]]:
+        """Per partition of a split read, {unbounded source index: (start, end) of its range};
+        a source that gives no cut positions is read whole by the first partition; errors name
+        the step."""
+        n = self.split_reads
+        out: List[Dict[int, Tuple[Any, Any]]] = [{} for _ in range(n)]
+        for i, (kind, source, _) in enumerate(self.sources):
+            a, b = start["pos"][i], end["pos"][i]
+            if kind != "unbounded" or a == b:
+                continue
+            label = self.labels.get(i, "Read")
+            try:
+                cuts = source.split_positions(a, b, n)
+            except Exception as exc:
+                raise PipelineExecutionError(
+                    f"step {label!r}: cutting positions {a!r} to {b!r} of "
+                    f"{source.display_name()} failed: {type(exc).__name__}: {exc}",
+                    step=label) from exc
+            cuts = list(cuts or ())
+            if len(cuts) > n - 1:
+                raise PipelineExecutionError(
+                    f"step {label!r}: {source.display_name()}.split_positions({a!r}, {b!r}, {n}) "
+                    f"gave {len(cuts)} positions, more than {n - 1}; return at most n - 1",
+                    step=label)
+            bounds = [a] + cuts + [b]
+            for j in range(len(bounds) - 1):
+                if bounds[j] != bounds[j + 1]:
+                    out[j][i] = (bounds[j], bounds[j + 1])
+        return out
 
     def bounded_parts(self, start: Dict[str, Any], end: Dict[str, Any]) -> List[Tuple[int, int]]:
         """(source index, part index) of every bounded source's part read in this batch (each is
@@ -216,13 +289,13 @@ class SourcePlan:
         for k, bundle in enumerate(read_bundles(label, source, parts[j], self.bundle_size)):
             yield pcs[None], (i << 32) | (j << 20) | k, bundle  # j < 4096, k < 2**20
 
-    def elements(self, start: Dict[str, Any], end: Dict[str, Any]
+    def elements(self, start: Dict[str, Any], end: Dict[str, Any], unbounded: bool = True
                  ) -> Iterator[Tuple[int, int, List[WindowedValue]]]:
         """(pc, bundle id, elements) of the batch from `start` to `end`, in order (bounded
-        sources' parts apart: `part_elements`)."""
+        sources' parts apart: `part_elements`; unbounded sources' only with `unbounded`)."""
         for i, (kind, data, pcs) in enumerate(self.sources):
             a, b = start["pos"][i], end["pos"][i]
-            if a == b or kind == "bounded":
+            if a == b or kind == "bounded" or (kind == "unbounded" and not unbounded):
                 continue
             if kind == "create":
                 size = self.bundle_size  # in bundles, as every runner reads a Create

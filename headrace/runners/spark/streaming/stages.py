@@ -34,6 +34,7 @@ from headrace.model.windowed import WindowedValue
 from headrace.runners.kit.grouping import grouping_errors, key_of
 from headrace.runners.kit.partial import PartialCombiner
 from headrace.runners.kit.side_inputs import SideInputReader
+from headrace.runners.kit.sources import read_unbounded
 from headrace.runners.kit.stage import FusedStage
 from headrace.runners.spark.streaming import rows
 from headrace.runners.spark.tasks import SideStub, pack
@@ -67,6 +68,9 @@ class LevelSpec(NamedTuple):
     # whether the inputs behind its input watermark go as elements: `runner.LIFT_SPLIT`)
     lifted: Dict[int, Tuple[bytes, Any, bool]] = {}
     buckets: int = 1                                 # buckets of keys per grouping (`rows.bucket_key`)
+    # the first level of a split read (`source.SourcePlan.split_reads`): unbounded source index
+    # -> (step label, UnboundedSource, output pc), whose ranges (`rows.READ_PC`) it reads
+    reads: Dict[int, Tuple[str, Any, int]] = {}
 
 
 Item = Tuple[int, int, WindowedValue]  # (bundle, seq, element)
@@ -100,6 +104,13 @@ def level_fn(spec: LevelSpec, env: Any) -> Callable[[Iterator[Any]], Iterator[An
                                                 cols["payload"]):
                 if pc == rows.CTL_PC:
                     control = payload
+                elif pc == rows.READ_PC:
+                    i, a, b = rows.loads(payload)
+                    label, source, out_pc = spec.reads[i]
+                    lst = buffers.setdefault(out_pc, [])
+                    for nth, wvs in enumerate(read_unbounded(label, source, a, b, spec.bundle_size)):
+                        for wv in wvs:
+                            lst.append((bundle + nth, 0, wv))
                 elif pc == rows.SIDE_PC:
                     g, contents = rows.loads(payload)
                     sides[g] = contents
