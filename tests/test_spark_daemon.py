@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+
+import pyspark
 
 from headrace.runners.spark_daemon import drop_spark_archives
 
@@ -34,3 +37,20 @@ def test_spark_archives_are_dropped_only_when_the_packages_are_installed(tmp_pat
     # a Spark distribution without a pip-installed pyspark: its archives are the only copy
     assert drop_spark_archives(archives + [other]) == archives + [other]
     assert drop_spark_archives([other, str(site)]) == [other, str(site)]
+
+
+def test_dropped_archives_leave_no_finder_for_invalidate_caches_to_reread():
+    # The finder Python cached for an archive on the path outlives the path entry; each task's
+    # importlib.invalidate_caches() re-read the archive's directory through it.
+    code = ("import sys\n"
+            "from headrace.runners import spark_daemon\n"
+            "zips = [p for p in sys.path if p.endswith('.zip') and os.path.basename(p)\n"
+            "        .startswith(('pyspark', 'py4j'))]\n"
+            "assert len(zips) == 2 and all(sys.path_importer_cache.get(z) for z in zips), zips\n"
+            "spark_daemon.fix_path()\n"
+            "assert not set(zips) & set(sys.path), sys.path\n"
+            "assert not set(zips) & set(sys.path_importer_cache), zips\n")
+    lib = os.path.join(os.path.dirname(pyspark.__file__), "python", "lib")
+    archives = [os.path.join(lib, f) for f in sorted(os.listdir(lib)) if f.endswith(".zip")]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(archives + [os.environ.get("PYTHONPATH", "")]))
+    subprocess.run([sys.executable, "-c", "import os\n" + code], check=True, env=env)
