@@ -12,10 +12,11 @@ suite: about two thirds of the Python workers' CPU time):
 * Each worker imported pyspark's worker and headrace's modules anew.
 
 This daemon drops those archives from the path, and their cached finders, when the same
-packages are installed outside them (a pip-installed pyspark: the same files), imports pyspark's worker modules and headrace's
-modules that start no thread before it forks (`PRELOAD`), then runs PySpark's daemon. Modules
-that start threads when imported (pyarrow, pandas) are still imported after the fork, in each
-worker, as PySpark's daemon requires: a fork copies only the thread that forks.
+packages are installed outside them (a pip-installed pyspark: the same files), imports
+pyspark's worker modules and headrace's modules that start no thread before it forks
+(`PRELOAD`), then runs PySpark's daemon. Modules that start threads when imported (pyarrow,
+pandas) are still imported after the fork, in each worker, as PySpark's daemon requires: a
+fork copies only the thread that forks.
 """
 
 from __future__ import annotations
