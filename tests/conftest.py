@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
+import tempfile
 
 import pytest
 
@@ -67,6 +69,20 @@ def _mentions_test_stream(item, _seen={}):
         with open(path, encoding="utf-8") as fh:
             _seen[path] = "TestStream" in fh.read()
     return _seen[path]
+
+
+def pytest_configure(config):
+    """Temporary files of the run (e.g. the streaming queries' default checkpoint directories,
+    tens of MiB each) go to a directory of their own, removed when the run ends."""
+    config._headrace_tmp = tempfile.mkdtemp(prefix="headrace-tests-")
+    tempfile.tempdir = config._headrace_tmp
+
+
+def pytest_unconfigure(config):
+    tmp = getattr(config, "_headrace_tmp", None)
+    if tmp is not None:
+        tempfile.tempdir = None
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 @pytest.hookimpl(wrapper=True)
