@@ -310,13 +310,20 @@ def processor(specs: Dict[int, Any], forward_key: bytes, env: Any) -> Any:
             due = [kb for kb, rec in recs.items()
                    if kb not in inputs and rec.timer is not None and rec.timer <= clock]
             lifted_g = g in lifted
+            # the bucket's output: one row per PCollection and bundle for all its keys
+            outs: Dict[Tuple[int, int], List[WindowedValue]] = {}
+            metrics = MetricsContainer()
             for kb, got in inputs.items():
                 if lifted_g:   # (key, partials by window, elements behind the watermark by bundle)
-                    yield from self._visit(g, ctl, recs, kb, got[2], got[:2])
+                    self._visit(g, ctl, recs, kb, got[2], got[:2], outs, metrics)
                 else:
-                    yield from self._visit(g, ctl, recs, kb, got, None)
+                    self._visit(g, ctl, recs, kb, got, None, outs, metrics)
             for kb in due:
-                yield from self._visit(g, ctl, recs, kb, {}, None)
+                self._visit(g, ctl, recs, kb, {}, None, outs, metrics)
+            for (pc, bundle), lst in outs.items():
+                yield (rows.PASS, pc, b"", bundle, 0, pack(lst))
+            if metrics.cells:
+                yield (rows.PASS, rows.REPORT_PC, b"", 0, 0, rows.dumps(("metrics", metrics)))
             timer: Optional[int] = None
             hold = ptime = MAX
             for rec in recs.values():
@@ -337,16 +344,19 @@ def processor(specs: Dict[int, Any], forward_key: bytes, env: Any) -> Any:
 
         def _visit(self, g: int, ctl: rows.Control, recs: Dict[bytes, "_KeyRecord"], kb: bytes,
                    batches: Dict[int, List[Tuple[int, WindowedValue]]],
-                   partials: Optional[Tuple[Any, Dict[Any, list]]]) -> Iterator[Any]:
+                   partials: Optional[Tuple[Any, Dict[Any, list]]],
+                   outs: Dict[Tuple[int, int], List[WindowedValue]],
+                   metrics: MetricsContainer) -> None:
             """One key of a bucket (its record in `recs`, added or removed here): its new elements
-            or partials, the watermark and processing time it missed (see the module doc)."""
+            or partials, the watermark and processing time it missed (see the module doc); its
+            output is added to the bucket's `outs` ((pc, bundle) -> elements) and its metric
+            updates to `metrics`."""
             spec = specs[g]
             core = self._core(g)
             rec = recs.get(kb)
             prev, cur, pt = ctl.w_prev[g], ctl.w[g], ctl.pt[g]
             out: List[WindowedValue] = []
             late: Optional[List[WindowedValue]] = [] if spec.late_pc is not None else None
-            metrics = MetricsContainer()
             with metrics_scope(metrics, spec.label), grouping_errors(spec.label):
                 if rec is not None and rec.seen < prev and not rec.state.is_empty():
                     core.on_watermark(rec.key, rec.state, prev, pt, out)
@@ -405,9 +415,11 @@ def processor(specs: Dict[int, Any], forward_key: bytes, env: Any) -> Any:
                                     (spec.main_pc, out[split:], 2 * ctl.n + 1),
                                     (spec.late_pc, late, 2 * ctl.n)):
                 if lst:
-                    yield (rows.PASS, pc, b"", bundle, 0, pack(lst))
-            if metrics.cells:
-                yield (rows.PASS, rows.REPORT_PC, b"", 0, 0, rows.dumps(("metrics", metrics)))
+                    got = outs.get((pc, bundle))
+                    if got is None:
+                        outs[(pc, bundle)] = lst
+                    else:
+                        got.extend(lst)
 
         def _settle(self, g: int, core: GroupingCore, recs: Dict[bytes, "_KeyRecord"], kb: bytes,
                     rec: "_KeyRecord", ctl: rows.Control, wakeup: int) -> None:
