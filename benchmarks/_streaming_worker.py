@@ -21,8 +21,9 @@ Contenders (see streaming.py for the whole story):
             .agg(sum("value")) after withWatermark("ts", "2 seconds"), append mode
   tws       groupBy("key").transformWithState(a Row-based StatefulProcessor: a MapState of
             window start -> sum per key, an event-time timer at each window's end), fixed only
-  headrace  PeriodicImpulse | Map(event) | WindowInto | CombinePerKey(sum) | ParDo(checksum)
-            on headrace's streaming SparkRunner
+  headrace  Read(the stream as an UnboundedSource, made with numpy) | WindowInto |
+            CombinePerKey(sum) | ParDo(checksum) on headrace's streaming SparkRunner
+            (--headrace-source impulse: PeriodicImpulse | Map(event) instead)
   beam      TestStream (the same batches) | Map(event) | WindowInto | CombinePerKey(sum) |
             ParDo(checksum) on Apache Beam's DirectRunner with --streaming
 All Spark contenders: trigger(availableNow=True) (headrace: its runner's own trigger), RocksDB
@@ -39,7 +40,7 @@ import sys
 import tempfile
 import time
 import traceback
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -302,6 +303,48 @@ def make_event_of_impulse(n: int, keys: int, t0_us: int, interval_us: int, times
     return event_of
 
 
+def headrace_stream_source(n: int, keys: int) -> Any:
+    """The stream as a headrace UnboundedSource (headrace imported here): position = the next
+    event's index, all of it readable at once, read with numpy as the native contender's Spark
+    source reads it, its ranges cut for parallel reads (`split_positions`); the watermark at
+    position p is base(p), below every later event's time (PeriodicImpulse's watermark too)."""
+    from headrace.io.iobase import UnboundedSource
+    from headrace.model.time import MAX_TIMESTAMP_MICROS
+    from headrace.model.windowed import TimestampedValue
+    from headrace.utils.timestamp import Timestamp
+
+    class BenchStream(UnboundedSource):
+        """Events 0..n-1 of the benchmark's stream, (key, value) at ts(i)."""
+
+        def __init__(self, n: int, keys: int) -> None:
+            self.n, self.keys = n, keys
+
+        def initial_position(self) -> int:
+            return 0
+
+        def available(self, position: int, now_us: int, max_records: int) -> int:
+            return min(self.n, position + max(1, max_records))
+
+        def read(self, start: int, end: int) -> Iterator[Any]:
+            from _streaming_common import events_np, key_name
+            names = [key_name(c) for c in range(self.keys)]
+            for lo in range(start, end, 65536):
+                key, value, ts = events_np(lo, min(end, lo + 65536), self.n, self.keys)
+                for k, v, t in zip(key.tolist(), value.tolist(), ts.tolist()):
+                    yield TimestampedValue((names[k], v), Timestamp(micros=t * 1000))
+
+        def split_positions(self, start: int, end: int, parts: int) -> List[int]:
+            return sorted({start + (end - start) * j // parts for j in range(1, parts)} - {start, end})
+
+        def watermark(self, position: int) -> Timestamp:
+            from _streaming_common import base_ms
+            if position >= self.n:
+                return Timestamp(micros=MAX_TIMESTAMP_MICROS)
+            return Timestamp(micros=base_ms(position, self.n) * 1000)
+
+    return BenchStream(n, keys)
+
+
 def run_headrace(args: argparse.Namespace) -> Result:
     """headrace's streaming SparkRunner on PeriodicImpulse; its SparkSession, with the settings
     of the other Spark contenders, is started first by headrace (timed as start-up), and the
@@ -338,12 +381,17 @@ def run_headrace(args: argparse.Namespace) -> Result:
     sessions.get_session(options).sparkContext.setLogLevel("ERROR")
     startup = time.perf_counter() - t0
     p = beam.Pipeline(options=options)
-    _ = (p
-         | "Impulses" >> PeriodicImpulse(start_timestamp=Timestamp(micros=t0_us),
-                                         stop_timestamp=Timestamp(micros=stop_us),
-                                         fire_interval=interval_us / 1e6)
-         | "Event" >> beam.Map(make_event_of_impulse(n, args.keys, t0_us, interval_us,
-                                                     beam.window.TimestampedValue, Timestamp))
+    if args.headrace_source == "impulse":   # the events made by a Map, one by one, in Python
+        events = (p
+                  | "Impulses" >> PeriodicImpulse(start_timestamp=Timestamp(micros=t0_us),
+                                                  stop_timestamp=Timestamp(micros=stop_us),
+                                                  fire_interval=interval_us / 1e6)
+                  | "Event" >> beam.Map(make_event_of_impulse(n, args.keys, t0_us, interval_us,
+                                                              beam.window.TimestampedValue, Timestamp)))
+    else:   # read from a source that makes them with numpy, as the native contender's does
+        from headrace.io.iobase import Read
+        events = p | "Events" >> Read(headrace_stream_source(n, args.keys))
+    _ = (events
          | "Window" >> windowing(beam, args.pipeline)
          | "SumPerKey" >> beam.CombinePerKey(sum)
          | "Checksum" >> beam.ParDo(checksum_fn(beam)))
@@ -460,6 +508,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--shuffle-partitions", type=int, default=2)
     ap.add_argument("--source-partitions", type=int, default=2)
     ap.add_argument("--driver-memory", default="2g")
+    ap.add_argument("--headrace-source", choices=("source", "impulse"), default="source",
+                    help="headrace's input: an UnboundedSource that makes the events with numpy "
+                         "(as the native contender's source does), or PeriodicImpulse | Map(event)")
     ap.add_argument("--headrace-repo", default=_REPO, help="the directory headrace is imported from "
                     "(default: this repository); PySpark's workers need it on PYTHONPATH too")
     args = ap.parse_args(argv)

@@ -17,9 +17,11 @@ Two pipelines, a sum per key:
 
 Contenders (_streaming_worker.py, each run its own subprocess):
 
-  headrace  PeriodicImpulse | Map(event) | WindowInto | CombinePerKey(sum) | ParDo(checksum) on
-            headrace's streaming SparkRunner (--streaming, --max_records_per_batch); SKIPPED with
-            the reason when the headrace under test lacks that API
+  headrace  Read(an UnboundedSource making the events with numpy, as the native contender's
+            source does) | WindowInto | CombinePerKey(sum) | ParDo(checksum) on headrace's
+            streaming SparkRunner (--streaming, --max_records_per_batch); with
+            --headrace-source impulse, PeriodicImpulse | Map(event) instead (each event made in
+            Python); SKIPPED with the reason when the headrace under test lacks that API
   native    Spark's own: withWatermark("ts", "2 seconds").groupBy("key", window("ts", "1 hour") or
             session_window("ts", "10 minutes")).agg(sum("value")), append mode, availableNow
   tws       fixed only: a hand-written Row-based transformWithState processor (MapState of window
@@ -141,7 +143,7 @@ def measure(args: argparse.Namespace, contender: str, pipeline: str, n: int, bat
            "--keys", str(keys), "--batch-events", str(batch), "--master", args.master,
            "--shuffle-partitions", str(args.shuffle_partitions),
            "--source-partitions", str(args.source_partitions), "--driver-memory", args.driver_memory,
-           "--headrace-repo", args.headrace_repo]
+           "--headrace-repo", args.headrace_repo, "--headrace-source", args.headrace_source]
     rec: Dict[str, Any] = {"contender": contender, "pipeline": pipeline, "events": n, "keys": keys,
                            "batch_events": batch}
     label = NATIVE_LABELS[pipeline] if contender == "native" else LABELS[contender]
@@ -313,6 +315,10 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     ap.add_argument("--source-partitions", type=int, default=2,
                     help="input partitions per micro-batch of the native and tws queries' source")
     ap.add_argument("--driver-memory", default="2g", help="spark.driver.memory")
+    ap.add_argument("--headrace-source", choices=("source", "impulse"), default="source",
+                    help="headrace's input: an UnboundedSource making the events with numpy, as "
+                         "the native contender's Spark source does (default), or PeriodicImpulse "
+                         "| Map(event), one event at a time in Python")
     ap.add_argument("--only", default=",".join(CONTENDERS),
                     help="comma-separated contenders among: " + ", ".join(CONTENDERS))
     ap.add_argument("--pipelines", default=",".join(PIPELINES), help="comma-separated: fixed, sessions")
