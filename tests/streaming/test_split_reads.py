@@ -62,6 +62,11 @@ class _TooMany(_Whole):
         return list(range(start + 1, end))
 
 
+class _Unordered(_Whole):
+    def split_positions(self, start, end, n):
+        return [end - 1, start + 1]   # n = 3 here
+
+
 class _Failing(_Whole):
     def split_positions(self, start, end, n):
         raise ValueError("no index")
@@ -74,6 +79,7 @@ def test_a_source_that_gives_no_cuts_is_read_whole_by_the_first_partition():
 @pytest.mark.parametrize("source, fragment", [
     (_TooMany(), "gave 9 positions, more than 2"),
     (_Failing(), "ValueError: no index"),
+    (_Unordered(), "gave [9, 1]; give positions strictly between the two, in order"),
 ])
 
 def test_a_bad_cut_names_the_step(source, fragment):

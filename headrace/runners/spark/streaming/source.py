@@ -220,7 +220,8 @@ def data_source_class() -> Any:
 
 def split_bundle(i: int, j: int) -> int:
     """The first bundle id of range j of unbounded source i in a split read (its k-th bundle
-    is this + k): after the ids of the unsplit read of source i - 1, in the order of j."""
+    is this + k): ids order the bundles by source, then range, then place in the range, as
+    the ids of bounded sources' parts do."""
     return (i << 32) | (j << 20)   # j < 4096, k < 2**20
 
 
@@ -270,6 +271,12 @@ class SourcePlan:
                     f"gave {len(cuts)} positions, more than {n - 1}; return at most n - 1",
                     step=label)
             bounds = [a] + cuts + [b]
+            if all(type(x) in (int, float) for x in bounds) and not all(
+                    x < y for x, y in zip(bounds, bounds[1:])):
+                raise PipelineExecutionError(
+                    f"step {label!r}: {source.display_name()}.split_positions({a!r}, {b!r}, {n}) "
+                    f"gave {cuts!r}; give positions strictly between the two, in order",
+                    step=label)
             for j in range(len(bounds) - 1):
                 if bounds[j] != bounds[j + 1]:
                     out[j][i] = (bounds[j], bounds[j + 1])
