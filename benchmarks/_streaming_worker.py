@@ -308,7 +308,7 @@ def headrace_stream_source(n: int, keys: int) -> Any:
     event's index, all of it readable at once, read with numpy as the native contender's Spark
     source reads it, its ranges cut for parallel reads (`split_positions`); the watermark at
     position p is base(p), below every later event's time (PeriodicImpulse's watermark too)."""
-    from headrace.io.iobase import UnboundedSource
+    from headrace.io.iobase import UnboundedSource, even_positions
     from headrace.model.time import MAX_TIMESTAMP_MICROS
     from headrace.model.windowed import TimestampedValue
     from headrace.utils.timestamp import Timestamp
@@ -334,7 +334,7 @@ def headrace_stream_source(n: int, keys: int) -> Any:
                     yield TimestampedValue((names[k], v), Timestamp(micros=t * 1000))
 
         def split_positions(self, start: int, end: int, parts: int) -> List[int]:
-            return sorted({start + (end - start) * j // parts for j in range(1, parts)} - {start, end})
+            return even_positions(start, end, parts)
 
         def watermark(self, position: int) -> Timestamp:
             from _streaming_common import base_ms

@@ -100,6 +100,13 @@ class UnboundedSource(ABC):
         return type(self).__name__
 
 
+def even_positions(start: int, end: int, n: int) -> List[int]:
+    """The positions that cut the integer range from `start` to `end` into at most n parts of
+    near-equal size, for an `UnboundedSource.split_positions` whose positions are record
+    indexes (e.g. `PeriodicImpulse`'s)."""
+    return sorted({start + (end - start) * j // n for j in range(1, n)} - {start, end})
+
+
 @runtime_checkable
 class ArrowBatchSource(Protocol):
     """A BoundedSource that can also read a part as Arrow record batches (`ReadFromParquet`).

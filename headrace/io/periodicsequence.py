@@ -18,7 +18,7 @@ import time
 from typing import Any, Iterator, List, Optional, Sequence
 
 from headrace.errors import InvalidArgumentError
-from headrace.io.iobase import Read, UnboundedSource
+from headrace.io.iobase import Read, UnboundedSource, even_positions
 from headrace.model.time import MAX_TIMESTAMP_MICROS, duration_micros, to_micros
 from headrace.model.windowed import TimestampedValue
 from headrace.pipeline.ptransform import PTransform
@@ -57,7 +57,7 @@ class _ImpulseSource(UnboundedSource):
             yield TimestampedValue(value, Timestamp(micros=ts))
 
     def split_positions(self, start: int, end: int, n: int) -> List[int]:
-        return sorted({start + (end - start) * j // n for j in range(1, n)} - {start, end})
+        return even_positions(start, end, n)
 
     def watermark(self, position: int) -> Timestamp:
         if self.total is not None and position >= self.total:

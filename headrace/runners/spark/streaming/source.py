@@ -175,11 +175,16 @@ def data_source_class() -> Any:
             start, end = partition.start, partition.end
             clock = clock_timestamp(end["stamp"])
             spread = self.plan.spread_keys
+
+            def bundle_row(pc: int, bundle: int, values: List[WindowedValue]) -> Tuple[Any, ...]:
+                # keyed by its id when the rows are spread over partitions (`spread_keys`)
+                key = bundle.to_bytes(8, "big") if spread else b""
+                return (rows.PASS, pc, key, bundle, 0, pack(values), clock)
+
             if partition.part is not None:
                 for pc, bundle, values in self.plan.part_elements(*partition.part):
                     if values:
-                        key = bundle.to_bytes(8, "big") if spread else b""
-                        yield (rows.PASS, pc, key, bundle, 0, pack(values), clock)
+                        yield bundle_row(pc, bundle, values)
                 return
             ctl = rows.dumps(rows.Control.between(start, end))
             if partition.split is not None:
@@ -196,8 +201,7 @@ def data_source_class() -> Any:
                     yield (rows.CTL, rows.CTL_PC, k, 0, 0, ctl, clock)
             for pc, bundle, values in self.plan.elements(start, end, partition.split is None):
                 if values:   # a bundle is one row (its elements in order)
-                    key = bundle.to_bytes(8, "big") if spread else b""
-                    yield (rows.PASS, pc, key, bundle, 0, pack(values), clock)
+                    yield bundle_row(pc, bundle, values)
 
         def commit(self, end: Dict[str, Any]) -> None:
             pass
