@@ -305,16 +305,17 @@ def make_event_of_impulse(n: int, keys: int, t0_us: int, interval_us: int, times
 
 def headrace_stream_source(n: int, keys: int) -> Any:
     """The stream as a headrace UnboundedSource (headrace imported here): position = the next
-    event's index, all of it readable at once, read with numpy as the native contender's Spark
-    source reads it, its ranges cut for parallel reads (`split_positions`); the watermark at
+    event's index, all of it readable at once, its records `Row(key, value, ts_ms)` made with
+    numpy and read as Arrow batches (an `ArrowBatchSource`, as the native contender's Spark
+    source reads them), its ranges cut for parallel reads (`split_positions`); the watermark at
     position p is base(p), below every later event's time (PeriodicImpulse's watermark too)."""
-    from headrace.io.iobase import UnboundedSource, even_positions
+    from headrace.io.iobase import ArrowBatchSource, UnboundedSource, even_positions
     from headrace.model.time import MAX_TIMESTAMP_MICROS
-    from headrace.model.windowed import TimestampedValue
+    from headrace.pvalue import Row
     from headrace.utils.timestamp import Timestamp
 
-    class BenchStream(UnboundedSource):
-        """Events 0..n-1 of the benchmark's stream, (key, value) at ts(i)."""
+    class BenchStream(UnboundedSource, ArrowBatchSource):
+        """Events 0..n-1 of the benchmark's stream, Row(key, value, ts_ms) each."""
 
         def __init__(self, n: int, keys: int) -> None:
             self.n, self.keys = n, keys
@@ -326,12 +327,27 @@ def headrace_stream_source(n: int, keys: int) -> Any:
             return min(self.n, position + max(1, max_records))
 
         def read(self, start: int, end: int) -> Iterator[Any]:
+            for batch in self.read_arrow((start, end), 65536):
+                yield from self.records_of(batch)
+
+        @property
+        def row_attributes(self) -> bool:
+            return True
+
+        def read_arrow(self, part: Tuple[int, int], size: int) -> Iterator[Any]:
+            import pyarrow as pa
             from _streaming_common import events_np, key_name
-            names = [key_name(c) for c in range(self.keys)]
-            for lo in range(start, end, 65536):
-                key, value, ts = events_np(lo, min(end, lo + 65536), self.n, self.keys)
-                for k, v, t in zip(key.tolist(), value.tolist(), ts.tolist()):
-                    yield TimestampedValue((names[k], v), Timestamp(micros=t * 1000))
+            start, end = part
+            names = pa.array([key_name(c) for c in range(self.keys)], pa.string())
+            for lo in range(start, end, size):
+                key, value, ts = events_np(lo, min(end, lo + size), self.n, self.keys)
+                yield pa.RecordBatch.from_arrays(
+                    [names.take(pa.array(key)), pa.array(value, pa.int64()), pa.array(ts, pa.int64())],
+                    names=["key", "value", "ts_ms"])
+
+        def records_of(self, batch: Any) -> List[Any]:
+            cols = [c.to_pylist() for c in batch.columns]
+            return [Row(key=k, value=v, ts_ms=t) for k, v, t in zip(*cols)]
 
         def split_positions(self, start: int, end: int, parts: int) -> List[int]:
             return even_positions(start, end, parts)
@@ -390,7 +406,10 @@ def run_headrace(args: argparse.Namespace) -> Result:
                                                               beam.window.TimestampedValue, Timestamp)))
     else:   # read from a source that makes them with numpy, as the native contender's does
         from headrace.io.iobase import Read
-        events = p | "Events" >> Read(headrace_stream_source(n, args.keys))
+        events = (p
+                  | "Events" >> Read(headrace_stream_source(n, args.keys))
+                  | "Event" >> beam.Map(
+                      lambda r: beam.window.TimestampedValue((r.key, r.value), r.ts_ms / 1000)))
     _ = (events
          | "Window" >> windowing(beam, args.pipeline)
          | "SumPerKey" >> beam.CombinePerKey(sum)

@@ -109,15 +109,16 @@ def even_positions(start: int, end: int, n: int) -> List[int]:
 
 @runtime_checkable
 class ArrowBatchSource(Protocol):
-    """A BoundedSource that can also read a part as Arrow record batches (`ReadFromParquet`).
+    """A source that can also read a part as Arrow record batches (`ReadFromParquet`).
 
     A runner may read such a source's parts with `read_arrow` and work on whole columns (the
-    Spark runner's vectorised path, runners/spark/fastpath/), turning a batch into the source's
-    records with `records_of` wherever it needs them one by one. Both readings must agree:
-    `records_of` of the batches of `read_arrow(part, n)`, concatenated, are the records of
-    `read(part)`, in order. Runners check the capability with `isinstance(source,
-    ArrowBatchSource)`; a source declares it by defining these members (and may list this class
-    among its bases to say so).
+    Spark runner's vectorised path, runners/spark/fastpath/, in batch and streaming), turning a
+    batch into the source's records with `records_of` wherever it needs them one by one. Both
+    readings must agree: `records_of` of the batches of `read_arrow(part, n)`, concatenated, are
+    the records of `read(part)`, in order. For an UnboundedSource a part is the pair `(start,
+    end)` of positions, and the records are those of `read(start, end)`. Runners check the
+    capability with `isinstance(source, ArrowBatchSource)`; a source declares it by defining
+    these members (and may list this class among its bases to say so).
     """
 
     @property

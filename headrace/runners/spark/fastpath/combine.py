@@ -165,6 +165,29 @@ class VectorCombiner:
     def emit(self, key_bytes: Callable[[Any], bytes],
              record: Callable[[bytes, Any, Any, int, Any], Any]) -> Iterator[Any]:
         """Yields `record(key bytes, key, accumulator, timestamp, window)` for every group."""
+        for kb, k, a, t, w, _ in self._groups(key_bytes):
+            yield record(kb, k, a, t, w)
+
+    def emit_counted(self, key_bytes: Callable[[Any], bytes]
+                     ) -> Iterator[Tuple[bytes, Any, List[Tuple[Any, Any, int, int]]]]:
+        """Yields (key bytes, key, [(window, accumulator, timestamp, inputs it holds), ...]) per
+        key, as `PartialCombiner.emit_counted` does (accumulators compacted)."""
+        compact = self.combine_fn.compact
+        current: Optional[bytes] = None
+        key: Any = None
+        cells: List[Tuple[Any, Any, int, int]] = []
+        for kb, k, a, t, w, n in self._groups(key_bytes):   # grouped by key (sorted by code)
+            if kb != current:
+                if current is not None:
+                    yield current, key, cells
+                current, key, cells = kb, k, []
+            cells.append((w, compact(a), t, n))
+        if current is not None:
+            yield current, key, cells
+
+    def _groups(self, key_bytes: Callable[[Any], bytes]) -> Iterator[Tuple[bytes, Any, Any, int, Any, int]]:
+        """(key bytes, key, accumulator, timestamp, window, inputs) of every group, by key; the
+        combiner is empty afterwards."""
         self._compact()
         if not self.chunks:
             return
@@ -184,7 +207,8 @@ class VectorCombiner:
         windows: Dict[Tuple[int, int], Any] = {}
         is_global = type(self.windowfn) is GlobalWindows
         w: Any
-        for c, a, t, s, e in zip(g.code.tolist(), accs, g.ts.tolist(), g.start.tolist(), g.end.tolist()):
+        for c, a, t, s, e, n in zip(g.code.tolist(), accs, g.ts.tolist(), g.start.tolist(), g.end.tolist(),
+                                    g.n.tolist()):
             kb = kbs[c]
             if kb is None:
                 kb = kbs[c] = key_bytes(keys[c])
@@ -194,7 +218,7 @@ class VectorCombiner:
                 w = windows.get((s, e))
                 if w is None:
                     w = windows[(s, e)] = IntervalWindow._of(s, e)
-            yield record(kb, keys[c], a, t, w)
+            yield kb, keys[c], a, t, w, n
 
 
 def _wide(what: str, acc: np.ndarray) -> np.ndarray:

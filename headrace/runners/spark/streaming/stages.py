@@ -31,11 +31,13 @@ from headrace.metrics.metric import MetricsContainer, metrics_scope
 from headrace.model import coders
 from headrace.model.time import MAX_TIMESTAMP_MICROS
 from headrace.model.windowed import WindowedValue
-from headrace.runners.kit.grouping import grouping_errors, key_of
+from headrace.io.iobase import ArrowBatchSource
+from headrace.runners.kit.grouping import grouping_errors, grouping_key_bytes, key_of
 from headrace.runners.kit.partial import PartialCombiner
 from headrace.runners.kit.side_inputs import SideInputReader
-from headrace.runners.kit.sources import read_unbounded
+from headrace.runners.kit.sources import read_failure, read_unbounded, to_windowed_value
 from headrace.runners.kit.stage import FusedStage
+from headrace.runners.spark.fastpath import VectorCombiner, vector_chain, vector_combiner
 from headrace.runners.spark.streaming import rows
 from headrace.runners.spark.tasks import SideStub, pack
 
@@ -80,6 +82,9 @@ def level_fn(spec: LevelSpec, env: Any) -> Callable[[Iterator[Any]], Iterator[An
     """The mapInArrow function of one level (see the module doc); `env` is a `tasks.TaskEnv`
     (a step's final failure is recorded so that Spark's retries of the task fail the same way)."""
 
+    # per split read (`LevelSpec.reads`): how it is read on the vectorised path, or None
+    vector_reads: Dict[int, Optional[_VectorRead]] = {}
+
     def run(batches: Iterator[Any]) -> Iterator[Any]:
         env.check_earlier_attempt()
         try:
@@ -94,6 +99,7 @@ def level_fn(spec: LevelSpec, env: Any) -> Callable[[Iterator[Any]], Iterator[An
         passed: List[Tuple[int, int, int, bytes]] = []   # (pc, bundle, seq, payload) as they came
         control: Optional[bytes] = None
         sides: Dict[int, Dict[int, Dict[Any, list]]] = {}   # side step -> side index -> contents
+        ranges: List[Tuple[Tuple[int, Any, Any], int]] = []  # ((source, start, end), bundle) to read
         # rows of PCollections only later levels read pass as they are, without unpickling
         through = {pc for pc in spec.later
                    if pc not in spec.keyed and pc not in spec.spread and pc not in spec.broadcast
@@ -105,12 +111,7 @@ def level_fn(spec: LevelSpec, env: Any) -> Callable[[Iterator[Any]], Iterator[An
                 if pc == rows.CTL_PC:
                     control = payload
                 elif pc == rows.READ_PC:
-                    i, a, b = rows.loads(payload)
-                    label, source, out_pc = spec.reads[i]
-                    lst = buffers.setdefault(out_pc, [])
-                    for nth, wvs in enumerate(read_unbounded(label, source, a, b, spec.bundle_size)):
-                        for wv in wvs:
-                            lst.append((bundle + nth, 0, wv))
+                    ranges.append((rows.loads(payload), bundle))
                 elif pc == rows.SIDE_PC:
                     g, contents = rows.loads(payload)
                     sides[g] = contents
@@ -120,17 +121,25 @@ def level_fn(spec: LevelSpec, env: Any) -> Callable[[Iterator[Any]], Iterator[An
                     lst = buffers.setdefault(pc, [])
                     for wv in pickle.loads(payload):
                         lst.append((bundle, seq, wv))
+        # the input watermarks of the next level's groupings before the batch (a split lift
+        # combines only the inputs not behind its grouping's)
+        w_prev = (rows.loads(control).w_prev if control is not None and
+                  any(split for _, _, split in spec.lifted.values()) else None)
         committed, attempted = MetricsContainer(), MetricsContainer()
+        vectors: Dict[int, Tuple[_VectorRead, VectorCombiner]] = {}   # grouping -> its vectorised inputs
+        for (i, a, b), bundle in ranges:
+            if i not in vector_reads:
+                vector_reads[i] = _vector_read(spec, i)
+            _read_range(spec, i, a, b, bundle, vector_reads[i], buffers, vectors, w_prev)
         for unit in spec.units:
             reader = None
             if unit.side_step is not None:
                 reader = _side_reader(unit, sides.get(unit.side_step, {}))
             _run_unit(spec, unit, buffers, committed, attempted, reader)
         out = _Out(spec.ctl_keys)
-        # the input watermarks of the next level's groupings before the batch (a split lift
-        # combines only the inputs not behind its grouping's)
-        w_prev = (rows.loads(control).w_prev if control is not None and
-                  any(split for _, _, split in spec.lifted.values()) else None)
+        for g, (vr, combiner) in vectors.items():
+            for bk, payload in _vector_partials(g, vr, combiner, spec.buckets, committed):
+                out.add(rows.KEYED, vr.out_pc, bk, 0, 0, payload)
         for pc, bundle, seq, payload in passed:
             out.add(rows.PASS, pc, None, bundle, seq, payload)
         for pc, items in buffers.items():
@@ -253,6 +262,119 @@ def _partials(g: int, label: str, fn_bytes: bytes, windowing: Any, items: List[I
             return [(bk, pack(by_key)) for bk, by_key in buckets.items()]
         finally:
             combine_fn.teardown()
+
+
+class _VectorRead(NamedTuple):
+    """How a split read is read on the vectorised path (`_vector_read`)."""
+
+    label: str          # the Read step
+    source: Any         # an UnboundedSource that is an ArrowBatchSource
+    chain: Any          # the stage reading it, compiled (`fastpath.VectorChain`)
+    out_pc: int         # the stage's output, read only by the lifted combine `g`
+    g: int
+    g_label: str
+
+
+def _vector_read(spec: LevelSpec, i: int) -> Optional[_VectorRead]:
+    """The vectorised path of split read `i`, as the Spark batch runner has it for
+    `Read -> plain element-wise steps -> lifted CombinePerKey`: when its source reads Arrow
+    batches (`iobase.ArrowBatchSource`), one stage alone reads its output, that stage is a chain
+    of plain steps the fast path compiles, and its output goes only to a lifted combine of a
+    built-in CombineFn (`fastpath.vector_combiner`). Else None: the elements go one by one."""
+    label, source, pc = spec.reads[i]
+    if not isinstance(source, ArrowBatchSource):
+        return None
+    if pc in spec.keyed or pc in spec.later or pc in spec.spread or pc in spec.broadcast:
+        return None
+    users = [u for u in spec.units if pc in u.inputs]
+    if len(users) != 1 or users[0].stage is None or users[0].side_step is not None:
+        return None
+    unit = users[0]
+    stage = unit.stage
+    assert stage is not None
+    if len(unit.outputs) != 1 or stage.materialized != unit.outputs or not stage.steps:
+        return None
+    out = unit.outputs[0]
+    if stage.steps[-1].outputs[0][1] != out or out in spec.later or out in spec.spread \
+            or out in spec.broadcast or any(out in u.inputs for u in spec.units):
+        return None
+    readers = spec.keyed.get(out, ())
+    if len(readers) != 1 or readers[0][0] not in spec.lifted:
+        return None
+    g, g_label = readers[0]
+    fn_bytes, windowing, _ = spec.lifted[g]
+    if vector_combiner(coders.loads(fn_bytes), windowing) is None:
+        return None
+    chain = vector_chain(stage.steps, stage.root, source.row_attributes)
+    if chain is None:
+        return None
+    return _VectorRead(label, source, chain, out, g, g_label)
+
+
+def _read_range(spec: LevelSpec, i: int, a: Any, b: Any, bundle: int, vr: Optional[_VectorRead],
+                buffers: Dict[int, List[Item]], vectors: Dict[int, Tuple[_VectorRead, VectorCombiner]],
+                w_prev: Optional[List[int]]) -> None:
+    """Reads positions a..b of split read `i` (its bundles numbered from `bundle`): its elements
+    into `buffers`, or, on the vectorised path, the Arrow batches the chain evaluates and the
+    combiner accepts into `vectors` (a batch with an input behind a split lift's watermark, or
+    one the chain gives up on, goes element by element, in the same bundles)."""
+    label, source, out_pc = spec.reads[i]
+    size = spec.bundle_size
+    if vr is None:
+        lst = buffers.setdefault(out_pc, [])
+        for nth, wvs in enumerate(read_unbounded(label, source, a, b, size)):
+            for wv in wvs:
+                lst.append((bundle + nth, 0, wv))
+        return
+    fn_bytes, windowing, split = spec.lifted[vr.g]
+    behind_of = None
+    if split:
+        behind_of = w_prev[vr.g] if w_prev is not None else MAX_TIMESTAMP_MICROS
+    got = vectors.get(vr.g)
+    if got is None:
+        made = vector_combiner(coders.loads(fn_bytes), windowing)
+        assert made is not None   # `_vector_read` checked that there is one
+        got = vectors[vr.g] = (vr, made)
+    combiner = got[1]
+    offset = 0
+    for batch in _arrow_batches(label, source, a, b, max(1, _VECTOR_ROWS // size) * size):
+        vb = vr.chain.run(batch)
+        if vb is not None and combiner.accepts(vb) and (
+                behind_of is None or not vb.n or int(vb.ts_array().min()) >= behind_of):
+            with grouping_errors(vr.g_label, "combining"):
+                combiner.add(vb)
+        else:
+            try:
+                records = source.records_of(batch)
+            except Exception as exc:
+                raise read_failure(label, f"positions {a!r} to {b!r}", exc) from exc
+            lst = buffers.setdefault(out_pc, [])
+            for j, record in enumerate(records):
+                lst.append((bundle + (offset + j) // size, 0, to_windowed_value(record)))
+        offset += batch.num_rows
+
+
+def _arrow_batches(label: str, source: Any, a: Any, b: Any, size: int) -> Iterator[Any]:
+    """The Arrow batches of an ArrowBatchSource's positions a..b; errors name the step."""
+    try:
+        yield from source.read_arrow((a, b), size)
+    except Exception as exc:
+        raise read_failure(label, f"positions {a!r} to {b!r}", exc) from exc
+
+
+def _vector_partials(g: int, vr: _VectorRead, combiner: Any, n_buckets: int,
+                     committed: MetricsContainer) -> List[Tuple[bytes, bytes]]:
+    """The vectorised inputs' partial accumulators, as `_partials` sends them (with no inputs
+    behind the watermark: those went element by element)."""
+    with metrics_scope(committed, vr.g_label), grouping_errors(vr.g_label, "combining"):
+        buckets: Dict[bytes, Dict[bytes, Any]] = {}
+        label = vr.g_label
+        for kb, k, cells in combiner.emit_counted(lambda k: grouping_key_bytes(label, k, k)):
+            buckets.setdefault(rows.bucket_key(g, kb, n_buckets), {})[kb] = (k, cells, ())
+        return [(bk, pack(by_key)) for bk, by_key in buckets.items()]
+
+
+_VECTOR_ROWS = 65536   # rows per Arrow batch of a vectorised read (a multiple of the bundle size)
 
 
 def _side_reader(unit: LevelUnit, contents: Dict[int, Dict[Any, list]]) -> SideInputReader:
