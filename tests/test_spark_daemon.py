@@ -54,3 +54,27 @@ def test_dropped_archives_leave_no_finder_for_invalidate_caches_to_reread():
     archives = [os.path.join(lib, f) for f in sorted(os.listdir(lib)) if f.endswith(".zip")]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(archives + [os.environ.get("PYTHONPATH", "")]))
     subprocess.run([sys.executable, "-c", "import os\n" + code], check=True, env=env)
+
+
+def test_jars_without_python_files_leave_the_path_with_their_finders(tmp_path):
+    # Spark puts its core jar on the workers' path (no Python in it); each task's
+    # importlib.invalidate_caches() re-read its directory (55 ms a task for spark-core's).
+    import zipfile
+    java = tmp_path / "spark-core_2.13-4.3.0.jar"
+    with zipfile.ZipFile(java, "w") as z:
+        z.writestr("org/apache/spark/SparkContext.class", b"\xca\xfe")
+    py = tmp_path / "with-python.jar"
+    with zipfile.ZipFile(py, "w") as z:
+        z.writestr("pkg/__init__.py", "")
+    other = str(tmp_path / "other")
+    assert drop_spark_archives([str(java), other, str(py)]) == [other, str(py)]
+    code = ("import sys, zipimport\n"
+            "from headrace.runners import spark_daemon\n"
+            f"java = {str(java)!r}\n"
+            "sys.path.append(java)\n"
+            "sys.path_importer_cache[java] = zipimport.zipimporter(java)\n"
+            "sys.path_importer_cache[java + '/org'] = zipimport.zipimporter(java + '/org')\n"
+            "spark_daemon.fix_path()\n"
+            "assert java not in sys.path, sys.path\n"
+            "assert not [k for k in sys.path_importer_cache if k.startswith(java)]\n")
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -1,7 +1,7 @@
 """The Python daemon of the Spark sessions headrace starts (`spark.python.daemon.module`).
 
 PySpark's daemon forks a Python worker for each task that needs one, and a fresh worker
-imports what its task needs. Two things made that slow (measured with py-spy over the test
+imports what its task needs. Three things made that slow (measured with py-spy over the test
 suite: about two thirds of the Python workers' CPU time):
 
 * Spark puts its own archives (`pyspark.zip`, `py4j-*.zip`) first on the workers' import path.
@@ -9,10 +9,15 @@ suite: about two thirds of the Python workers' CPU time):
   pyspark from source, and `importlib.invalidate_caches()`, which each task's setup calls,
   re-read the archives' directories (through their finders cached in
   `sys.path_importer_cache`, which outlive the path entries).
+* Spark also puts the jar of its core (`pyspark/jars/spark-core_*.jar`, 40 MB and about 6,000
+  entries, no Python file) on that path (`PythonUtils.sparkPythonPath` adds the jar it is loaded
+  from, a leftover of the days pyspark shipped inside Spark's assembly jar), so each task's
+  `importlib.invalidate_caches()` re-read that jar's directory too: 55 ms a task here.
 * Each worker imported pyspark's worker and headrace's modules anew.
 
 This daemon drops those archives from the path, and their cached finders, when the same
-packages are installed outside them (a pip-installed pyspark: the same files), imports
+packages are installed outside them (a pip-installed pyspark: the same files), and the jars
+on the path that hold no Python file, imports
 pyspark's worker modules and headrace's modules that start no thread before it forks
 (`PRELOAD`), then runs PySpark's daemon. Modules that start threads when imported (pyarrow,
 pandas) are still imported after the fork, in each worker, as PySpark's daemon requires: a
@@ -24,6 +29,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+import zipfile
 from importlib.machinery import PathFinder
 from typing import List
 
@@ -41,12 +47,23 @@ _ARCHIVES = ("pyspark", "py4j")
 
 def drop_spark_archives(path: List[str]) -> List[str]:
     """`path` without Spark's pyspark / py4j archives, if both packages are found without
-    them; else `path` as it is."""
+    them, and without the jars that hold no Python file (`holds_python`)."""
+    path = [p for p in path if not p.endswith(".jar") or holds_python(p)]
     archives = [p for p in path if p.endswith(".zip") and os.path.basename(p).startswith(_ARCHIVES)]
     rest = [p for p in path if p not in archives]
     if archives and all(PathFinder.find_spec(name, rest) is not None for name in _ARCHIVES):
         return rest
     return path
+
+
+def holds_python(archive: str) -> bool:
+    """Whether a zip or jar on the import path has a Python file in it (one that cannot be read
+    is kept: the import system then reports it as it would)."""
+    try:
+        with zipfile.ZipFile(archive) as z:
+            return any(n.endswith((".py", ".pyc", ".so", ".pyd")) for n in z.namelist())
+    except (OSError, zipfile.BadZipFile):
+        return True
 
 
 def preload() -> None:
@@ -64,7 +81,9 @@ def forget_finders(dropped: List[str]) -> None:
     `importlib.invalidate_caches()` (one per task, in PySpark's worker setup) re-read the
     archive's directory through it (measured: 5.6 ms a call for pyspark's and py4j's)."""
     for entry in dropped:
-        sys.path_importer_cache.pop(entry, None)
+        # the entry's own finder and those of packages under it (e.g. "x.jar/org")
+        for key in [k for k in sys.path_importer_cache if k == entry or k.startswith(entry + "/")]:
+            del sys.path_importer_cache[key]
 
 
 def fix_path() -> None:
