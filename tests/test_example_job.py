@@ -14,6 +14,7 @@ import pytest
 from headrace import cli, window
 from headrace.examples import sessions_billing as sb
 from headrace.examples.sessions_billing import cli as cli_module
+from tests.conftest import RUNNERS
 
 GAP_US = sb.SESSION_GAP_S * 1_000_000
 HOUR_US = sb.HOUR_S * 1_000_000
@@ -207,6 +208,14 @@ def _outputs(out_dir):
             for name in sb.OUTPUTS}
 
 
+# The README's job as a stream and the streaming demo run on the local runner and on local[2]
+# (the setting for these); on local-cluster they took 80 s more of every CI run, and the
+# conformance suite runs the same streaming code there (tests/conformance: growing files, test
+# streams, unbounded sources).
+ON_TWO = pytest.mark.parametrize("runner", [r for r in RUNNERS if r in ("LocalRunner", "spark-local")])
+
+
+@ON_TWO
 def test_the_job_gives_the_batch_results_when_its_input_is_fed_as_a_stream(tmp_path, small_input,
                                                                           make_pipeline):
     batch_out, stream_out = str(tmp_path / "batch"), str(tmp_path / "stream")
@@ -223,6 +232,7 @@ def test_the_job_gives_the_batch_results_when_its_input_is_fed_as_a_stream(tmp_p
     assert stream == batch
 
 
+@ON_TWO
 def test_the_streaming_demo_gives_late_panes_and_drops_exactly_the_too_late_lines(tmp_path,
                                                                                    runner_flags):
     args, extra = sb.parse_args(["--streaming", "--events", "3000", "--users", "40", "--files",

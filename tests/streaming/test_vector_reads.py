@@ -19,6 +19,7 @@ from headrace.io.iobase import ArrowBatchSource, Read, UnboundedSource
 from headrace.options.pipeline_options import PipelineOptions
 from headrace.pvalue import Row
 from headrace.runners.spark import tasks
+from headrace.runners.spark.tasks import TaskFailure
 from headrace.runners.spark.streaming import rows, stages
 from headrace.runners.spark.streaming.runner import build_plan
 from headrace.transforms import trigger, window
@@ -176,3 +177,22 @@ def test_a_step_the_fast_path_cannot_compile_keeps_the_element_path(tmp_path):
     assert stages._vector_read(spec, 0) is None
     assert _totals(_run_level(spec, tmp_path, 0, 50, -10**9)) == _totals(
         _run_level(_level0(RowStream(50), FIXED), tmp_path, 0, 50, -10**9))
+
+
+class BrokenArrowStream(ArrowRowStream):
+    def read_arrow(self, part, size):
+        yield from super().read_arrow((part[0], part[0] + 5), size)
+        raise OSError("the stream's files are gone")
+
+
+def test_a_failing_arrow_read_names_the_step_and_the_positions(tmp_path):
+    p = beam.Pipeline(options=PipelineOptions(["--streaming"]))
+    (p | "ReadRows" >> Read(BrokenArrowStream(50))
+       | beam.Map(lambda r: beam.window.TimestampedValue((r.key, r.value), r.ts_ms / 1000))
+       | beam.WindowInto(window.FixedWindows(30))
+       | beam.CombinePerKey(sum))
+    spec = build_plan(p, 10, 3, 2, KEYS, 1000).levels[0]
+    with pytest.raises(TaskFailure) as info:   # the task's failure, carrying the step's error
+        _run_level(spec, tmp_path, 0, 50, -10**9)
+    assert "step 'ReadRows' failed reading 'positions 0 to 50'" in str(info.value)
+    assert "the stream's files are gone" in str(info.value)
