@@ -155,3 +155,25 @@ def test_sources_and_file_formats_are_abstract_coders_and_dofns_are_not():
 
     assert EncodeOnly().encode(1) == b"1"
     assert DoFn().default_label() == "DoFn"  # Beam's DoFn is a plain base class
+
+
+def test_interval_windows_pickle_through_a_module_function_and_old_pickles_still_load():
+    w = IntervalWindow._of(10_000_000, 70_000_000)
+    # the function's reference is written once per pickle, however many windows it holds
+    data = pickle.dumps([w, IntervalWindow._of(1, 2)], pickle.HIGHEST_PROTOCOL)
+    assert data.count(b"_interval_window") == 1
+    back = pickle.loads(pickle.dumps([w, w]))
+    assert back == [w, w] and hash(back[0]) == hash(w)
+    # a checkpoint written before pickles windows as IntervalWindow._of(start, end)
+    legacy = pickle.dumps(_Legacy(10_000_000, 70_000_000))
+    assert pickle.loads(legacy) == w
+
+
+class _Legacy:
+    """Pickles as an IntervalWindow did before (through the bound classmethod `_of`)."""
+
+    def __init__(self, start_us, end_us):
+        self.bounds = (start_us, end_us)
+
+    def __reduce__(self):
+        return (IntervalWindow._of, self.bounds)
