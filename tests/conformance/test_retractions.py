@@ -34,11 +34,14 @@ def _events(seed: int = 11, users: int = 4, per_user: int = 12):
 def _stream(events) -> TestStream:
     # The watermark trails the latest arrival by 15 minutes, so some elements come late (within
     # the allowed lateness) and sessions get merged after early panes.
+    # Elements come three at a time (each AddElements one bundle, so the early panes of
+    # AfterCount(1) fire per three), the watermark moves after every second group.
     stream = TestStream()
-    for i, (user, t, arrival) in enumerate(events):
-        stream.add_elements([window.TimestampedValue(user, t)])
-        if i % 5 == 4:
-            stream.advance_watermark_to(arrival - 900)
+    for n, i in enumerate(range(0, len(events), 3)):
+        group = events[i:i + 3]
+        stream.add_elements([window.TimestampedValue(user, t) for user, t, _ in group])
+        if n % 2 == 1:
+            stream.advance_watermark_to(group[-1][2] - 900)
     return stream.advance_watermark_to_infinity()
 
 
