@@ -1,4 +1,4 @@
-"""The fixed cost of a Structured Streaming micro-batch here: an empty query and a no-op transformWithState.
+"""The fixed cost of a Structured Streaming micro-batch here: an empty query, no-op Python stateful operators.
 
     ./dev bench streaming_floor [--seconds 30] [--keys 10] [--rows-per-second 1000] [--master local[2]]
 
@@ -8,7 +8,9 @@ in a foreachBatch sink:
 
 * `plain`: rate -> foreachBatch;
 * `transformWithState`: rate -> groupBy(value % keys).transformWithState(a Row-based
-  StatefulProcessor that reads its rows and emits nothing, no state, no timers) -> foreachBatch.
+  StatefulProcessor that reads its rows and emits nothing, no state, no timers) -> foreachBatch;
+* `applyInPandasWithState`: the same with PySpark's older stateful operator (a function that
+  reads its rows and emits nothing, no timeout).
 
 The session has headrace's streaming settings (`runners/spark/streaming/runner.py`): RocksDB
 state store with changelog checkpointing, the FileSystem checkpoint file manager, shuffle
@@ -55,6 +57,15 @@ def run_query(spark: Any, kind: str, args: argparse.Namespace) -> List[int]:
     if kind == "transformWithState":
         df = (df.withColumn("k", F.col("value") % args.keys).groupBy("k")
               .transformWithState(Noop(), "k long", "Append", "None"))
+    elif kind == "applyInPandasWithState":
+        from pyspark.sql.streaming.state import GroupStateTimeout
+
+        def noop(key: Any, frames: Any, state: Any) -> Any:
+            for _ in frames:
+                pass
+            return iter(())
+        df = (df.withColumn("k", F.col("value") % args.keys).groupBy("k")
+              .applyInPandasWithState(noop, "k long", "c long", "append", GroupStateTimeout.NoTimeout))
     checkpoint = tempfile.mkdtemp(prefix="streaming-floor-")
     query = (df.writeStream.foreachBatch(lambda d, i: d.count())
              .option("checkpointLocation", checkpoint).trigger(processingTime="0 seconds").start())
@@ -86,13 +97,13 @@ def main() -> None:
                    "org.apache.spark.sql.execution.streaming.checkpointing."
                    "FileSystemBasedCheckpointFileManager")
     results: Dict[str, List[int]] = {}
-    for kind in ("plain", "transformWithState"):
+    for kind in ("plain", "transformWithState", "applyInPandasWithState"):
         results[kind] = sorted(run_query(spark, kind, args))
     print(f"\nmicro-batch times on {args.master} ({args.rows_per_second} rows/s from the rate source, "
           f"back to back, {args.seconds:g} s per query; the first three batches left out)")
     print(f"{'query':<40} {'batches':>7} {'p50 ms':>7} {'mean ms':>8}")
     for kind, ms in results.items():
-        label = kind if kind == "plain" else f"transformWithState, {args.keys} keys, no-op"
+        label = kind if kind == "plain" else f"{kind}, {args.keys} keys, no-op"
         if not ms:
             print(f"{label:<40} {0:>7} {'-':>7} {'-':>8}")
             continue
