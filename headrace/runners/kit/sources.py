@@ -26,6 +26,11 @@ def read_failure(label: str, part: Any, exc: BaseException) -> PipelineExecution
         f"step {label!r} failed reading {part!r}: {type(exc).__name__}: {exc}", step=label)
 
 
+def range_failure(label: str, start: Any, end: Any, exc: BaseException) -> PipelineExecutionError:
+    """The error for a Read step whose UnboundedSource failed reading between two positions."""
+    return read_failure(label, f"positions {start!r} to {end!r}", exc)
+
+
 def read_bundles(label: str, source: BoundedSource, part: Any, size: int) -> Iterator[List[WindowedValue]]:
     """The elements of one part of `source`, in bundles of at most `size`; errors name the step."""
     try:
@@ -43,7 +48,7 @@ def read_unbounded(label: str, source: Any, start: Any, end: Any, size: int) -> 
         for chunk in batched(source.read(start, end), size):
             yield [to_windowed_value(v) for v in chunk]
     except Exception as exc:
-        raise read_failure(label, f"positions {start!r} to {end!r}", exc) from exc
+        raise range_failure(label, start, end, exc) from exc
 
 
 def unbounded_watermark(label: str, source: Any, position: Any) -> int:

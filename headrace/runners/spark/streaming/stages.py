@@ -35,7 +35,7 @@ from headrace.io.iobase import ArrowBatchSource
 from headrace.runners.kit.grouping import grouping_errors, grouping_key_bytes, key_of
 from headrace.runners.kit.partial import PartialCombiner
 from headrace.runners.kit.side_inputs import SideInputReader
-from headrace.runners.kit.sources import read_failure, read_unbounded, to_windowed_value
+from headrace.runners.kit.sources import range_failure, read_unbounded, to_windowed_value
 from headrace.runners.kit.stage import FusedStage
 from headrace.runners.spark.fastpath import VectorCombiner, vector_chain, vector_combiner
 from headrace.runners.spark.streaming import rows
@@ -154,12 +154,9 @@ def level_fn(spec: LevelSpec, env: Any) -> Callable[[Iterator[Any]], Iterator[An
             if lifted:
                 readers = tuple(r for r in readers if r[0] not in spec.lifted)
                 for g, label in lifted:
-                    fn, windowing, split = spec.lifted[g]
-                    behind_of = None
-                    if split:
-                        behind_of = w_prev[g] if w_prev is not None else MAX_TIMESTAMP_MICROS
+                    fn, windowing, _ = spec.lifted[g]
                     for bk, payload in _partials(g, label, fn, windowing, items, spec.buckets,
-                                                 committed, behind_of):
+                                                 committed, _behind_of(spec, g, w_prev)):
                         out.add(rows.KEYED, pc, bk, 0, 0, payload)
             if readers:
                 # one row per bucket of keys: {key bytes: its elements with their bundles and
@@ -228,6 +225,15 @@ def _bundles(items: List[Item]) -> Iterator[Tuple[int, List[WindowedValue]]]:
         i = j
 
 
+def _behind_of(spec: LevelSpec, g: int, w_prev: Optional[List[int]]) -> Optional[int]:
+    """For a split lift (`runner.LIFT_SPLIT`) of grouping `g`: its input watermark before the
+    batch; inputs behind it go as elements, not combined (with no control row, MAX_TIMESTAMP:
+    all of them). None for a lift that combines every input."""
+    if not spec.lifted[g][2]:
+        return None
+    return w_prev[g] if w_prev is not None else MAX_TIMESTAMP_MICROS
+
+
 def _partials(g: int, label: str, fn_bytes: bytes, windowing: Any, items: List[Item],
               n_buckets: int, committed: MetricsContainer, behind_of: Optional[int] = None
               ) -> List[Tuple[bytes, bytes]]:
@@ -273,6 +279,14 @@ class _VectorRead(NamedTuple):
     out_pc: int         # the stage's output, read only by the lifted combine `g`
     g: int
     g_label: str
+    combine_fn: Any     # g's CombineFn, a built-in one `fastpath.vector_combiner` takes
+    windowing: Any      # g's input windowing
+
+    def combiner(self) -> VectorCombiner:
+        """An empty VectorCombiner for one micro-batch's inputs."""
+        made = vector_combiner(self.combine_fn, self.windowing)
+        assert made is not None   # `_vector_read` checked that there is one
+        return made
 
 
 def _vector_read(spec: LevelSpec, i: int) -> Optional[_VectorRead]:
@@ -303,12 +317,13 @@ def _vector_read(spec: LevelSpec, i: int) -> Optional[_VectorRead]:
         return None
     g, g_label = readers[0]
     fn_bytes, windowing, _ = spec.lifted[g]
-    if vector_combiner(coders.loads(fn_bytes), windowing) is None:
+    combine_fn = coders.loads(fn_bytes)
+    if vector_combiner(combine_fn, windowing) is None:
         return None
     chain = vector_chain(stage.steps, stage.root, source.row_attributes)
     if chain is None:
         return None
-    return _VectorRead(label, source, chain, out, g, g_label)
+    return _VectorRead(label, source, chain, out, g, g_label, combine_fn, windowing)
 
 
 def _read_range(spec: LevelSpec, i: int, a: Any, b: Any, bundle: int, vr: Optional[_VectorRead],
@@ -326,15 +341,10 @@ def _read_range(spec: LevelSpec, i: int, a: Any, b: Any, bundle: int, vr: Option
             for wv in wvs:
                 lst.append((bundle + nth, 0, wv))
         return
-    fn_bytes, windowing, split = spec.lifted[vr.g]
-    behind_of = None
-    if split:
-        behind_of = w_prev[vr.g] if w_prev is not None else MAX_TIMESTAMP_MICROS
+    behind_of = _behind_of(spec, vr.g, w_prev)
     got = vectors.get(vr.g)
     if got is None:
-        made = vector_combiner(coders.loads(fn_bytes), windowing)
-        assert made is not None   # `_vector_read` checked that there is one
-        got = vectors[vr.g] = (vr, made)
+        got = vectors[vr.g] = (vr, vr.combiner())
     combiner = got[1]
     offset = 0
     for batch in _arrow_batches(label, source, a, b, max(1, _VECTOR_ROWS // size) * size):
@@ -347,7 +357,7 @@ def _read_range(spec: LevelSpec, i: int, a: Any, b: Any, bundle: int, vr: Option
             try:
                 records = source.records_of(batch)
             except Exception as exc:
-                raise read_failure(label, f"positions {a!r} to {b!r}", exc) from exc
+                raise range_failure(label, a, b, exc) from exc
             lst = buffers.setdefault(out_pc, [])
             for j, record in enumerate(records):
                 lst.append((bundle + (offset + j) // size, 0, to_windowed_value(record)))
@@ -359,7 +369,7 @@ def _arrow_batches(label: str, source: Any, a: Any, b: Any, size: int) -> Iterat
     try:
         yield from source.read_arrow((a, b), size)
     except Exception as exc:
-        raise read_failure(label, f"positions {a!r} to {b!r}", exc) from exc
+        raise range_failure(label, a, b, exc) from exc
 
 
 def _vector_partials(g: int, vr: _VectorRead, combiner: Any, n_buckets: int,
