@@ -3,7 +3,8 @@
 DoFns are serialised and may run in other processes (Spark executors), so their shared
 state lives in files rather than in module globals: a `Journal` is an append-only event log,
 a `Once` hands out "first time?" flags. Both are small picklable objects holding a path.
-`Panes` records the pane of each output of a grouping.
+`Panes` records the pane of each output of a grouping. `IndexedRecords` and `ArrowRows` are
+unbounded sources of records made from their index.
 """
 
 from __future__ import annotations
@@ -11,9 +12,10 @@ from __future__ import annotations
 import json
 import os
 import uuid
-from typing import Any, Dict, List
+from typing import Any, Dict, Iterator, List
 
 import headrace as beam
+from headrace.io.iobase import ArrowBatchSource, UnboundedSource
 
 
 class Journal:
@@ -107,3 +109,42 @@ def visible_files(directory: Any) -> Dict[str, List[str]]:
             with open(os.path.join(directory, name), encoding="utf-8") as fh:
                 out[name] = sorted(fh.read().splitlines())
     return out
+
+
+class IndexedRecords(UnboundedSource):
+    """Records 0..n-1, all readable at once (a position is the next record's index); record i
+    is `Row(**fields(i))` unless `read` says otherwise. Subclasses give `watermark`, and
+    `fields` or `read`."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def fields(self, i: int) -> Dict[str, Any]:
+        """Record i's fields, in order."""
+        raise NotImplementedError
+
+    def initial_position(self) -> int:
+        return 0
+
+    def available(self, position: int, now_us: int, max_records: int) -> int:
+        return min(self.n, position + max_records)
+
+    def read(self, start: int, end: int) -> Iterator[Any]:
+        for i in range(start, end):
+            yield beam.Row(**self.fields(i))
+
+
+class ArrowRows(IndexedRecords, ArrowBatchSource):
+    """IndexedRecords of Rows, also read as Arrow batches of `size` rows (an ArrowBatchSource,
+    its part the range (start, end))."""
+
+    row_attributes = True
+
+    def read_arrow(self, part: Any, size: int) -> Iterator[Any]:
+        import pyarrow as pa   # here: the DoFns of this module reach workers that need no pyarrow
+        start, end = part
+        for lo in range(start, end, size):
+            yield pa.RecordBatch.from_pylist([self.fields(i) for i in range(lo, min(end, lo + size))])
+
+    def records_of(self, batch: Any) -> List[Any]:
+        return [beam.Row(**r) for r in batch.to_pylist()]

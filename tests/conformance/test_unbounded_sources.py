@@ -10,17 +10,16 @@ from __future__ import annotations
 
 import time
 
-import pyarrow as pa
 import pytest
 
 import headrace as beam
 from headrace.errors import InvalidArgumentError
-from headrace.io.iobase import ArrowBatchSource, Read, UnboundedSource
+from headrace.io.iobase import Read, UnboundedSource
 from headrace.model.time import MAX_TIMESTAMP_MICROS
-from headrace.pvalue import Row
 from headrace.testing.util import assert_that, equal_to
 from headrace.transforms import trigger, window
 from headrace.io.periodicsequence import PeriodicImpulse
+from tests._support import ArrowRows, IndexedRecords
 from headrace.utils.timestamp import Timestamp
 
 
@@ -112,19 +111,10 @@ def test_a_users_unbounded_source_read_live_gives_every_pane_on_time(make_pipeli
     assert got == [(float(w), sorted(v), "ON_TIME") for w, v in sorted(want.items())]
 
 
-class _Cuttable(UnboundedSource):
+class _Cuttable(IndexedRecords):
     """Values 0..n-1 at event time 3*i seconds, all readable at once, out of order within each
     run of 5 values; its ranges may be cut at any position (`split_positions`), as a runner that
     reads the parts of a range in parallel does (the Spark streaming runner)."""
-
-    def __init__(self, n):
-        self.n = n
-
-    def initial_position(self):
-        return 0
-
-    def available(self, position, now_us, max_records):
-        return min(self.n, position + max_records)
 
     def read(self, start, end):
         for i in range(start, end):
@@ -166,25 +156,15 @@ class JournalSums(beam.DoFn):
         yield kv
 
 
-class _ArrowCuttable(_Cuttable, ArrowBatchSource):
+class _ArrowCuttable(ArrowRows):
     """_Cuttable's values as Row(key, value, ts) records, also read as Arrow batches (the Spark
     streaming runner then evaluates the steps after it over whole columns where it can)."""
 
-    row_attributes = True
+    split_positions = _Cuttable.split_positions
+    watermark = _Cuttable.watermark
 
-    def read(self, start, end):
-        for i in range(start, end):
-            yield Row(key="k%d" % (i % 3), value=i, ts=3 * i - 2 * (i % 5))
-
-    def read_arrow(self, part, size):
-        start, end = part
-        for lo in range(start, end, size):
-            idx = range(lo, min(end, lo + size))
-            yield pa.RecordBatch.from_pydict({"key": ["k%d" % (i % 3) for i in idx], "value": list(idx),
-                                              "ts": [3 * i - 2 * (i % 5) for i in idx]})
-
-    def records_of(self, batch):
-        return [Row(key=k, value=v, ts=t) for k, v, t in zip(*(c.to_pylist() for c in batch.columns))]
+    def fields(self, i):
+        return {"key": "k%d" % (i % 3), "value": i, "ts": 3 * i - 2 * (i % 5)}
 
 
 def _sessions_of(events, gap):

@@ -15,14 +15,14 @@ import pyarrow as pa
 import pytest
 
 import headrace as beam
-from headrace.io.iobase import ArrowBatchSource, Read, UnboundedSource
+from headrace.io.iobase import Read
 from headrace.options.pipeline_options import PipelineOptions
-from headrace.pvalue import Row
 from headrace.runners.spark import tasks
 from headrace.runners.spark.tasks import TaskFailure
 from headrace.runners.spark.streaming import rows, stages
 from headrace.runners.spark.streaming.runner import build_plan
 from headrace.transforms import trigger, window
+from tests._support import ArrowRows, IndexedRecords
 
 KEYS = (b"\x00\x00\x00\x01", b"\x00\x00\x00\x02")
 
@@ -33,23 +33,16 @@ def _record(i):
     return ("k%d" % (i % 7), i % 13 - 4, ts_ms)
 
 
-class RowStream(UnboundedSource):
+class RowStream(IndexedRecords):
     """Records 0..n-1 as Row(key, value, ts_ms), read one by one."""
 
     def __init__(self, n):
-        self.n = n
+        super().__init__(n)
         self.records_of_calls = 0
 
-    def initial_position(self):
-        return 0
-
-    def available(self, position, now_us, max_records):
-        return min(self.n, position + max_records)
-
-    def read(self, start, end):
-        for i in range(start, end):
-            k, v, t = _record(i)
-            yield Row(key=k, value=v, ts_ms=t)
+    def fields(self, i):
+        k, v, t = _record(i)
+        return {"key": k, "value": v, "ts_ms": t}
 
     def split_positions(self, start, end, n):
         return [start + (end - start) // 2] if end - start > 1 and n > 1 else []
@@ -58,22 +51,12 @@ class RowStream(UnboundedSource):
         return beam.utils.timestamp.Timestamp(micros=1000 * (1000 * position - 100_000))
 
 
-class ArrowRowStream(RowStream, ArrowBatchSource):
+class ArrowRowStream(RowStream, ArrowRows):
     """The same records, also read as Arrow batches (in batches of `size`)."""
-
-    row_attributes = True
-
-    def read_arrow(self, part, size):
-        start, end = part
-        for lo in range(start, end, size):
-            recs = [_record(i) for i in range(lo, min(end, lo + size))]
-            yield pa.RecordBatch.from_pydict({"key": [r[0] for r in recs], "value": [r[1] for r in recs],
-                                              "ts_ms": [r[2] for r in recs]})
 
     def records_of(self, batch):
         self.records_of_calls += 1
-        return [Row(key=k, value=v, ts_ms=t) for k, v, t in
-                zip(*(c.to_pylist() for c in batch.columns))]
+        return super().records_of(batch)
 
 
 SESSIONS = dict(windowfn=window.Sessions(60),
