@@ -32,6 +32,44 @@ def _param_by_name(name: str) -> _DoFnParam:
     return _PARAMS[name]
 
 
+class _StateDoFnParam(_DoFnParam):
+    """`DoFn.StateParam(spec)`: the runner passes the state cell `spec` of the current key and window."""
+
+    __slots__ = ("spec",)
+
+    def __init__(self, spec: Any) -> None:
+        from headrace.pipeline.userstate import StateSpec
+        if not isinstance(spec, StateSpec):
+            raise TypeError(f"DoFn.StateParam needs a StateSpec (e.g. BagStateSpec('buffer')), got {spec!r}")
+        super().__init__("StateParam")
+        self.spec = spec
+
+    def __repr__(self) -> str:
+        return f"DoFn.StateParam({self.spec!r})"
+
+    def __reduce__(self):
+        return (_StateDoFnParam, (self.spec,))
+
+
+class _TimerDoFnParam(_DoFnParam):
+    """`DoFn.TimerParam(spec)`: the runner passes the timer `spec` of the current key and window."""
+
+    __slots__ = ("spec",)
+
+    def __init__(self, spec: Any) -> None:
+        from headrace.pipeline.userstate import TimerSpec
+        if not isinstance(spec, TimerSpec):
+            raise TypeError(f"DoFn.TimerParam needs a TimerSpec, got {spec!r}")
+        super().__init__("TimerParam")
+        self.spec = spec
+
+    def __repr__(self) -> str:
+        return f"DoFn.TimerParam({self.spec!r})"
+
+    def __reduce__(self):
+        return (_TimerDoFnParam, (self.spec,))
+
+
 class DoFn:
     """Per-element processing: `process(element, ...)` yields outputs; lifecycle methods bracket it.
 
@@ -39,7 +77,9 @@ class DoFn:
     bundle; `teardown()` when the instance is discarded (also after a failed bundle). Special
     parameters of `process` are given as defaults: `timestamp=DoFn.TimestampParam`,
     `window=DoFn.WindowParam`, `pane_info=DoFn.PaneInfoParam`,
-    `is_retraction=DoFn.RetractionParam`.
+    `is_retraction=DoFn.RetractionParam`. A stateful DoFn (on a keyed PCollection) also takes
+    `DoFn.StateParam(spec)`, `DoFn.TimerParam(spec)`, `DoFn.KeyParam` and, in a timer callback,
+    `DoFn.DynamicTimerTagParam` (see `headrace.transforms.userstate`).
     """
 
     ElementParam = _param("ElementParam")
@@ -48,6 +88,9 @@ class DoFn:
     PaneInfoParam = _param("PaneInfoParam")
     KeyParam = _param("KeyParam")
     RetractionParam = _param("RetractionParam")
+    DynamicTimerTagParam = _param("DynamicTimerTagParam")
+    StateParam = _StateDoFnParam
+    TimerParam = _TimerDoFnParam
 
     def setup(self) -> None:
         """Called once per DoFn instance before its first bundle."""

@@ -15,6 +15,7 @@ from headrace.model.combine import BoundCombineFn, CombineFn, as_combine_fn, com
 from headrace.model.trigger import AccumulationMode, DefaultTrigger
 from headrace.model.window import GlobalWindows, Windowing, WindowFn
 from headrace.model.windowed import TimestampedValue
+from headrace.pipeline import userstate
 from headrace.pipeline.dofn import DoFn, _CallableWrapperDoFn
 from headrace.pipeline.ptransform import PTransform, label_from_callable
 from headrace.pipeline.pvalue import (
@@ -148,6 +149,9 @@ class ParDo(PTransform):
         self.output_tags: Tuple[str, ...] = ()
         self.main_tag: Optional[str] = None
         self.dead_letter: Optional[Dict[str, Any]] = None
+        self.is_stateful = userstate.is_stateful_dofn(fn)
+        if self.is_stateful:
+            userstate.validate_stateful_dofn(fn)
 
     def default_label(self) -> str:
         return f"ParDo({self.fn.default_label()})"
@@ -195,8 +199,8 @@ class ParDo(PTransform):
         `threshold_windowing`), more than that fraction of the step's input elements went to
         the dead letter: the count is over the whole step, not per bundle, and checked once
         the window's counts are complete (see docs/semantics.md). `error_handler` (Beam's
-        ErrorHandler) and `allow_unsafe_userstate_in_process=True` (headrace DoFns have no
-        user state) are refused.
+        ErrorHandler) is refused; a DoFn with state or timers needs
+        `allow_unsafe_userstate_in_process=True` (a failed element keeps its state changes).
         """
         where = f"{self.label}.with_exception_handling"
         if not (isinstance(exc_class, type) and issubclass(exc_class, BaseException)) and not (
@@ -236,10 +240,15 @@ class ParDo(PTransform):
                 f"{where}(error_handler=...): headrace has no ErrorHandler; use the (good, bad) "
                 "outputs this returns and apply your error sink to the bad one, e.g. "
                 "good, bad = pcoll | step.with_exception_handling(); bad | beam.WriteToText(...)")
-        if allow_unsafe_userstate_in_process:
-            raise UnsupportedArgumentError(
-                f"{where}(allow_unsafe_userstate_in_process=True): headrace DoFns have no user state "
-                "or timers, so there is nothing to allow; remove the argument")
+        if self.is_stateful and not allow_unsafe_userstate_in_process:
+            raise InvalidArgumentError(
+                f"{where}: the DoFn has state or timers, and an element that fails after changing "
+                "state keeps its changes while the element goes to the dead letter; pass "
+                "allow_unsafe_userstate_in_process=True to accept that (as in Beam)")
+        if self.is_stateful and use_subprocess:
+            raise InvalidArgumentError(
+                f"{where}(use_subprocess=True): a DoFn with state or timers cannot run in a child "
+                "process (its state lives in the runner); drop use_subprocess")
         out = copy.copy(self)
         out.main_tag = main_tag
         out.dead_letter = {"tag": dead_letter_tag, "exc_class": exc_class, "partial": bool(partial),
@@ -252,6 +261,8 @@ class ParDo(PTransform):
     def expand(self, pcoll: Any) -> Any:
         pcoll = _require_pcollection(self, pcoll)
         p = self.pipeline
+        if self.is_stateful:
+            self._check_stateful_input(pcoll)
         main = p.new_pcollection(pcoll.windowing, pcoll.is_bounded,
                                  element_type=self.get_output_type() or self._infer_output_type(pcoll))
         main.may_contain_retractions = pcoll.may_contain_retractions
@@ -272,6 +283,23 @@ class ParDo(PTransform):
 
     def _infer_output_type(self, pcoll: PCollection) -> Any:
         return None
+
+    def _check_stateful_input(self, pcoll: PCollection) -> None:
+        """A DoFn with state or timers needs keyed input in non-merging windows (as in Beam)."""
+        label = self.pipeline.current_transform().full_label
+        if is_kv_type(pcoll.element_type) is False:
+            name = getattr(pcoll.element_type, "__name__", repr(pcoll.element_type))
+            raise PipelineConstructionError(
+                f"step {label!r}: DoFn {type(self.fn).__name__} has state or timers, which are kept "
+                f"per key, so its input must hold (key, value) pairs, but {pcoll.label!r} produces "
+                f"{name} elements; key them first, e.g. beam.Map(lambda x: (key_of(x), x)) or "
+                "beam.WithKeys(...)")
+        if pcoll.windowing.windowfn.is_merging():
+            raise PipelineConstructionError(
+                f"step {label!r}: DoFn {type(self.fn).__name__} has state or timers, which are kept "
+                f"per window, and its input is in merging windows "
+                f"({type(pcoll.windowing.windowfn).__name__}) whose state would have to merge; "
+                "re-window into non-merging windows first (as Beam requires), or use GroupByKey")
 
 
 class _ThresholdChecked(PTransform):

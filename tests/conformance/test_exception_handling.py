@@ -330,8 +330,6 @@ def test_partial_keeps_the_outputs_produced_before_a_failure(make_pipeline, part
 
 @pytest.mark.parametrize("kwargs, name, error", [
     ({"error_handler": object()}, "error_handler", UnsupportedArgumentError),
-    ({"allow_unsafe_userstate_in_process": True}, "allow_unsafe_userstate_in_process",
-     UnsupportedArgumentError),
     ({"partial": True, "use_subprocess": True}, "partial", InvalidArgumentError),
     ({"threshold": -0.1}, "threshold", InvalidArgumentError),
     ({"threshold": "half"}, "threshold", InvalidArgumentError),

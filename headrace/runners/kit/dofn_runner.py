@@ -19,7 +19,7 @@ from headrace.model import coders
 from headrace.model.time import Timestamp
 from headrace.model.window import WindowFn
 from headrace.model.windowed import TimestampedValue, WindowedValue
-from headrace.pipeline.dofn import DoFn, _CallableWrapperDoFn, _DoFnParam
+from headrace.pipeline.dofn import DoFn, _CallableWrapperDoFn, _DoFnParam, _StateDoFnParam, _TimerDoFnParam
 from headrace.pipeline.pvalue import AsSideInput, TaggedOutput
 from headrace.runners.kit.isolation import (
     Subprocess, TimeLimit, invoke, not_iterable_of_outputs, outputs_of,
@@ -93,9 +93,13 @@ class ParDoRunner:
             self.fn = dofn.process
             special = special_params(dofn.process)
         self.special = special
+        # a stateful DoFn's key, window, state and timers (`kit.stateful.StatefulCore` sets it)
+        self.user_context: Any = None
         self.has_side = any(isinstance(a, AsSideInput) for a in self.args) or any(
             isinstance(v, AsSideInput) for v in self.kwargs.values())
-        self.explode = self.has_side or any(p is DoFn.WindowParam for p in special.values())
+        self.explode = self.has_side or any(
+            p is DoFn.WindowParam or isinstance(p, (_StateDoFnParam, _TimerDoFnParam))
+            for p in special.values())
         self.simple = not (self.special or self.args or self.kwargs)
         dl = dead_letter or {}
         self.subprocess: Optional[Subprocess] = (
@@ -182,7 +186,13 @@ class ParDoRunner:
         args = tuple(reader.view(a, window) if isinstance(a, AsSideInput) else a for a in self.args)
         kwargs = {k: (reader.view(v, window) if isinstance(v, AsSideInput) else v)
                   for k, v in self.kwargs.items()}
-        for name, p in self.special.items():
+        return self._resolve_special(self.special, wv, window, args, kwargs)
+
+    def _resolve_special(self, special: Dict[str, _DoFnParam], wv: WindowedValue, window: Any,
+                         args: tuple = (), kwargs: Optional[Dict[str, Any]] = None
+                         ) -> Tuple[tuple, dict]:
+        kwargs = {} if kwargs is None else kwargs
+        for name, p in special.items():
             if p is DoFn.TimestampParam:
                 kwargs[name] = Timestamp(micros=wv.timestamp_us)
             elif p is DoFn.WindowParam:
@@ -194,8 +204,39 @@ class ParDoRunner:
             elif p is DoFn.ElementParam:
                 kwargs[name] = wv.value
             elif p is DoFn.KeyParam:
-                kwargs[name] = wv.value[0]
+                ctx = self.user_context
+                kwargs[name] = ctx.key if ctx is not None else wv.value[0]
+            else:
+                kwargs[name] = self._user_param(p)
         return args, kwargs
+
+    def _user_param(self, p: _DoFnParam) -> Any:
+        """A stateful DoFn's parameter: a state cell, a timer or the firing timer's dynamic tag."""
+        ctx = self.user_context
+        if ctx is None:
+            raise InvalidArgumentError(
+                f"step {self.label!r}: DoFn.{p.name} is only available to a DoFn with state or "
+                "timers, applied to a keyed PCollection")
+        if isinstance(p, _StateDoFnParam):
+            return ctx.state(p.spec)
+        if isinstance(p, _TimerDoFnParam):
+            return ctx.timer(p.spec)
+        if p is DoFn.DynamicTimerTagParam:
+            return ctx.tag
+        raise InvalidArgumentError(f"step {self.label!r}: unknown DoFn parameter {p!r}")
+
+    def invoke_callback(self, method: Callable[..., Any], wv: WindowedValue) -> None:
+        """Calls a stateful DoFn's timer or window-expiration method with its parameters
+        (resolved for `wv`: no value, the output timestamp, the window) and emits its outputs."""
+        set_current_step(self.label)
+        special = special_params(method)
+        window = wv.windows[0]
+        try:
+            _, kwargs = self._resolve_special(special, wv, window)
+            result = outputs_iter(method(**kwargs))
+        except Exception as exc:
+            raise ElementError(self.label, None, exc) from exc
+        self._emit_all(result, wv)
 
     def bind(self) -> None:
         """Specialises `process` for the current receivers (call after setting `receivers`)."""

@@ -11,7 +11,8 @@ before consumers) and returns, in that order:
   from step to step by direct calls.
 * `Primitive`: every other step, with its `kind`: SOURCE (Create, Read of a BoundedSource),
   UNBOUNDED (Read of an UnboundedSource), TEST_STREAM, GROUPING (GroupByKey, CombinePerKey),
-  FLATTEN, RESHUFFLE.
+  FLATTEN, RESHUFFLE, and STATEFUL (a ParDo whose DoFn has user state or timers: it runs per key,
+  after its input is grouped by key, so it is never fused).
 
 A runner that cannot execute a kind says so by leaving it out of `kinds`; `plan` then fails
 with an error naming the step and what to do.
@@ -38,7 +39,9 @@ TEST_STREAM = "test_stream"
 GROUPING = "grouping"
 FLATTEN = "flatten"
 RESHUFFLE = "reshuffle"
-ALL_KINDS: FrozenSet[str] = frozenset({SOURCE, UNBOUNDED, TEST_STREAM, GROUPING, FLATTEN, RESHUFFLE})
+STATEFUL = "stateful"
+ALL_KINDS: FrozenSet[str] = frozenset({SOURCE, UNBOUNDED, TEST_STREAM, GROUPING, FLATTEN, RESHUFFLE,
+                                       STATEFUL})
 
 _KIND_OF = ((Create, SOURCE), (Read, SOURCE), (TestStream, TEST_STREAM), (GroupByKey, GROUPING),
             (CombinePerKey, GROUPING), (Flatten, FLATTEN), (Reshuffle, RESHUFFLE))
@@ -145,6 +148,8 @@ def kind_of(node: AppliedPTransform) -> Optional[str]:
     t = node.transform
     if isinstance(t, Read) and isinstance(t.source, UnboundedSource):
         return UNBOUNDED
+    if isinstance(t, ParDo) and t.is_stateful:
+        return STATEFUL
     for cls, kind in _KIND_OF:
         if isinstance(t, cls):
             return kind
@@ -162,7 +167,7 @@ def plan(pipeline: Pipeline, runner: str, kinds: FrozenSet[str] = ALL_KINDS,
     stage_by_root: Dict[PCollection, Stage] = {}
     for node in pipeline.primitives():
         t = node.transform
-        if isinstance(t, (ParDo, WindowInto)):
+        if isinstance(t, WindowInto) or (isinstance(t, ParDo) and not t.is_stateful):
             main = node.inputs[0]
             stage = None
             if not node.side_inputs:

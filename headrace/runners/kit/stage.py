@@ -55,6 +55,19 @@ def serialize_dofn(label: str, fn: Any) -> bytes:
             "them in setup()", step=label) from exc
 
 
+def bundle_failure(err: ElementError, attempts: int) -> PipelineExecutionError:
+    """The error of a bundle that failed in user code `attempts` times (the run stops)."""
+    hint = f" {err.hint}." if err.hint else ""
+    # a stateful DoFn's timer or expiry callback fails for a key (`kit.stateful`), not an element
+    what = ("key " if err.phase.startswith(("timer", "@on_window")) else "element ") \
+        + _short_repr(err.element)
+    return PipelineExecutionError(
+        f"step {err.step!r} failed in {err.phase} on {what} after {attempts} attempt(s) of its "
+        f"bundle: {type(err.cause).__name__}: {err.cause}.{hint} Fix the step, or route failing "
+        "elements to a dead-letter output with .with_exception_handling()",
+        step=err.step, element=err.element, attempts=attempts)
+
+
 class FusedStage:
     """A fused tree of element-wise steps run bundle by bundle, with whole-bundle retries.
 
@@ -205,13 +218,7 @@ class FusedStage:
                 if isinstance(err.cause, DeadLetterThresholdError):  # a verdict, not a flaky failure
                     raise err.cause
                 if attempts >= max_attempts:
-                    hint = f" {err.hint}." if err.hint else ""
-                    raise PipelineExecutionError(
-                        f"step {err.step!r} failed in {err.phase} on element "
-                        f"{_short_repr(err.element)} after {attempts} attempt(s) of its bundle: "
-                        f"{type(err.cause).__name__}: {err.cause}.{hint} Fix the step, or route failing "
-                        "elements to a dead-letter output with .with_exception_handling()",
-                        step=err.step, element=err.element, attempts=attempts) from err.cause
+                    raise bundle_failure(err, attempts) from err.cause
                 _log.warning("bundle of %d elements failed in step %r (attempt %d of %d); retrying: %s",
                              len(bundle), err.step, attempts, max_attempts, err.cause)
                 continue

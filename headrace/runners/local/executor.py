@@ -22,8 +22,8 @@ from headrace.runners.kit.runtime import relax_gc
 from headrace.runners.kit.side_inputs import SideInputReader
 from headrace.runners.local.clock import RealClock, VirtualClock
 from headrace.runners.local.units import (
-    Bundle, GroupUnit, PassUnit, SourceUnit, StageUnit, TagOutput, TestStreamUnit, UnboundedReadUnit,
-    Unit,
+    Bundle, GroupUnit, PassUnit, SourceUnit, StageUnit, StatefulUnit, TagOutput, TestStreamUnit,
+    UnboundedReadUnit, Unit,
 )
 
 
@@ -47,8 +47,9 @@ class Executor:
         self._build(pipeline)
         virtual = any(isinstance(u, TestStreamUnit) for u in self.streams)
         self.clock: Any = VirtualClock() if virtual else RealClock()
-        self.ptime_units = [u for u in self.units
-                            if isinstance(u, GroupUnit) and not u.watermark_only]
+        self.ptime_units: List[Any] = [
+            u for u in self.units
+            if (isinstance(u, GroupUnit) and not u.watermark_only) or isinstance(u, StatefulUnit)]
 
     def _build(self, pipeline: Pipeline) -> None:
         """One unit per planned unit, wired to the units that read its outputs."""
@@ -66,6 +67,8 @@ class Executor:
                 self.streams.append(unit)
             elif planned.kind == planning.GROUPING:
                 unit = GroupUnit(self, planned.node)
+            elif planned.kind == planning.STATEFUL:
+                unit = StatefulUnit(self, planned.node)
             else:
                 unit = PassUnit(self, planned.node)
             self.units.append(unit)

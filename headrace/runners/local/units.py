@@ -10,11 +10,14 @@ Each unit has an input queue of bundles, an output watermark, and a hold on it; 
   the side windows they read, holding the output watermark;
 * `GroupUnit`: a GroupByKey / CombinePerKey over `kit.grouping.GroupingCore`, one `KeyState`
   per key;
+* `StatefulUnit`: a ParDo with user state and timers over `kit.stateful.StatefulStep`, one
+  `UserKeyState` per key;
 * `PassUnit`: Flatten and Reshuffle.
 """
 
 from __future__ import annotations
 
+import pickle
 import time
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
@@ -34,6 +37,7 @@ from headrace.runners.kit.sources import (
     read_bundles, read_unbounded, to_windowed_value, unbounded_available, unbounded_watermark,
 )
 from headrace.runners.kit.stage import FusedStage
+from headrace.runners.kit.stateful import StatefulCore, StatefulSpec, StatefulStep, UserKeyState
 from headrace.runners.local.clock import VirtualClock
 from headrace.testing.test_stream import ElementEvent, ProcessingTimeEvent, TestStream, WatermarkEvent
 from headrace.transforms.core import CombinePerKey, Create
@@ -560,6 +564,121 @@ class GroupUnit(Unit):
     def close(self) -> None:
         if self.combine_fn is not None:
             self.combine_fn.teardown()
+
+
+class StatefulUnit(Unit):
+    """A ParDo whose DoFn has user state or timers: the DoFn runs per key and window
+    (`kit.stateful`), each key's `UserKeyState` kept here. Each input bundle, and each round of
+    timers a watermark or processing-time advance makes due, is one bundle of the DoFn: if it
+    fails, its outputs and the state changes it made are dropped and it is retried whole."""
+
+    def __init__(self, ex: "Executor", node: AppliedPTransform) -> None:
+        super().__init__(ex, node.full_label)
+        self.inputs = (node.inputs[0],)
+        spec = StatefulSpec.of(node)
+        self.step = StatefulStep(spec)
+        by_id = {pc._id: pc for pc in node.outputs.values()}
+        self.out_pcs = [(pc_id, by_id[pc_id]) for pc_id in dict.fromkeys(p for _, p in spec.step.outputs)]
+        self.outputs = tuple(pc for _, pc in self.out_pcs)
+        self.states: Dict[bytes, UserKeyState] = {}
+        self.keys: Dict[bytes, Any] = {}
+        self.input_wm = MIN_TIMESTAMP_MICROS
+
+    def input_watermark(self) -> int:
+        return self.ex.watermark(self.inputs[0])
+
+    def _run(self, touched: List[bytes], body: Any) -> None:
+        """Runs `body(core)` as one bundle over the keys `touched`, their state restored if it fails."""
+        before = {kb: pickle.dumps(self.states[kb]) if kb in self.states else None for kb in touched}
+
+        def restore() -> None:
+            for kb, data in before.items():
+                if data is None:
+                    self.states.pop(kb, None)
+                else:
+                    self.states[kb] = pickle.loads(data)
+
+        ex = self.ex
+        outs = self.step.run_bundle(body, restore, ex.max_attempts, ex.committed, ex.attempted)
+        for kb in touched:
+            st = self.states.get(kb)
+            if st is not None and st.is_empty():
+                del self.states[kb]
+                self.keys.pop(kb, None)
+        for pc_id, pc in self.out_pcs:
+            for chunk in batched(outs[pc_id], ex.bundle_size):
+                ex.emit(pc, chunk)
+
+    def process_bundle(self, bundle: Bundle) -> None:
+        by_key: Dict[bytes, List[WindowedValue]] = {}
+        keys = self.keys
+        for wv in bundle:
+            k, _, kb = key_of(self.label, wv.value)
+            lst = by_key.get(kb)
+            if lst is None:
+                lst = by_key[kb] = []
+                keys.setdefault(kb, k)
+            if len(wv.windows) == 1:
+                lst.append(wv)
+            else:
+                lst.extend(WindowedValue(wv.value, wv.timestamp_us, (w,), wv.pane_info, wv.is_retraction)
+                           for w in wv.windows)
+        wm, now, states = self.input_wm, self.ex.clock.now(), self.states
+
+        def body(core: StatefulCore) -> None:
+            for kb, elements in by_key.items():
+                state = states.get(kb)
+                if state is None:
+                    state = states[kb] = UserKeyState()
+                core.process(keys[kb], state, elements, wm, now)
+
+        self._run(list(by_key), body)
+
+    def on_input_watermark(self, wm: int) -> None:
+        while self.queue:  # input that arrived before this watermark advance is not late
+            self.process_bundle(self.queue.pop(0))
+        if wm <= self.input_wm:
+            return
+        self.input_wm = wm
+        core = self.step.core()
+        due = [kb for kb, st in self.states.items() if core.next_event_time(st) < wm
+               or (wm == MAX_TIMESTAMP_MICROS and not st.is_empty())]
+        if not due:
+            return
+        now, states, keys = self.ex.clock.now(), self.states, self.keys
+
+        def body(core: StatefulCore) -> None:
+            for kb in due:
+                core.on_watermark(keys[kb], states[kb], wm, now)
+
+        self._run(due, body)
+
+    def on_processing_time(self, now: int) -> bool:
+        """Fires the processing-time timers due at `now`; True if any fired."""
+        core = self.step.core()
+        due = [kb for kb, st in self.states.items() if core.next_processing_time(st) <= now]
+        if not due:
+            return False
+        wm, states, keys = self.input_wm, self.states, self.keys
+
+        def body(core: StatefulCore) -> None:
+            for kb in due:
+                core.on_processing_time(keys[kb], states[kb], now, wm)
+
+        self._run(due, body)
+        return True
+
+    def hold(self) -> int:
+        core = self.step.core()
+        best = MAX_TIMESTAMP_MICROS
+        for st in self.states.values():
+            h = core.output_hold(st)
+            if h < best:
+                best = h
+        return best
+
+    def close(self) -> None:
+        self.step.teardown()
 
 
 class PassUnit(Unit):

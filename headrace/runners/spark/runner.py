@@ -17,6 +17,7 @@ from headrace.pipeline.pvalue import PCollection
 from headrace.runners.kit import plan as planning
 from headrace.runners.kit.side_inputs import SideInputCombiner, replace_views
 from headrace.runners.kit.stage import FusedStage
+from headrace.runners.kit.stateful import StatefulSpec
 from headrace.runners.spark.fastpath import columnar_chain
 from headrace.runners.spark import pyspark_compat
 from headrace.runners.spark import session as sessions
@@ -107,6 +108,8 @@ class _Translation:
                     self._build_combineperkey(node)
                 else:
                     self._build_grouping(node, None)
+            elif u.kind == planning.STATEFUL:
+                self._build_stateful(node)
             elif u.kind == planning.FLATTEN:
                 self._build_flatten(node)
             else:
@@ -227,6 +230,21 @@ class _Translation:
             self._set(node.outputs[None], out)
         else:
             self._set_outputs(out, [(node.outputs[None], 0), (late_pc, 1)])
+
+    def _build_stateful(self, node: AppliedPTransform) -> None:
+        """A stateful ParDo: its input keyed per window, shuffled by key and sorted by time, then
+        each key run through the DoFn (`tasks.stateful_fn`)."""
+        spec = StatefulSpec.of(node)
+        source = node.inputs[0]
+        keyed = self.rdds[source].mapPartitions(tasks.map_side_fn(self.env, tasks.StatefulSide(spec.label)))
+        grouped = keyed.repartitionAndSortWithinPartitions(self.parallelism, tasks.partition_of)
+        outs = sorted({pc._id: pc for pc in node.outputs.values()}.values(), key=lambda pc: pc._id)
+        if len(outs) == 1:
+            self._set(outs[0], grouped.mapPartitions(tasks.stateful_fn(self.env, spec, None)))
+            return
+        index = {pc._id: i for i, pc in enumerate(outs)}
+        rdd = grouped.mapPartitions(tasks.stateful_fn(self.env, spec, index))
+        self._set_outputs(rdd, [(pc, index[pc._id]) for pc in outs], packed=True)
 
     @staticmethod
     def _lifted(node: AppliedPTransform) -> bool:

@@ -41,6 +41,9 @@ from headrace.runners.kit.runtime import relax_gc
 from headrace.runners.kit.side_inputs import SideInputCombiner, SideInputReader
 from headrace.runners.kit.sources import read_failure, to_windowed_value
 from headrace.runners.kit.stage import FusedStage
+from headrace.runners.kit.stateful import (
+    StatefulCore, StatefulSpec, StatefulStep, UserKeyState, keyed_elements,
+)
 from headrace.runners.spark.fastpath import (Columns, VectorBundle, columnar_chain, vector_chain,
                                              vector_combiner)
 
@@ -685,6 +688,90 @@ def _records(out: List[WindowedValue], late: Optional[List[WindowedValue]]) -> I
         yield (0, wv)
     for wv in late:
         yield (1, wv)
+
+
+# ---- stateful DoFns ------------------------------------------------------------------------------
+
+class StatefulSide(MapSide):
+    """A stateful ParDo's map side: each element keyed, once per window, to be sorted by time."""
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+
+    def start(self, committed: MetricsContainer) -> "StatefulSide":
+        return self
+
+    def add(self, elements: Columns) -> List[Any]:
+        label = self.label
+        return [((grouping_key_bytes(label, k, wv.value), wv.timestamp_us, False), (k, wv))
+                for k, wv in keyed_elements(label, elements.elements())]
+
+
+def _key_bundles(it: Iterator[Any], size: int) -> Iterator[List[Tuple[Any, List[WindowedValue]]]]:
+    """A partition's sorted stateful records as bundles of whole keys, (key, its elements in time
+    order), of about `size` elements (a key with more is a bundle of its own)."""
+    bundle: List[Tuple[Any, List[WindowedValue]]] = []
+    n = 0
+    current: Optional[bytes] = None
+    elements: List[WindowedValue] = []
+    for (kb, _, _), (k, wv) in it:
+        if kb != current:
+            if n >= size:
+                yield bundle
+                bundle, n = [], 0
+            current, elements = kb, []
+            bundle.append((k, elements))
+        elements.append(wv)
+        n += 1
+    if bundle:
+        yield bundle
+
+
+def stateful_fn(env: TaskEnv, spec: StatefulSpec, tagged: Optional[Dict[int, int]]
+                ) -> Callable[[Iterator[Any]], Iterator[Any]]:
+    """A stateful ParDo over a partition of records sorted by (key bytes, timestamp).
+
+    Each key starts with empty state and sees its elements in time order under a watermark
+    that follows them (before an element at t the watermark moves to t, firing the event-time
+    timers before t and expiring the windows that ended before it), then moves to +infinity,
+    which fires the rest and expires every window. Processing time stands still until then, so
+    processing-time timers fire at the end (or when their window expires). A bundle is a run
+    of whole keys, retried whole. Records out are as `stage_fn`'s."""
+    def run(it: Iterator[Any]) -> Iterator[Any]:
+        env.check_earlier_attempt()
+        committed, attempted = MetricsContainer(), MetricsContainer()
+        step = StatefulStep(spec, processing_time_at_expiry=True)
+        only = spec.step.outputs[0][1] if tagged is None else None
+        try:
+            for keys in _key_bundles(it, env.bundle_size):
+                outs = step.run_bundle(lambda core: _stateful_keys(core, keys), lambda: None,
+                                       env.max_attempts, committed, attempted)
+                if only is not None:
+                    yield from outs[only]
+                    continue
+                for pc, lst in outs.items():
+                    if lst:
+                        yield (tagged[pc], pack(lst))  # type: ignore[index]
+        except PipelineExecutionError as exc:
+            raise env.fail(exc) from exc
+        finally:
+            step.teardown()
+        env.report(committed, attempted)
+    return run
+
+
+def _stateful_keys(core: StatefulCore, keys: List[Tuple[Any, List[WindowedValue]]]) -> None:
+    """Runs whole keys through a stateful core under a watermark that follows their elements."""
+    for k, elements in keys:
+        state = UserKeyState()
+        wm = MIN_TIMESTAMP_MICROS
+        for wv in elements:
+            t = wv.timestamp_us
+            if t > wm:
+                core.on_watermark(k, state, t, _PROCESSING_TIME)
+                wm = t
+            core.process(k, state, [wv], wm, _PROCESSING_TIME)
+        core.on_watermark(k, state, MAX_TIMESTAMP_MICROS, _PROCESSING_TIME)
 
 
 # ---- shuffles without grouping -------------------------------------------------------------
