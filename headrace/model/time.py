@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as _dt
 from functools import total_ordering
-from typing import Tuple, Type, Union
+from typing import Optional, Tuple, Type, Union
 
 from headrace.errors import InvalidArgumentError
 
@@ -16,6 +16,18 @@ MIN_TIMESTAMP_MICROS = -(2**63)
 MAX_TIMESTAMP_MICROS = 2**63 - 1
 #: The end of the global window: one day before the end of time, as in Beam.
 END_OF_GLOBAL_WINDOW_MICROS = MAX_TIMESTAMP_MICROS - 86_400 * _MICROS
+
+
+_processing_time_us: Optional[int] = None
+
+
+def set_processing_time(micros: Optional[int]) -> Optional[int]:
+    """Makes `Timestamp.now()` return `micros` (None: the wall clock again); returns the value it
+    replaces. Runners set it around the methods of a stateful DoFn."""
+    global _processing_time_us
+    before = _processing_time_us
+    _processing_time_us = micros
+    return before
 
 
 def _micros_of_seconds(seconds: Union[int, float]) -> int:
@@ -77,7 +89,11 @@ class Timestamp:
 
     @classmethod
     def now(cls) -> "Timestamp":
-        """The current wall-clock time (for sources; the model core never reads a clock)."""
+        """The current processing time: the wall clock, or inside a stateful DoFn's methods the
+        runner's processing time (a TestStream's virtual clock, a streaming batch's time), so
+        that processing-time timers set from it replay exactly. The model core never reads it."""
+        if _processing_time_us is not None:
+            return cls(micros=_processing_time_us)
         import time
         return cls(micros=time.time_ns() // 1000)
 

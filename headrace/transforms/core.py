@@ -15,7 +15,7 @@ from headrace.model.combine import BoundCombineFn, CombineFn, as_combine_fn, com
 from headrace.model.trigger import AccumulationMode, DefaultTrigger
 from headrace.model.window import GlobalWindows, Windowing, WindowFn
 from headrace.model.windowed import TimestampedValue
-from headrace.pipeline import userstate
+from headrace.pipeline import userstate as _userstate
 from headrace.pipeline.dofn import DoFn, _CallableWrapperDoFn
 from headrace.pipeline.ptransform import PTransform, label_from_callable
 from headrace.pipeline.pvalue import (
@@ -149,9 +149,9 @@ class ParDo(PTransform):
         self.output_tags: Tuple[str, ...] = ()
         self.main_tag: Optional[str] = None
         self.dead_letter: Optional[Dict[str, Any]] = None
-        self.is_stateful = userstate.is_stateful_dofn(fn)
+        self.is_stateful = _userstate.is_stateful_dofn(fn)
         if self.is_stateful:
-            userstate.validate_stateful_dofn(fn)
+            _userstate.validate_stateful_dofn(fn)
 
     def default_label(self) -> str:
         return f"ParDo({self.fn.default_label()})"

@@ -23,6 +23,8 @@ from headrace.transforms.userstate import (
     ReadModifyWriteStateSpec, SetStateSpec, TimeDomain, TimerSpec, on_timer,
     on_window_expiration,
 )
+from headrace.testing.test_stream import TestStream
+from headrace.utils.timestamp import Timestamp
 from tests._support import Once, counter_value
 
 TV = beam.TimestampedValue
@@ -403,3 +405,66 @@ def test_specs_check_their_arguments():
         CombiningValueStateSpec("c")
     with pytest.raises(InvalidArgumentError, match="coder"):
         BagStateSpec("b", coder=int)
+
+
+# ---- streams: event and processing time from a TestStream -----------------------------------
+
+
+class FlushEveryTwoSeconds(beam.DoFn):
+    """Buffers per key; a processing-time timer flushes the buffer 2 s (processing time) after
+    the first element of a batch; an event-time timer flushes what is left at the window's end."""
+
+    BUFFER = BagStateSpec("buffer")
+    PT = TimerSpec("pt", TimeDomain.REAL_TIME)
+    END = TimerSpec("end", TimeDomain.WATERMARK)
+
+    def process(self, element, w=beam.DoFn.WindowParam, buffer=beam.DoFn.StateParam(BUFFER),
+                pt=beam.DoFn.TimerParam(PT), end=beam.DoFn.TimerParam(END)):
+        if not buffer.read():
+            pt.set(Timestamp.now() + 2)
+        buffer.add(element[1])
+        end.set(w.max_timestamp())
+
+    @on_timer(PT)
+    def on_pt(self, key=beam.DoFn.KeyParam, buffer=beam.DoFn.StateParam(BUFFER)):
+        yield key, "pt", sorted(buffer.read())
+        buffer.clear()
+
+    @on_timer(END)
+    def on_end(self, key=beam.DoFn.KeyParam, buffer=beam.DoFn.StateParam(BUFFER)):
+        if buffer.read():
+            yield key, "end", sorted(buffer.read())
+        buffer.clear()
+
+
+def test_processing_and_event_time_timers_on_a_stream(make_pipeline):
+    stream = (TestStream()
+              .add_elements([TV(("a", 1), 1), TV(("b", 2), 2)])
+              .advance_processing_time(1)
+              .add_elements([TV(("a", 3), 3)])
+              .advance_processing_time(1.5)           # 2.5 s: the first batch's timers fire
+              .add_elements([TV(("a", 4), 4)])
+              .advance_watermark_to(10)               # the window [0, 10) ends: "a" flushes 4
+              .add_elements([TV(("b", 5), 12)])
+              .advance_processing_time(5)
+              .advance_watermark_to_infinity())
+    expected = [("a", "pt", [1, 3]), ("b", "pt", [2]), ("a", "end", [4]), ("b", "pt", [5])]
+    with make_pipeline() as p:
+        out = (p | stream | beam.WindowInto(window.FixedWindows(10))
+               | beam.ParDo(FlushEveryTwoSeconds()))
+        assert_that(out, equal_to(expected))
+
+
+def test_window_expiration_and_late_data_on_a_stream(make_pipeline):
+    stream = (TestStream()
+              .add_elements([TV(("a", 1), 1), TV(("a", 2), 2), TV(("b", 3), 6)])
+              .advance_watermark_to(7)
+              .add_elements([TV(("a", 4), 3)])        # on time: allowed lateness 5 s
+              .advance_watermark_to(12)               # [0, 5) expires (4.999999 + 5 < 12)
+              .add_elements([TV(("a", 5), 4)])        # late: its window expired, dropped
+              .advance_watermark_to_infinity())
+    with make_pipeline() as p:
+        out = (p | stream
+               | beam.WindowInto(window.FixedWindows(5), allowed_lateness=5)
+               | beam.ParDo(CountExpirations()))
+        assert_that(out, equal_to([("a", 0, 3), ("b", 5, 1)]))

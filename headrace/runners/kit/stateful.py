@@ -37,6 +37,7 @@ from headrace.metrics.metric import Metrics, MetricsContainer, metrics_scope
 from headrace.model import coders
 from headrace.model.time import (
     END_OF_GLOBAL_WINDOW_MICROS, MAX_TIMESTAMP_MICROS, MIN_TIMESTAMP_MICROS, Timestamp,
+    set_processing_time,
 )
 from headrace.model.window import Windowing
 from headrace.model.windowed import WindowedValue
@@ -424,9 +425,18 @@ class StatefulCore:
     # ---- events of one key -----------------------------------------------------------------
 
     def process(self, key: Any, state: UserKeyState, elements: List[WindowedValue], watermark: int,
-                now: int) -> None:
+                now: Optional[int]) -> None:
         """Runs the DoFn on the key's elements (one window each, in order) at input watermark
-        `watermark`; elements of expired windows are dropped and counted."""
+        `watermark` and processing time `now` (what `Timestamp.now()` gives the DoFn; None: the
+        wall clock); elements of expired windows are dropped and counted."""
+        before = set_processing_time(now)
+        try:
+            self._process(key, state, elements, watermark)
+        finally:
+            set_processing_time(before)
+
+    def _process(self, key: Any, state: UserKeyState, elements: List[WindowedValue],
+                 watermark: int) -> None:
         windows = state.windows
         lateness = self.lateness_us
         process = self.runner.process
@@ -445,9 +455,16 @@ class StatefulCore:
         if dropped:
             Metrics.counter("headrace", DROPPED_LATE).inc(dropped)
 
-    def on_watermark(self, key: Any, state: UserKeyState, watermark: int, now: int) -> None:
+    def on_watermark(self, key: Any, state: UserKeyState, watermark: int, now: Optional[int]) -> None:
         """Fires the event-time timers the watermark passed, earliest first, then expires the
         windows it passed (at +infinity, processing-time timers fire first: see the module doc)."""
+        before = set_processing_time(now)
+        try:
+            self._on_watermark(key, state, watermark)
+        finally:
+            set_processing_time(before)
+
+    def _on_watermark(self, key: Any, state: UserKeyState, watermark: int) -> None:
         end = watermark >= MAX
         while True:
             if not self._fire_next(key, state, True, watermark - 1):
@@ -466,8 +483,12 @@ class StatefulCore:
 
     def on_processing_time(self, key: Any, state: UserKeyState, now: int, watermark: int) -> None:
         """Fires the processing-time timers due at `now`, earliest first."""
-        while self._fire_next(key, state, False, now):
-            pass
+        before = set_processing_time(now)
+        try:
+            while self._fire_next(key, state, False, now):
+                pass
+        finally:
+            set_processing_time(before)
 
     def _fire_next(self, key: Any, state: UserKeyState, event: bool, upto: int,
                    only: Any = None) -> bool:
@@ -519,9 +540,9 @@ class StatefulCore:
         return best
 
     def next_event_time(self, state: UserKeyState) -> int:
-        """The earliest event time at which the key has something to do: a timer or a window
-        expiry (a watermark after it triggers it); MAX_TIMESTAMP_MICROS: nothing."""
-        best = MAX
+        """The least input watermark at which the key has something to do (a timer to fire or a
+        window to expire: the instant after it); MAX_TIMESTAMP_MICROS: nothing before the end."""
+        best = MAX - 1
         for w, cells in state.windows.items():
             e = expiry_of(w, self.lateness_us)
             if e < best:
@@ -529,7 +550,7 @@ class StatefulCore:
             for t, _, ev in cells.timers.values():
                 if ev and t < best:
                     best = t
-        return best
+        return best + 1
 
     def output_hold(self, state: UserKeyState) -> int:
         """The earliest timestamp the key may still output (it holds the output watermark)."""

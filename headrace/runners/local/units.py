@@ -641,8 +641,7 @@ class StatefulUnit(Unit):
             return
         self.input_wm = wm
         core = self.step.core()
-        due = [kb for kb, st in self.states.items() if core.next_event_time(st) < wm
-               or (wm == MAX_TIMESTAMP_MICROS and not st.is_empty())]
+        due = [kb for kb, st in self.states.items() if core.next_event_time(st) <= wm]
         if not due:
             return
         now, states, keys = self.ex.clock.now(), self.states, self.keys

@@ -768,10 +768,10 @@ def _stateful_keys(core: StatefulCore, keys: List[Tuple[Any, List[WindowedValue]
         for wv in elements:
             t = wv.timestamp_us
             if t > wm:
-                core.on_watermark(k, state, t, _PROCESSING_TIME)
+                core.on_watermark(k, state, t, None)
                 wm = t
-            core.process(k, state, [wv], wm, _PROCESSING_TIME)
-        core.on_watermark(k, state, MAX_TIMESTAMP_MICROS, _PROCESSING_TIME)
+            core.process(k, state, [wv], wm, None)
+        core.on_watermark(k, state, MAX_TIMESTAMP_MICROS, None)
 
 
 # ---- shuffles without grouping -------------------------------------------------------------

@@ -40,6 +40,7 @@ from headrace.model.window import Windowing
 from headrace.model.windowed import WindowedValue
 from headrace.runners.kit.grouping import GroupingCore, grouping_errors, pane_element
 from headrace.runners.kit.side_inputs import SideInputReader
+from headrace.runners.kit.stateful import StatefulCore, StatefulSpec, StatefulStep, UserKeyState
 from headrace.runners.spark.streaming import rows
 from headrace.runners.spark.streaming.coordinator import to_clock
 from headrace.runners.spark.tasks import SideStub, pack
@@ -89,13 +90,27 @@ class SideStepSpec(NamedTuple):
     sides: Tuple[Tuple[int, int, Any], ...]        # (side index, side pc id, side WindowFn)
 
 
+class StatefulStepSpec(NamedTuple):
+    """A stateful ParDo (user state and timers) as the processor runs it (picklable): its keys
+    are kept in buckets as a grouping's are, each key's record holding its `UserKeyState`."""
+
+    ref: int
+    spec: StatefulSpec
+
+    @property
+    def label(self) -> str:
+        """The step's label."""
+        return self.spec.label
+
+
 class _KeyRecord:
     """A key's state, kept in its bucket (`_Bucket`)."""
 
     __slots__ = ("key", "state", "seen", "timer", "hold", "ptime", "waiting")
 
-    def __init__(self, key: Any, state: KeyState, seen: int) -> None:
+    def __init__(self, key: Any, state: Any, seen: int) -> None:
         self.key = key
+        # a grouping's KeyState, or a stateful ParDo's UserKeyState
         self.state = state
         self.seen = seen          # the input watermark its core last saw
         self.timer: Optional[int] = None   # the Spark clock (ms) it must be visited at
@@ -118,7 +133,8 @@ def processor(specs: Dict[int, Any], forward_key: bytes, env: Any) -> Any:
 
     side_steps = {g: sp for g, sp in specs.items() if isinstance(sp, SideStepSpec)}
     lifted = {g for g, sp in specs.items() if isinstance(sp, GroupingSpec) and sp.lifted}
-    side_specs = {g: sp for g, sp in specs.items() if sp.sides}
+    stateful = {g: sp for g, sp in specs.items() if isinstance(sp, StatefulStepSpec)}
+    side_specs = {g: sp for g, sp in specs.items() if getattr(sp, "sides", ())}
 
     class HeadraceGroupings(StatefulProcessor):  # type: ignore[misc]
         """headrace groupings as one transformWithState processor (see the module doc)."""
@@ -133,6 +149,7 @@ def processor(specs: Dict[int, Any], forward_key: bytes, env: Any) -> Any:
             self.panes: List[Any] = []
             self.side_cache: Dict[int, Dict[int, Dict[Any, list]]] = {}   # index -> side inputs
             self.combiners: Dict[int, Any] = {}
+            self.steps: Dict[int, StatefulStep] = {}   # stateful ParDos, built on first use
 
         def handleInputRows(self, key: Any, rows_: Any, timerValues: Any) -> Iterator[Any]:
             return _guard(self._input(key, rows_))
@@ -261,6 +278,8 @@ def processor(specs: Dict[int, Any], forward_key: bytes, env: Any) -> Any:
                 self.cell.clear()
 
         def close(self) -> None:
+            for step in self.steps.values():
+                step.teardown()
             for combiner in self.combiners.values():
                 combiner.teardown()
             for core in list(self.cores.values()) + list(self.element_cores.values()):
@@ -313,6 +332,12 @@ def processor(specs: Dict[int, Any], forward_key: bytes, env: Any) -> Any:
             # the bucket's output: one row per PCollection and bundle for all its keys
             outs: Dict[Tuple[int, int], List[WindowedValue]] = {}
             metrics = MetricsContainer()
+            if g in stateful:
+                for kb, got in inputs.items():
+                    self._visit_stateful(g, ctl, recs, kb, got, outs, metrics)
+                for kb in due:
+                    self._visit_stateful(g, ctl, recs, kb, {}, outs, metrics)
+                inputs, due = {}, []
             for kb, got in inputs.items():
                 if lifted_g:   # (key, partials by window, elements behind the watermark by bundle)
                     self._visit(g, ctl, recs, kb, got[2], got[:2], outs, metrics)
@@ -420,6 +445,72 @@ def processor(specs: Dict[int, Any], forward_key: bytes, env: Any) -> Any:
                         outs[(pc, bundle)] = lst
                     else:
                         got.extend(lst)
+
+        def _visit_stateful(self, g: int, ctl: rows.Control, recs: Dict[bytes, "_KeyRecord"],
+                            kb: bytes, batches: Dict[int, List[Tuple[int, WindowedValue]]],
+                            outs: Dict[Tuple[int, int], List[WindowedValue]],
+                            metrics: MetricsContainer) -> None:
+            """One key of a stateful ParDo's bucket, as `_visit` does a grouping's: the watermark
+            it missed and its new elements (one bundle of the DoFn), then this batch's watermark
+            and processing time (another); each bundle retried whole on failure, from the key's
+            record as it was before it."""
+            step = self.steps.get(g)
+            if step is None:
+                step = self.steps[g] = StatefulStep(stateful[g].spec)
+            prev, cur, pt = ctl.w_prev[g], ctl.w[g], ctl.pt[g]
+            rec = recs.get(kb)
+            if rec is None:
+                if not batches:
+                    return
+                k = batches[min(batches)][0][1].value[0]
+                rec = recs[kb] = _KeyRecord(k, UserKeyState(), prev)
+            record: "_KeyRecord" = rec
+            assert isinstance(record.state, UserKeyState)
+            elements: List[WindowedValue] = []
+            for bundle in sorted(batches):
+                for _, wv in sorted(batches[bundle], key=lambda x: x[0]):
+                    if len(wv.windows) == 1:
+                        elements.append(wv)
+                    else:
+                        elements.extend(WindowedValue(wv.value, wv.timestamp_us, (w,), wv.pane_info,
+                                                      wv.is_retraction) for w in wv.windows)
+
+            def arrive(core: StatefulCore) -> None:
+                if record.seen < prev:
+                    core.on_watermark(record.key, record.state, prev, pt)
+                    record.seen = prev
+                if elements:
+                    core.process(record.key, record.state, elements, prev, pt)
+
+            def advance(core: StatefulCore) -> None:
+                if cur > record.seen:
+                    core.on_watermark(record.key, record.state, cur, pt)
+                    record.seen = cur
+                core.on_processing_time(record.key, record.state, pt, cur)
+
+            for body, bundle in ((arrive, 2 * ctl.n), (advance, 2 * ctl.n + 1)):
+                before = coders.dumps(record.state), record.seen
+
+                def restore(before: Tuple[bytes, int] = before) -> None:
+                    record.state, record.seen = coders.loads(before[0]), before[1]
+
+                got = step.run_bundle(body, restore, env.max_attempts, metrics, MetricsContainer())
+                for pc, lst in got.items():
+                    if lst:
+                        outs.setdefault((pc, bundle), []).extend(lst)
+            core = step.core()
+            state = record.state
+            if state.is_empty():
+                del recs[kb]
+                record.timer, record.hold, record.ptime = None, MAX, MAX
+                return
+            record.hold = core.output_hold(state)
+            record.ptime = core.next_processing_time(state)
+            nxt = core.next_event_time(state)
+            timer = to_clock(nxt) if nxt < MAX else None
+            if record.ptime < MAX or (timer is not None and timer <= ctl.clock):
+                timer = ctl.clock + 1   # next batch
+            record.timer = timer
 
         def _settle(self, g: int, core: GroupingCore, recs: Dict[bytes, "_KeyRecord"], kb: bytes,
                     rec: "_KeyRecord", ctl: rows.Control, wakeup: int) -> None:

@@ -51,13 +51,17 @@ from headrace.options.pipeline_options import LocalRunnerOptions, SparkRunnerOpt
 from headrace.pipeline.pipeline import Pipeline, PipelineResult, PipelineState
 from headrace.runners.kit import plan as planning
 from headrace.runners.kit.side_inputs import SideInputCombiner, replace_views
+from headrace.runners.kit.stateful import StatefulSpec
+from headrace.pipeline.userstate import get_dofn_specs
 from headrace.runners.spark import session as sessions
 from headrace.runners.spark import tasks
 from headrace.runners.spark.streaming import rows
 from headrace.runners.spark.streaming.coordinator import (
     GROUPING, PASS, SIDE_STEP, SOURCE, STAGE, TEST_STREAM, UNBOUNDED, Coordinator, Node,
 )
-from headrace.runners.spark.streaming.processor import GroupingSpec, SideStepSpec, processor
+from headrace.runners.spark.streaming.processor import (
+    GroupingSpec, SideStepSpec, StatefulStepSpec, processor,
+)
 from headrace.runners.spark.streaming.source import SOURCE_NAME, RunFiles, SourcePlan, data_source_class
 from headrace.runners.spark.streaming.stages import LevelSpec, LevelUnit, level_fn
 from headrace.testing.test_stream import TestStream
@@ -217,6 +221,19 @@ def build_plan(pipeline: Pipeline, bundle_size: int, max_attempts: int, partitio
             for pc in outs:
                 level_of[pc] = lv
             nodes.append(Node(GROUPING, g, (src._id,), outs, (), tuple(pc for _, pc, _ in g_sides)))
+        elif u.kind == planning.STATEFUL:
+            # a stateful ParDo: its keys kept in buckets as a grouping's (`processor`)
+            src = node.inputs[0]
+            g = n_groupings
+            n_groupings += 1
+            lv = level_of[src._id] + 1
+            g_specs.setdefault(lv, {})[g] = StatefulStepSpec(g, StatefulSpec.of(node))
+            g_inputs.setdefault(lv - 1, []).append((src._id, g, u.label))
+            readers.setdefault(src._id, set()).add(lv - 1)
+            outs = tuple(pc._id for pc in u.outputs)
+            for pc in outs:
+                level_of[pc] = lv
+            nodes.append(Node(GROUPING, g, (src._id,), outs))
         else:  # Flatten, Reshuffle: pass elements on
             ins = tuple(pc._id for pc in u.inputs)
             lv = max((level_of[pc] for pc in ins), default=0)
@@ -245,6 +262,10 @@ def build_plan(pipeline: Pipeline, bundle_size: int, max_attempts: int, partitio
         for g, spec in specs.items():
             if isinstance(spec, GroupingSpec):
                 merge[g] = spec.windowing.trigger.processing_time_free
+            elif isinstance(spec, StatefulStepSpec):
+                dofn = spec.spec.step.dofn
+                assert dofn is not None
+                merge[g] = all(t.is_event_time for t in get_dofn_specs(coders.loads(dofn))[1])
     coordinator = Coordinator(nodes, [s[1] if s[0] == "test_stream" else None for s in sources],
                               n_groupings, merge, unbounded, max_records)
     groupings = [g_specs.get(lv, {}) for lv in range(top + 1)]
