@@ -320,6 +320,7 @@ class StageUnit(Unit):
         for pc in self.materialized:
             if outs[pc._id]:
                 ex.emit(pc, outs[pc._id])
+        self.stage.finalize_bundles()  # the bundle's outputs are in the executor's hands
 
     def close(self) -> None:
         self.stage.teardown()

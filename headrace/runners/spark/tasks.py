@@ -259,6 +259,7 @@ def stage_fn(env: TaskEnv, stage: FusedStage, sides: Optional[Any], tagged: Opti
                 rest = side.finish()
                 for i in range(0, len(rest), env.bundle_size):
                     yield (tagged[pc], pack(rest[i:i + env.bundle_size]))  # type: ignore[index]
+            stage.finalize_bundles()  # every output of the partition is in Spark's hands
         except PipelineExecutionError as exc:
             raise env.fail(exc) from exc
         finally:
