@@ -5,6 +5,8 @@ CombinePerKey, WindowInto, ... and the modules `window`, `combiners`, `pvalue`, 
 `metrics`, `options`, `testing`.
 """
 
+import sys as _sys
+
 from headrace import coders, combiners, io, metrics, pvalue, transforms, window  # noqa: F401
 from headrace.errors import HeadraceError
 from headrace.io import ReadFromText, WriteToText
@@ -24,6 +26,11 @@ from headrace.transforms.core import (
 )
 from headrace.transforms.util import Distinct, RemoveDuplicates
 from headrace.runners.local import LocalRunner
+
+# Beam's `apache_beam.transforms.periodicsequence` lives in `io` here (it is a source, and
+# `transforms` cannot import `io`): make it importable under Beam's path too.
+_sys.modules["headrace.transforms.periodicsequence"] = io.periodicsequence
+setattr(transforms, "periodicsequence", io.periodicsequence)
 
 __version__ = "0.1.0"
 

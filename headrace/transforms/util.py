@@ -168,7 +168,7 @@ class _BatchElementsDoFn(DoFn):
         batch = self._batches.pop(window)
         start = self.clock()
         # the time until the generator resumes is what the fused steps downstream took
-        yield WindowedValue(batch.elements, window.max_timestamp_us(), (window,))
+        yield WindowedValue(batch.elements, window.max_timestamp_us, (window,))
         elapsed = self.clock() - start
         self.sizer.record(batch.size, elapsed)
         if self.record_metrics:
