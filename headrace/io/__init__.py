@@ -11,8 +11,9 @@ from headrace.io.parquetio import ReadFromParquet, ReadFromParquetBatched, Write
 from headrace.io.periodicsequence import PeriodicImpulse, PeriodicSequence
 from headrace.io.textio import ReadFromText, ReadFromTextContinuously, WriteToText
 
-__all__ = ["BoundedSource", "FileBasedSink", "FileFormatWriter", "PeriodicImpulse", "PeriodicSequence", "Read",
-           "ReadFromJson", "ReadFromJsonContinuously", "ReadFromParquet", "ReadFromParquetBatched",
+__all__ = ["BoundedSource", "FileBasedSink", "FileFormatWriter", "PeriodicImpulse",
+           "PeriodicSequence", "Read", "ReadFromJson", "ReadFromJsonContinuously", "ReadFromParquet",
+           "ReadFromParquetBatched",
            "ReadFromText", "ReadFromTextContinuously", "UnboundedSource", "WriteToJson",
            "WriteToParquet", "WriteToText", "filebasedsink", "jsonio", "parquetio",
            "periodicsequence", "textio", "watch"]

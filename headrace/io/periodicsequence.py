@@ -131,9 +131,8 @@ class PeriodicSequence(PTransform):
     def expand(self, pcoll: Any) -> Any:
         from headrace.transforms.core import Create, Flatten
         producer = getattr(pcoll, "producer", None)
-        creates = producer is not None and isinstance(producer.transform, Create)
         label = pcoll.pipeline.current_transform().full_label
-        if not creates:
+        if producer is None or not isinstance(producer.transform, Create):
             raise UnsupportedArgumentError(
                 f"PeriodicSequence {label!r}: its input {getattr(pcoll, 'label', pcoll)!r} is not "
                 "a beam.Create of (start, stop, interval) tuples; headrace reads the tuples when "

@@ -554,9 +554,10 @@ class _TupleCombineFnBase(CombineFn):
 class TupleCombineFn(_TupleCombineFnBase):
     """Combines N-tuples position by position with N CombineFns (or callables like `sum`)."""
 
-    def add_input(self, accumulator: List[Any], element: Any, *args: Any, **kwargs: Any) -> List[Any]:
+    def add_input(self, mutable_accumulator: List[Any], element: Any, *args: Any, **kwargs: Any
+                  ) -> List[Any]:
         return [c.add_input(a, e, *args, **kwargs)
-                for c, a, e in zip(self._combiners, accumulator, element)]
+                for c, a, e in zip(self._combiners, mutable_accumulator, element)]
 
     def with_common_input(self) -> "SingleInputTupleCombineFn":
         """The SingleInputTupleCombineFn of the same CombineFns (each sees every input)."""
@@ -566,9 +567,10 @@ class TupleCombineFn(_TupleCombineFnBase):
 class SingleInputTupleCombineFn(_TupleCombineFnBase):
     """Applies each of N CombineFns to every input; outputs the N-tuple of their results."""
 
-    def add_input(self, accumulator: List[Any], element: Any, *args: Any, **kwargs: Any) -> List[Any]:
+    def add_input(self, mutable_accumulator: List[Any], element: Any, *args: Any, **kwargs: Any
+                  ) -> List[Any]:
         return [c.add_input(a, element, *args, **kwargs)
-                for c, a in zip(self._combiners, accumulator)]
+                for c, a in zip(self._combiners, mutable_accumulator)]
 
 
 class ConcatListCombineFn(CombineFn):

@@ -120,7 +120,7 @@ class _InAnyOrder:
 
     def __eq__(self, other: object) -> bool:
         try:
-            return self._counter == collections.Counter(other)  # type: ignore[arg-type]
+            return self._counter == collections.Counter(other)  # type: ignore[call-overload]
         except TypeError:
             return False
 

@@ -11,7 +11,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 from headrace.errors import InvalidArgumentError, UnsupportedArgumentError
 from headrace.metrics import Metrics
 from headrace.model.time import Timestamp
-from headrace.model.window import GlobalWindow, GlobalWindows
+from headrace.model.window import GlobalWindow
 from headrace.model.windowed import TimestampedValue, WindowedValue
 from headrace.pipeline.dofn import DoFn
 from headrace.pipeline.ptransform import PTransform, ptransform_fn

@@ -163,11 +163,12 @@ def test_count_mean_latest_per_key_and_per_element(make_pipeline):
     with make_pipeline(bundle_size=2) as p:
         pc = p | beam.Create([TV((k, v), t) for k, v, t in data])
         per = _by_key([(k, v) for k, v, _ in data])
-        assert_that(pc | "CountPK" >> combiners.Count.PerKey(), equal_to([(k, len(v)) for k, v in per.items()]),
-                    label="count")
+        assert_that(pc | "CountPK" >> combiners.Count.PerKey(),
+                    equal_to([(k, len(v)) for k, v in per.items()]), label="count")
         assert_that(pc | "MeanPK" >> combiners.Mean.PerKey(),
                     equal_to([(k, statistics.mean(v)) for k, v in per.items()]), label="mean")
-        assert_that(pc | "LatestPK" >> combiners.Latest.PerKey(), equal_to([("a", 3), ("b", 4)]), label="latest")
+        assert_that(pc | "LatestPK" >> combiners.Latest.PerKey(), equal_to([("a", 3), ("b", 4)]),
+                    label="latest")
         assert_that(pc | beam.Keys() | combiners.Count.PerElement(),
                     equal_to([("a", 3), ("b", 2)]), label="perelement")
         assert_that(pc | "Latest" >> combiners.Latest.Globally(), equal_to([("a", 3)]), label="lg")
