@@ -80,8 +80,10 @@ class FusedStage:
         self.runners: Optional[List[Any]] = None
         self._plan: Any = _UNCOMPILED
         #: The finalizers (DoFn.BundleFinalizerParam) of bundles that succeeded, waiting for
-        #: the runner to commit them (`finalize_bundles`).
+        #: the runner to commit them (`finalize_bundles`); kept only when the runner set
+        #: `finalizes` (one that never calls `finalize_bundles` would let them pile up).
         self.pending_finalizers: List[Any] = []
+        self.finalizes = False
 
     def __getstate__(self) -> Dict[str, Any]:
         state = dict(self.__dict__)
@@ -92,6 +94,7 @@ class FusedStage:
         self.__dict__.update(state)
         self.__dict__.setdefault("_plan", _UNCOMPILED)
         self.__dict__.setdefault("pending_finalizers", [])
+        self.__dict__.setdefault("finalizes", False)
 
     def _build(self) -> List[Any]:
         runners: List[Any] = []
@@ -182,7 +185,8 @@ class FusedStage:
         for r in self.runners or ():
             finalizer = getattr(r, "finalizer", None)
             if finalizer is not None and finalizer.has_callbacks():
-                self.pending_finalizers.append(finalizer)
+                if self.finalizes:
+                    self.pending_finalizers.append(finalizer)
                 r.finalizer = None
 
     def finalize_bundles(self) -> None:

@@ -315,6 +315,7 @@ class StageUnit(Unit):
 
     def process_bundle(self, bundle: Bundle) -> None:
         ex = self.ex
+        self.stage.finalizes = True  # finalize_bundles below, once the outputs are emitted
         outs = self.stage.process_bundle(bundle, ex.side_input_reader(self.nodes), ex.max_attempts,
                                          ex.committed, ex.attempted)
         for pc in self.materialized:

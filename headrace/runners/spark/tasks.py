@@ -231,6 +231,7 @@ def stage_fn(env: TaskEnv, stage: FusedStage, sides: Optional[Any], tagged: Opti
             reader = side_reader(sides, [a for s in stage.steps
                                          for a in list(s.args) + list((s.kwargs or {}).values())])
         committed, attempted = MetricsContainer(), MetricsContainer()
+        stage.finalizes = True  # finalize_bundles once the partition's outputs are all handed on
         only = stage.materialized[0] if tagged is None else None
         grouping = MetricsContainer()  # the groupings' map sides: once per partition, not per attempt
         mapped = {pc: side.start(grouping) for pc, side in (map_sides or {}).items()}
