@@ -24,7 +24,9 @@ from headrace.transforms.core import (
     FlatMapTuple, Flatten, GroupByKey, Keys, KvSwap, Map, MapTuple, ParDo, Partition, Reshuffle,
     Values, WindowInto, WithKeys,
 )
-from headrace.transforms.util import Distinct, RemoveDuplicates
+from headrace.transforms.util import (
+    BatchElements, Distinct, LogElements, Regex, Reify, RemoveDuplicates, Tee, ToString,
+)
 from headrace.runners.local import LocalRunner
 
 # Beam's `apache_beam.transforms.periodicsequence` lives in `io` here (it is a source, and
@@ -35,6 +37,7 @@ setattr(transforms, "periodicsequence", io.periodicsequence)
 __version__ = "0.1.0"
 
 __all__ = [
+    "BatchElements", "LogElements", "Regex", "Reify", "Tee", "ToString",
     "CoGroupByKey", "CombineFn", "CombineGlobally", "CombinePerKey", "CombineValues", "Create",
     "Distinct", "DoFn", "Filter", "FlatMap", "FlatMapTuple", "Flatten", "GroupByKey",
     "HeadraceError", "Keys", "KvSwap", "LocalRunner", "Map", "MapTuple", "Metrics", "PCollection",

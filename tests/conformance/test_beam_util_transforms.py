@@ -304,3 +304,10 @@ def test_reshuffle_with_num_buckets_keeps_elements_timestamps_and_windows(make_p
                | beam.Map(lambda x, t=beam.DoFn.TimestampParam, w=beam.DoFn.WindowParam:
                           (x, t.micros // 1_000_000, int(w.start))))
         assert_that(out, equal_to([(i, i, i // 5 * 5) for i in range(20)]))
+
+
+def test_util_names_are_top_level_as_in_beam():
+    # Beam's `apache_beam` re-exports `transforms.util`: beam.Regex, beam.BatchElements, ...
+    for name in ("BatchElements", "LogElements", "Regex", "Reify", "Tee", "ToString", "WithKeys",
+                 "Distinct", "Keys", "Values", "KvSwap", "Reshuffle"):
+        assert getattr(beam, name) is getattr(util, name) is getattr(beam.transforms, name), name
