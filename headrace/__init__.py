@@ -5,6 +5,8 @@ CombinePerKey, WindowInto, ... and the modules `window`, `combiners`, `pvalue`, 
 `metrics`, `options`, `testing`.
 """
 
+import sys as _sys
+
 from headrace import coders, combiners, io, metrics, pvalue, transforms, window  # noqa: F401
 from headrace.errors import HeadraceError
 from headrace.io import ReadFromText, WriteToText
@@ -22,12 +24,20 @@ from headrace.transforms.core import (
     FlatMapTuple, Flatten, GroupByKey, Keys, KvSwap, Map, MapTuple, ParDo, Partition, Reshuffle,
     Values, WindowInto, WithKeys,
 )
-from headrace.transforms.util import Distinct, RemoveDuplicates
+from headrace.transforms.util import (
+    BatchElements, Distinct, LogElements, Regex, Reify, RemoveDuplicates, Tee, ToString,
+)
 from headrace.runners.local import LocalRunner
+
+# Beam's `apache_beam.transforms.periodicsequence` lives in `io` here (it is a source, and
+# `transforms` cannot import `io`): make it importable under Beam's path too.
+_sys.modules["headrace.transforms.periodicsequence"] = io.periodicsequence
+setattr(transforms, "periodicsequence", io.periodicsequence)
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "BatchElements", "LogElements", "Regex", "Reify", "Tee", "ToString",
     "CoGroupByKey", "CombineFn", "CombineGlobally", "CombinePerKey", "CombineValues", "Create",
     "Distinct", "DoFn", "Filter", "FlatMap", "FlatMapTuple", "Flatten", "GroupByKey",
     "HeadraceError", "Keys", "KvSwap", "LocalRunner", "Map", "MapTuple", "Metrics", "PCollection",

@@ -1,4 +1,7 @@
-"""Beam's `PeriodicImpulse`: an unbounded stream of timestamps (or of given values) at a fixed interval.
+"""Beam's `PeriodicImpulse` and `PeriodicSequence`: unbounded streams of timestamps (or of given
+values) at a fixed interval. Beam has them in `apache_beam.transforms.periodicsequence`, and so
+does headrace: `headrace.transforms.periodicsequence` is this module (an alias set up by the
+`headrace` package, since `transforms` cannot import `io`).
 
     p | PeriodicImpulse(start_timestamp=t0, stop_timestamp=t1, fire_interval=60)
 
@@ -10,6 +13,11 @@ is the timestamp of the next element; it reaches +infinity after the last one. W
 elements are `data`'s values, cycled, at those timestamps; with `apply_windowing`, each element
 is in its own `FixedWindows(fire_interval)` window. The position is the index of the next
 element, so a replayed streaming batch reads exactly the same elements.
+
+    p | beam.Create([(start, stop, interval), ...]) | PeriodicSequence()
+
+emits, for each (start, stop, interval) element, the same sequence as
+`PeriodicImpulse(start, stop, interval)`; the sequences of several elements are merged.
 """
 
 from __future__ import annotations
@@ -17,14 +25,14 @@ from __future__ import annotations
 import time
 from typing import Any, Iterator, List, Optional, Sequence
 
-from headrace.errors import InvalidArgumentError
+from headrace.errors import InvalidArgumentError, UnsupportedArgumentError
 from headrace.io.iobase import Read, UnboundedSource, even_positions
 from headrace.model.time import MAX_TIMESTAMP_MICROS, duration_micros, to_micros
 from headrace.model.windowed import TimestampedValue
 from headrace.pipeline.ptransform import PTransform
 from headrace.utils.timestamp import Timestamp
 
-__all__ = ["PeriodicImpulse"]
+__all__ = ["PeriodicImpulse", "PeriodicSequence"]
 
 
 class _ImpulseSource(UnboundedSource):
@@ -109,6 +117,42 @@ class PeriodicImpulse(PTransform):
             from headrace.transforms.core import WindowInto
             out = out | "ApplyWindowing" >> WindowInto(window.FixedWindows(self.fire_interval))
         return out
+
+
+class PeriodicSequence(PTransform):
+    """For each (start_timestamp, stop_timestamp, fire_interval) input element, the timestamps
+    start, start + interval, ... before stop (as PeriodicImpulse emits them), unbounded.
+
+    Beam runs it as a Splittable DoFn over any input; headrace has no Splittable DoFns yet, so
+    the input must be a `beam.Create` of the (start, stop, interval) tuples, read when the
+    pipeline is built: each becomes a PeriodicImpulse source and their outputs are flattened.
+    """
+
+    def expand(self, pcoll: Any) -> Any:
+        from headrace.transforms.core import Create, Flatten
+        producer = getattr(pcoll, "producer", None)
+        label = pcoll.pipeline.current_transform().full_label
+        if producer is None or not isinstance(producer.transform, Create):
+            raise UnsupportedArgumentError(
+                f"PeriodicSequence {label!r}: its input {getattr(pcoll, 'label', pcoll)!r} is not "
+                "a beam.Create of (start, stop, interval) tuples; headrace reads the tuples when "
+                "the pipeline is built (a Splittable DoFn over computed elements is not supported "
+                "yet): use p | beam.Create([(start, stop, interval)]) | PeriodicSequence(), or "
+                "PeriodicImpulse(start, stop, interval)")
+        sources = []
+        for i, element in enumerate(producer.transform.values):
+            value = element.value if isinstance(element, TimestampedValue) else element
+            if not (isinstance(value, (tuple, list)) and len(value) == 3):
+                raise InvalidArgumentError(
+                    f"PeriodicSequence {label!r}: element {i} of the input is {value!r}; each must "
+                    "be a (start_timestamp, stop_timestamp, fire_interval) tuple")
+            start, stop, interval = value
+            impulse = PeriodicImpulse(start, stop, interval)
+            sources.append(_ImpulseSource(impulse.start_us, impulse.stop_us, impulse.interval_us, None))
+        reads = [pcoll.pipeline | f"Sequence[{i}]" >> Read(src) for i, src in enumerate(sources)]
+        if len(reads) == 1:
+            return reads[0]
+        return tuple(reads) | "Merge" >> Flatten(pipeline=pcoll.pipeline)
 
 
 def _micros(value: Any, where: str) -> int:

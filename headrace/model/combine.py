@@ -506,20 +506,88 @@ class LatestCombineFn(CombineFn):
         return acc[0]
 
 
-class SingleInputTupleCombineFn(CombineFn):
-    """Applies one CombineFn per position of tuple inputs."""
+class _TupleCombineFnBase(CombineFn):
+    """What TupleCombineFn and SingleInputTupleCombineFn share: one CombineFn per position."""
 
-    def __init__(self, *fns: Any) -> None:
-        self._fns = [as_combine_fn(f) for f in fns]
+    def __init__(self, *combiners: Any, merge_accumulators_batch_size: Optional[int] = None) -> None:
+        self._combiners = [as_combine_fn(c) for c in combiners]
+        self._merge_batch = merge_accumulators_batch_size or max(10, 1000 // max(1, len(combiners)))
+
+    def setup(self, *args: Any, **kwargs: Any) -> None:
+        """Sets up every CombineFn."""
+        for c in self._combiners:
+            c.setup(*args, **kwargs)
+
+    def teardown(self, *args: Any, **kwargs: Any) -> None:
+        """Tears down every CombineFn (in reverse order)."""
+        for c in reversed(self._combiners):
+            c.teardown(*args, **kwargs)
+
+    def create_accumulator(self, *args: Any, **kwargs: Any) -> List[Any]:
+        return [c.create_accumulator(*args, **kwargs) for c in self._combiners]
+
+    def merge_accumulators(self, accumulators: Iterable[List[Any]], *args: Any, **kwargs: Any
+                           ) -> List[Any]:
+        it = iter(accumulators)
+        try:
+            result = next(it)
+        except StopIteration:
+            return self.create_accumulator(*args, **kwargs)
+        while True:  # merged in batches, to bound the memory held at once
+            batch = [result]
+            for a in it:
+                batch.append(a)
+                if len(batch) > self._merge_batch:
+                    break
+            if len(batch) == 1:
+                return result
+            result = [c.merge_accumulators(list(accs), *args, **kwargs)
+                      for c, accs in zip(self._combiners, zip(*batch))]
+
+    def compact(self, accumulator: List[Any], *args: Any, **kwargs: Any) -> List[Any]:
+        return [c.compact(a, *args, **kwargs) for c, a in zip(self._combiners, accumulator)]
+
+    def extract_output(self, accumulator: List[Any], *args: Any, **kwargs: Any) -> Tuple[Any, ...]:
+        return tuple(c.extract_output(a, *args, **kwargs) for c, a in zip(self._combiners, accumulator))
+
+
+class TupleCombineFn(_TupleCombineFnBase):
+    """Combines N-tuples position by position with N CombineFns (or callables like `sum`)."""
+
+    def add_input(self, mutable_accumulator: List[Any], element: Any, *args: Any, **kwargs: Any
+                  ) -> List[Any]:
+        return [c.add_input(a, e, *args, **kwargs)
+                for c, a, e in zip(self._combiners, mutable_accumulator, element)]
+
+    def with_common_input(self) -> "SingleInputTupleCombineFn":
+        """The SingleInputTupleCombineFn of the same CombineFns (each sees every input)."""
+        return SingleInputTupleCombineFn(*self._combiners)
+
+
+class SingleInputTupleCombineFn(_TupleCombineFnBase):
+    """Applies each of N CombineFns to every input; outputs the N-tuple of their results."""
+
+    def add_input(self, mutable_accumulator: List[Any], element: Any, *args: Any, **kwargs: Any
+                  ) -> List[Any]:
+        return [c.add_input(a, element, *args, **kwargs)
+                for c, a in zip(self._combiners, mutable_accumulator)]
+
+
+class ConcatListCombineFn(CombineFn):
+    """Concatenates list inputs into one list."""
 
     def create_accumulator(self) -> List[Any]:
-        return [f.create_accumulator() for f in self._fns]
+        return []
 
     def add_input(self, acc: List[Any], element: Any) -> List[Any]:
-        return [f.add_input(a, e) for f, a, e in zip(self._fns, acc, element)]
+        acc.extend(element)
+        return acc
 
     def merge_accumulators(self, accumulators: Iterable[List[Any]]) -> List[Any]:
-        return [f.merge_accumulators(list(a)) for f, a in zip(self._fns, zip(*accumulators))]
+        out: List[Any] = []
+        for a in accumulators:
+            out.extend(a)
+        return out
 
-    def extract_output(self, acc: List[Any]) -> Tuple[Any, ...]:
-        return tuple(f.extract_output(a) for f, a in zip(self._fns, acc))
+    def extract_output(self, acc: List[Any]) -> List[Any]:
+        return acc

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable, Optional
+import inspect
+import logging
+from typing import Any, Callable, Dict, Iterable, List, Optional
+
+_log = logging.getLogger(__name__)
 
 
 class _DoFnParam:
@@ -70,6 +74,77 @@ class _TimerDoFnParam(_DoFnParam):
         return (_TimerDoFnParam, (self.spec,))
 
 
+class _BundleFinalizerParam(_DoFnParam):
+    """A bundle's finalizer: `register(callback)` callbacks run once the bundle has committed.
+
+    A DoFn asks for one with `finalizer=DoFn.BundleFinalizerParam` (the class itself, as in
+    Beam); the runner passes a fresh instance per bundle attempt. The callbacks registered
+    during an attempt run, in order, after that attempt succeeded and its outputs were handed
+    on (see docs/beam-compatibility.md for when that is on each runner); those of a failed or
+    abandoned attempt never run. A callback that raises is logged and the others still run.
+    """
+
+    __slots__ = ("_callbacks",)
+
+    def __init__(self) -> None:
+        super().__init__("BundleFinalizerParam")
+        self._callbacks: List[Callable[[], Any]] = []
+
+    def register(self, callback: Callable[[], Any]) -> None:
+        """Asks for `callback()` to be called once the current bundle has committed."""
+        if not callable(callback):
+            raise TypeError(
+                f"BundleFinalizerParam.register needs a callable taking no arguments, got {callback!r}")
+        self._callbacks.append(callback)
+
+    def finalize_bundle(self) -> None:
+        """Calls the registered callbacks in order (each error logged), then forgets them."""
+        callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            try:
+                callback()
+            except Exception as exc:  # as in Beam: logged, the other callbacks still run
+                _log.warning("a bundle finalization callback %r failed: %s: %s", callback,
+                             type(exc).__name__, exc, exc_info=True)
+
+    def has_callbacks(self) -> bool:
+        """True when some callback is waiting for the bundle to commit."""
+        return bool(self._callbacks)
+
+    def reset(self) -> None:
+        """Forgets the registered callbacks (the bundle attempt failed)."""
+        self._callbacks = []
+
+    def __reduce__(self):
+        return (_BundleFinalizerParam, ())
+
+
+def positional_slots(fn: Callable[..., Any], n_args: int) -> List[str]:
+    """The names of the parameters of `fn(element, ...)` that the first extra arguments of a
+    ParDo (or Map) fill, in Beam's order: the parameters without a default after the element,
+    then those whose default is `DoFn.SideInputParam` or a plain value (the other special
+    parameters are skipped, since the runner fills them). At most `n_args` names."""
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return []
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    plain = [p.name for p in positional[1:] if p.default is p.empty]
+    defaulted = [p.name for p in positional[1:] if p.default is not p.empty and (
+        p.default is DoFn.SideInputParam or not (
+            isinstance(p.default, _DoFnParam) or p.default is _BundleFinalizerParam))]
+    return (plain + defaulted)[:n_args]
+
+
+def side_input_params(fn: Callable[..., Any]) -> List[str]:
+    """The parameters of `fn` declared with the default `DoFn.SideInputParam`."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return []
+    return [p.name for p in params if p.default is DoFn.SideInputParam]
+
+
 class DoFn:
     """Per-element processing: `process(element, ...)` yields outputs; lifecycle methods bracket it.
 
@@ -77,9 +152,12 @@ class DoFn:
     bundle; `teardown()` when the instance is discarded (also after a failed bundle). Special
     parameters of `process` are given as defaults: `timestamp=DoFn.TimestampParam`,
     `window=DoFn.WindowParam`, `pane_info=DoFn.PaneInfoParam`,
-    `is_retraction=DoFn.RetractionParam`. A stateful DoFn (on a keyed PCollection) also takes
-    `DoFn.StateParam(spec)`, `DoFn.TimerParam(spec)`, `DoFn.KeyParam` and, in a timer callback,
-    `DoFn.DynamicTimerTagParam` (see `headrace.transforms.userstate`).
+    `is_retraction=DoFn.RetractionParam`, `key=DoFn.KeyParam` (the key of a (key, value)
+    element), `side=DoFn.SideInputParam` (a parameter that takes one of the extra arguments
+    given to ParDo, e.g. a side-input view) and `finalizer=DoFn.BundleFinalizerParam`. A
+    stateful DoFn (on a keyed PCollection) also takes `DoFn.StateParam(spec)`,
+    `DoFn.TimerParam(spec)` and, in a timer callback, `DoFn.DynamicTimerTagParam` (see
+    `headrace.transforms.userstate`).
     """
 
     ElementParam = _param("ElementParam")
@@ -91,6 +169,8 @@ class DoFn:
     DynamicTimerTagParam = _param("DynamicTimerTagParam")
     StateParam = _StateDoFnParam
     TimerParam = _TimerDoFnParam
+    SideInputParam = _param("SideInputParam")
+    BundleFinalizerParam = _BundleFinalizerParam
 
     def setup(self) -> None:
         """Called once per DoFn instance before its first bundle."""

@@ -5,10 +5,14 @@ from headrace.testing.test_stream import (
     ElementEvent, Event, ProcessingTimeEvent, TestStream, TestStreamError, WatermarkEvent,
 )
 from headrace.testing.util import (
-    BeamAssertException, TestWindowedValue, assert_that, equal_to, is_empty, is_not_empty,
+    AssertThat, BeamAssertException, SortLists, TestWindowedValue, assert_that,
+    contains_in_any_order, equal_to, equal_to_approx, equal_to_per_window, has_at_least_one,
+    is_empty, is_not_empty, matches_all, row_namedtuple_equals_fn,
 )
 
 __all__ = [
+    "AssertThat", "SortLists", "contains_in_any_order", "equal_to_approx", "equal_to_per_window",
+    "has_at_least_one", "matches_all", "row_namedtuple_equals_fn",
     "BeamAssertException", "ElementEvent", "Event", "ProcessingTimeEvent", "TestPipeline",
     "TestStream", "TestStreamError", "TestWindowedValue", "WatermarkEvent", "assert_that",
     "equal_to", "is_empty", "is_not_empty",

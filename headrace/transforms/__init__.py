@@ -7,12 +7,15 @@ from headrace.transforms.core import (
     FlatMapTuple, Flatten, GroupByKey, Keys, KvSwap, Map, MapTuple, ParDo, Partition, Reshuffle,
     Values, WindowInto, WithKeys,
 )
-from headrace.transforms.util import Distinct
+from headrace.transforms.util import (
+    BatchElements, Distinct, LogElements, Regex, Reify, RemoveDuplicates, Tee, ToString,
+)
 from headrace.pipeline.dofn import DoFn
 from headrace.pipeline.ptransform import PTransform, ptransform_fn
 from headrace.model.combine import CombineFn
 
-__all__ = ["CoGroupByKey", "CombineFn", "CombineGlobally", "CombinePerKey", "CombineValues",
+__all__ = ["BatchElements", "LogElements", "Regex", "Reify", "RemoveDuplicates", "Tee", "ToString",
+           "CoGroupByKey", "CombineFn", "CombineGlobally", "CombinePerKey", "CombineValues",
            "Create", "Distinct", "DoFn", "Filter", "FlatMap", "FlatMapTuple", "Flatten",
            "GroupByKey", "Keys", "KvSwap", "Map", "MapTuple", "PTransform", "ParDo", "Partition",
            "Reshuffle", "Values", "WindowInto", "WithKeys", "combiners", "ptransform_fn",

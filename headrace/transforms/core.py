@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import random
 import typing
 from typing import Any, Callable, Dict, Iterable, Optional, Tuple
 
@@ -12,14 +13,15 @@ from headrace.errors import (
     UnsupportedArgumentError,
 )
 from headrace.model.combine import BoundCombineFn, CombineFn, as_combine_fn, combine_values
+from headrace.model.time import Duration
 from headrace.model.trigger import AccumulationMode, DefaultTrigger
 from headrace.model.window import GlobalWindows, Windowing, WindowFn
 from headrace.model.windowed import TimestampedValue
 from headrace.pipeline import userstate as _userstate
-from headrace.pipeline.dofn import DoFn, _CallableWrapperDoFn
+from headrace.pipeline.dofn import DoFn, _CallableWrapperDoFn, positional_slots, side_input_params
 from headrace.pipeline.ptransform import PTransform, label_from_callable
 from headrace.pipeline.pvalue import (
-    AsList, AsSideInput, DoOutputsTuple, PBegin, PCollection,
+    AsList, AsSideInput, DoOutputsTuple, PBegin, PCollection, TaggedOutput,
 )
 
 # ---------------------------------------------------------------------------------------
@@ -144,6 +146,7 @@ class ParDo(PTransform):
         self.fn = fn
         self.args = args
         self.kwargs = kwargs
+        _check_side_input_params(fn, args, kwargs)
         self.side_inputs = tuple(a for a in list(args) + list(kwargs.values())
                                  if isinstance(a, AsSideInput))
         self.output_tags: Tuple[str, ...] = ()
@@ -300,6 +303,27 @@ class ParDo(PTransform):
                 f"per window, and its input is in merging windows "
                 f"({type(pcoll.windowing.windowfn).__name__}) whose state would have to merge; "
                 "re-window into non-merging windows first (as Beam requires), or use GroupByKey")
+
+
+def _check_side_input_params(fn: DoFn, args: tuple, kwargs: Dict[str, Any]) -> None:
+    """Every `DoFn.SideInputParam` parameter must get one of the ParDo's extra arguments."""
+    if isinstance(fn, _CallableWrapperDoFn):
+        if fn.kind in ("maptuple", "flatmaptuple"):
+            return
+        process: Any = fn.fn
+    else:
+        process = fn.process
+    wanted = side_input_params(process)
+    if not wanted:
+        return
+    filled = set(positional_slots(process, len(args))) | set(kwargs)
+    missing = [n for n in wanted if n not in filled]
+    if missing:
+        raise InvalidArgumentError(
+            f"{label_from_callable(process)}: parameter(s) {', '.join(map(repr, missing))} are "
+            "declared with DoFn.SideInputParam but the ParDo passes no argument for them; pass "
+            f"one per parameter, e.g. beam.ParDo(fn, beam.pvalue.AsList(pcoll)) or "
+            f"{missing[0]}=beam.pvalue.AsList(pcoll)")
 
 
 class _ThresholdChecked(PTransform):
@@ -475,17 +499,51 @@ def _swap(kv: Any) -> Any:
 
 
 class WithKeys(PTransform):
-    """Pairs each element with a key: a constant, or `key(element)` when callable."""
+    """Pairs each element with a key: `(k, element)` for a constant `k`, or
+    `(k(element, *args, **kwargs), element)` when `k` is callable; the extra arguments may be
+    side-input views, as for Map."""
 
-    def __init__(self, key: Any) -> None:
+    def __init__(self, k: Any, *args: Any, **kwargs: Any) -> None:
         super().__init__()
-        self.key = key
+        if (args or kwargs) and not callable(k):
+            raise InvalidArgumentError(
+                f"WithKeys({k!r}, ...) got extra arguments, which only a callable key takes; "
+                "pass a function, e.g. WithKeys(lambda v, side: ..., beam.pvalue.AsSingleton(pc))")
+        self.key, self.args, self.kwargs = k, args, kwargs
 
-    def expand(self, pcoll: Any) -> PCollection:
+    def expand(self, pcoll: PCollection) -> PCollection:
         key = self.key
         if callable(key):
-            return pcoll | Map(lambda v: (key(v), v)).with_output_types(KV_TYPE)
-        return pcoll | Map(lambda v: (key, v)).with_output_types(KV_TYPE)
+            return pcoll | Map(_KeyWith(key), *self.args, **self.kwargs).with_output_types(KV_TYPE)
+        return pcoll | Map(_ConstantKey(key)).with_output_types(KV_TYPE)
+
+
+class _KeyWith:
+    """`v -> (fn(v, *args, **kwargs), v)`."""
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        self.fn = fn
+
+    def __call__(self, v: Any, *args: Any, **kwargs: Any) -> Any:
+        return (self.fn(v, *args, **kwargs), v)
+
+    def default_label(self) -> str:
+        """`KeyWith(<the key function's label>)`."""
+        return f"KeyWith({label_from_callable(self.fn)})"
+
+
+class _ConstantKey:
+    """`v -> (key, v)`."""
+
+    def __init__(self, key: Any) -> None:
+        self.key = key
+
+    def __call__(self, v: Any) -> Any:
+        return (self.key, v)
+
+    def default_label(self) -> str:
+        """`ConstantKey`."""
+        return "ConstantKey"
 
 
 # ---------------------------------------------------------------------------------------
@@ -642,6 +700,199 @@ class CombinePerKey(_Grouping):
     def default_label(self) -> str:
         return f"CombinePerKey({self._fn_label})"
 
+    def with_hot_key_fanout(self, fanout: Any) -> PTransform:
+        """The same combine in two levels, to spread hot keys over several workers.
+
+        `fanout` is an int, or a function of the key giving an int: a key whose fanout is more
+        than 1 has its values combined first under (shard, key) sub-keys, where each bundle
+        picks one of `fanout` shards at random, and the partial accumulators are then merged
+        per key with `merge_accumulators` and extracted; a fanout of 1 or less takes the plain
+        path. The result is the plain combine's (the CombineFn must be associative and
+        commutative, as every CombineFn must). `None` returns this transform unchanged.
+
+        As in Beam, the first level combines in DISCARDING mode and the second in the input's
+        mode, and windows are kept as they are between the levels (also sliding and merging
+        ones). Only watermark-driven triggers (the default trigger, AfterWatermark without
+        early firings) give the same panes as the plain combine, so other triggers, retracting
+        accumulation and side-input arguments are refused when the transform is applied.
+        """
+        if fanout is None:
+            return self
+        if not (callable(fanout) or (isinstance(fanout, int) and not isinstance(fanout, bool))):
+            raise InvalidArgumentError(
+                f"{self.label}.with_hot_key_fanout(fanout={fanout!r}) needs an int or a function "
+                "of the key returning an int, e.g. with_hot_key_fanout(10)")
+        return _CombinePerKeyWithHotKeyFanout(self, fanout)
+
+
+class _ConstantFanout:
+    """`key -> n` (picklable, unlike a lambda in some contexts)."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __call__(self, key: Any) -> int:
+        return self.n
+
+    def default_label(self) -> str:
+        """The number itself."""
+        return str(self.n)
+
+
+class _SplitHotCold(DoFn):
+    """Routes each (key, value): a hot key's to the 'hot' output under (shard, key), where the
+    bundle's random nonce picks the shard; the others on, marked as plain values."""
+
+    def __init__(self, fanout_fn: Callable[[Any], int], step: str) -> None:
+        self.fanout_fn, self.step = fanout_fn, step
+        self._nonce = 0
+
+    def start_bundle(self) -> None:
+        self._nonce = random.getrandbits(31)
+
+    def process(self, element: Any) -> Iterable[Any]:
+        key, value = element
+        fanout = self.fanout_fn(key)
+        if isinstance(fanout, bool) or not isinstance(fanout, int):
+            raise InvalidArgumentError(
+                f"{self.step}: the fanout function returned {fanout!r} for key {key!r}; it must "
+                "return an int (1 or less: no fanout for that key)")
+        if fanout <= 1:
+            return [(key, (False, value))]
+        return [TaggedOutput("hot", ((self._nonce % fanout, key), value))]
+
+
+class _PreCombineFn(CombineFn):
+    """The first level of a fanned-out combine: the CombineFn's accumulator, marked as one."""
+
+    def __init__(self, fn: CombineFn) -> None:
+        self.fn = fn
+
+    def setup(self, *args: Any, **kwargs: Any) -> None:
+        self.fn.setup()
+
+    def teardown(self, *args: Any, **kwargs: Any) -> None:
+        self.fn.teardown()
+
+    def create_accumulator(self) -> Any:
+        return self.fn.create_accumulator()
+
+    def add_input(self, acc: Any, element: Any) -> Any:
+        return self.fn.add_input(acc, element)
+
+    def add_inputs(self, acc: Any, elements: Iterable[Any]) -> Any:
+        return self.fn.add_inputs(acc, elements)
+
+    def merge_accumulators(self, accumulators: Iterable[Any]) -> Any:
+        return self.fn.merge_accumulators(accumulators)
+
+    def compact(self, acc: Any) -> Any:
+        return self.fn.compact(acc)
+
+    def extract_output(self, acc: Any) -> Any:
+        return (True, self.fn.compact(acc))
+
+    def default_label(self) -> str:
+        return f"PreCombine({self.fn.default_label()})"
+
+
+class _PostCombineFn(CombineFn):
+    """The second level: plain values (False, v) are added, accumulators (True, a) merged in."""
+
+    def __init__(self, fn: CombineFn) -> None:
+        self.fn = fn
+
+    def setup(self, *args: Any, **kwargs: Any) -> None:
+        self.fn.setup()
+
+    def teardown(self, *args: Any, **kwargs: Any) -> None:
+        self.fn.teardown()
+
+    def create_accumulator(self) -> Any:
+        return self.fn.create_accumulator()
+
+    def add_input(self, acc: Any, element: Any) -> Any:
+        is_accumulator, value = element
+        if is_accumulator:
+            return self.fn.merge_accumulators([acc, value])
+        return self.fn.add_input(acc, value)
+
+    def merge_accumulators(self, accumulators: Iterable[Any]) -> Any:
+        return self.fn.merge_accumulators(accumulators)
+
+    def compact(self, acc: Any) -> Any:
+        return self.fn.compact(acc)
+
+    def extract_output(self, acc: Any) -> Any:
+        return self.fn.extract_output(acc)
+
+    def default_label(self) -> str:
+        return f"PostCombine({self.fn.default_label()})"
+
+
+def _strip_nonce(kv: Any) -> Any:
+    (_, key), value = kv
+    return (key, value)
+
+
+def _discarding(w: Windowing) -> Windowing:
+    """`w` with DISCARDING accumulation (the rest unchanged)."""
+    return Windowing(w.windowfn, w.trigger if w._explicit_trigger else None,
+                     AccumulationMode.DISCARDING, w.timestamp_combiner,
+                     Duration(micros=w.allowed_lateness_us), w.closing_behavior, w.on_time_behavior)
+
+
+class _CombinePerKeyWithHotKeyFanout(PTransform):
+    """CombinePerKey(fn).with_hot_key_fanout(fanout): a two-level combine (see there)."""
+
+    def __init__(self, combine: CombinePerKey, fanout: Any) -> None:
+        super().__init__()
+        self.combine = combine
+        self.fanout_fn = fanout if callable(fanout) else _ConstantFanout(fanout)
+
+    def default_label(self) -> str:
+        return (f"CombinePerKeyWithHotKeyFanout({self.combine._fn_label}, "
+                f"fanout={label_from_callable(self.fanout_fn)})")
+
+    def expand(self, pcoll: Any) -> Any:
+        pcoll = _require_pcollection(self, pcoll)
+        label = self.pipeline.current_transform().full_label
+        w = pcoll.windowing
+        if self.combine.side_inputs:
+            raise PipelineConstructionError(
+                f"step {label!r}: with_hot_key_fanout cannot pass side inputs to the CombineFn "
+                "(its two levels run in different windows of time); apply the plain CombinePerKey, "
+                "or bind constant arguments instead")
+        if not w.trigger.watermark_only:
+            raise PipelineConstructionError(
+                f"step {label!r}: with_hot_key_fanout needs a trigger that fires on the watermark "
+                f"only (the default trigger, AfterWatermark without early firings), but the input "
+                f"has {w.trigger!r}: with early or count- or time-based firings the second level "
+                "would fire on partial accumulators and the panes would differ from the plain "
+                "combine's; drop the fanout or the trigger")
+        if w.accumulation_mode is AccumulationMode.ACCUMULATING_AND_RETRACTING \
+                or pcoll.may_contain_retractions:
+            raise PipelineConstructionError(
+                f"step {label!r}: with_hot_key_fanout does not support retractions (the input is "
+                "retracting or carries retractions); use the plain CombinePerKey")
+        _check_kv(self, pcoll)
+        fn = self.combine.combine_fn
+        split = pcoll | "SplitHotCold" >> ParDo(_SplitHotCold(self.fanout_fn, label)).with_outputs(
+            "hot", main="cold")
+        cold, hot = split["cold"], split["hot"]
+        hot.element_type = KV_TYPE
+        # the first level combines in DISCARDING mode (an accumulating first level would count
+        # its earlier panes again in the second); windows are kept as they are, not re-assigned
+        hot.windowing = _discarding(w)
+        precombined = (hot
+                       | "PreCombineHot" >> CombinePerKey(_PreCombineFn(fn))
+                       | "StripNonce" >> Map(_strip_nonce).with_output_types(KV_TYPE))
+        precombined.windowing = w
+        cold.element_type = KV_TYPE
+        return ((cold, precombined)
+                | "FlattenHotCold" >> Flatten()
+                | "PostCombine" >> CombinePerKey(_PostCombineFn(fn)))
+
 
 def _side_inputs_of(args: tuple, kwargs: Dict[str, Any]) -> Tuple[AsSideInput, ...]:
     return tuple(a for a in list(args) + list(kwargs.values()) if isinstance(a, AsSideInput))
@@ -690,11 +941,24 @@ class CombineGlobally(PTransform):
         self.combine_fn = as_combine_fn(fn) if not (args or kwargs) else None
         self.has_defaults = True
         self._as_view = False
+        self.fanout: Optional[Any] = None
 
     def default_label(self) -> str:
         fn = self._fn
         name = fn.default_label() if isinstance(fn, CombineFn) else label_from_callable(fn)
+        if self.fanout is not None:
+            return f"CombineGlobally({name}, fanout={self.fanout})"
         return f"CombineGlobally({name})"
+
+    def with_fanout(self, fanout: Optional[int]) -> "CombineGlobally":
+        """Combines in two levels: first in `fanout` parts in parallel, then their accumulators
+        (see CombinePerKey.with_hot_key_fanout); the result is the same."""
+        if fanout is not None and (isinstance(fanout, bool) or not isinstance(fanout, int)):
+            raise InvalidArgumentError(
+                f"{self.label}.with_fanout(fanout={fanout!r}) needs an int, e.g. with_fanout(8)")
+        out = copy.copy(self)
+        out.fanout = fanout
+        return out
 
     def without_defaults(self) -> "CombineGlobally":
         """Produces nothing (instead of the default value) for empty input or windows."""
@@ -714,6 +978,10 @@ class CombineGlobally(PTransform):
         out._as_view = True
         return out
 
+    def _per_key(self) -> PTransform:
+        combine = CombinePerKey(self._fn, *self._args, **self._kwargs)
+        return combine.with_hot_key_fanout(self.fanout) if self.fanout else combine
+
     def _bound_fn(self) -> CombineFn:
         """The CombineFn with the constant extra arguments bound (no side inputs among them)."""
         args, kwargs = self._args, self._kwargs
@@ -725,7 +993,7 @@ class CombineGlobally(PTransform):
         side_inputs = _side_inputs_of(self._args, self._kwargs)
         combined = (pcoll
                     | "KeyWithVoid" >> Map(_with_void_key).with_output_types(KV_TYPE)
-                    | "CombinePerKey" >> CombinePerKey(self._fn, *self._args, **self._kwargs)
+                    | "CombinePerKey" >> self._per_key()
                     | "UnKey" >> Map(_value))
         if self._as_view:
             from headrace.pipeline.pvalue import AsSingleton

@@ -19,7 +19,10 @@ from headrace.model import coders
 from headrace.model.time import Timestamp
 from headrace.model.window import WindowFn
 from headrace.model.windowed import TimestampedValue, WindowedValue
-from headrace.pipeline.dofn import DoFn, _CallableWrapperDoFn, _DoFnParam, _StateDoFnParam, _TimerDoFnParam
+from headrace.pipeline.dofn import (
+    DoFn, _BundleFinalizerParam, _CallableWrapperDoFn, _DoFnParam, _StateDoFnParam, _TimerDoFnParam,
+    positional_slots,
+)
 from headrace.pipeline.pvalue import AsSideInput, TaggedOutput
 from headrace.runners.kit.isolation import (
     Subprocess, TimeLimit, invoke, not_iterable_of_outputs, outputs_of,
@@ -60,14 +63,15 @@ def _error_info(exc_type, exc_repr, lines, step):
     return self
 
 
-def special_params(fn: Callable[..., Any]) -> Dict[str, _DoFnParam]:
-    """The special parameters (DoFn.TimestampParam, WindowParam, ...) `fn` declares, by name."""
+def special_params(fn: Callable[..., Any]) -> Dict[str, Any]:
+    """The special parameters (DoFn.TimestampParam, WindowParam, ..., the BundleFinalizerParam
+    class) `fn` declares, by name."""
     try:
         sig = inspect.signature(fn)
     except (TypeError, ValueError):
         return {}
     return {name: p.default for name, p in sig.parameters.items()
-            if isinstance(p.default, _DoFnParam)}
+            if isinstance(p.default, _DoFnParam) or p.default is _BundleFinalizerParam}
 
 
 class ParDoRunner:
@@ -92,9 +96,18 @@ class ParDoRunner:
             self.kind = "dofn"
             self.fn = dofn.process
             special = special_params(dofn.process)
+        # DoFn.SideInputParam parameters take extra arguments: by name, in Beam's order
+        self.bind_names: Tuple[str, ...] = ()
+        if any(p is DoFn.SideInputParam for p in special.values()):
+            special = {n: p for n, p in special.items() if p is not DoFn.SideInputParam}
+            if self.kind not in ("maptuple", "flatmaptuple"):
+                self.bind_names = tuple(positional_slots(self.fn, len(self.args)))
         self.special = special
         # a stateful DoFn's key, window, state and timers (`kit.stateful.StatefulCore` sets it)
         self.user_context: Any = None
+        self.wants_finalizer = any(p is _BundleFinalizerParam for p in special.values())
+        #: The current bundle attempt's finalizer (DoFn.BundleFinalizerParam), if the DoFn asks for one.
+        self.finalizer: Optional[_BundleFinalizerParam] = None
         self.has_side = any(isinstance(a, AsSideInput) for a in self.args) or any(
             isinstance(v, AsSideInput) for v in self.kwargs.values())
         self.explode = self.has_side or any(
@@ -119,6 +132,8 @@ class ParDoRunner:
 
     def start_bundle(self) -> None:
         """Calls start_bundle (in its subprocess, lazily, with use_subprocess)."""
+        if self.wants_finalizer:
+            self.finalizer = _BundleFinalizerParam()  # a new attempt forgets the last one's callbacks
         if self.subprocess is None:
             self._call_lifecycle("start_bundle", self.dofn.start_bundle)
 
@@ -205,9 +220,15 @@ class ParDoRunner:
                 kwargs[name] = wv.value
             elif p is DoFn.KeyParam:
                 ctx = self.user_context
-                kwargs[name] = ctx.key if ctx is not None else wv.value[0]
+                kwargs[name] = ctx.key if ctx is not None else _key_of(wv.value)
+            elif p is _BundleFinalizerParam:
+                kwargs[name] = self.finalizer
             else:
                 kwargs[name] = self._user_param(p)
+        if self.bind_names:
+            n = len(self.bind_names)
+            kwargs.update(zip(self.bind_names, args[:n]))
+            args = args[n:]
         return args, kwargs
 
     def _user_param(self, p: _DoFnParam) -> Any:
@@ -438,6 +459,15 @@ class ParDoRunner:
         if isinstance(o, WindowedValue):
             return o
         return WindowedValue(o, wv.timestamp_us, wv.windows, wv.pane_info, wv.is_retraction)
+
+
+def _key_of(value: Any) -> Any:
+    """The key of a (key, value) element, for DoFn.KeyParam."""
+    if isinstance(value, (tuple, list)) and len(value) == 2:
+        return value[0]
+    raise TypeError(
+        f"the DoFn asks for DoFn.KeyParam, which is the key of a (key, value) element, but the "
+        f"element is {_short_repr(value)}; key the input first, e.g. with beam.WithKeys(...)")
 
 
 def start_bundle(runners: Sequence[Any], side_inputs: Optional[SideInputReader]) -> None:

@@ -92,6 +92,11 @@ class FusedStage:
         self.materialized = tuple(materialized)
         self.runners: Optional[List[Any]] = None
         self._plan: Any = _UNCOMPILED
+        #: The finalizers (DoFn.BundleFinalizerParam) of bundles that succeeded, waiting for
+        #: the runner to commit them (`finalize_bundles`); kept only when the runner set
+        #: `finalizes` (one that never calls `finalize_bundles` would let them pile up).
+        self.pending_finalizers: List[Any] = []
+        self.finalizes = False
 
     def __getstate__(self) -> Dict[str, Any]:
         state = dict(self.__dict__)
@@ -101,6 +106,8 @@ class FusedStage:
     def __setstate__(self, state: Dict[str, Any]) -> None:
         self.__dict__.update(state)
         self.__dict__.setdefault("_plan", _UNCOMPILED)
+        self.__dict__.setdefault("pending_finalizers", [])
+        self.__dict__.setdefault("finalizes", False)
 
     def _build(self) -> List[Any]:
         runners: List[Any] = []
@@ -183,7 +190,24 @@ class FusedStage:
             return None
         attempted.merge(container)
         committed.merge(container)
+        self._succeeded()
         return outs
+
+    def _succeeded(self) -> None:
+        """Keeps the finalizers of the bundle that just succeeded until the runner commits it."""
+        for r in self.runners or ():
+            finalizer = getattr(r, "finalizer", None)
+            if finalizer is not None and finalizer.has_callbacks():
+                if self.finalizes:
+                    self.pending_finalizers.append(finalizer)
+                r.finalizer = None
+
+    def finalize_bundles(self) -> None:
+        """Runs the bundle-finalization callbacks of the bundles processed so far: a runner
+        calls this once their outputs are committed (DoFn.BundleFinalizerParam)."""
+        pending, self.pending_finalizers = self.pending_finalizers, []
+        for finalizer in pending:
+            finalizer.finalize_bundle()
 
     def _process_elements(self, bundle: Sequence[WindowedValue],
                           side_inputs: Optional[SideInputReader], max_attempts: int,
@@ -224,6 +248,7 @@ class FusedStage:
                 continue
             attempted.merge(container)
             committed.merge(container)
+            self._succeeded()
             return outs
 
     def teardown(self) -> None:

@@ -319,11 +319,13 @@ class StageUnit(Unit):
 
     def process_bundle(self, bundle: Bundle) -> None:
         ex = self.ex
+        self.stage.finalizes = True  # finalize_bundles below, once the outputs are emitted
         outs = self.stage.process_bundle(bundle, ex.side_input_reader(self.nodes), ex.max_attempts,
                                          ex.committed, ex.attempted)
         for pc in self.materialized:
             if outs[pc._id]:
                 ex.emit(pc, outs[pc._id])
+        self.stage.finalize_bundles()  # the bundle's outputs are in the executor's hands
 
     def close(self) -> None:
         self.stage.teardown()

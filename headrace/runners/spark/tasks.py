@@ -234,6 +234,7 @@ def stage_fn(env: TaskEnv, stage: FusedStage, sides: Optional[Any], tagged: Opti
             reader = side_reader(sides, [a for s in stage.steps
                                          for a in list(s.args) + list((s.kwargs or {}).values())])
         committed, attempted = MetricsContainer(), MetricsContainer()
+        stage.finalizes = True  # finalize_bundles once the partition's outputs are all handed on
         only = stage.materialized[0] if tagged is None else None
         grouping = MetricsContainer()  # the groupings' map sides: once per partition, not per attempt
         mapped = {pc: side.start(grouping) for pc, side in (map_sides or {}).items()}
@@ -262,6 +263,7 @@ def stage_fn(env: TaskEnv, stage: FusedStage, sides: Optional[Any], tagged: Opti
                 rest = side.finish()
                 for i in range(0, len(rest), env.bundle_size):
                     yield (tagged[pc], pack(rest[i:i + env.bundle_size]))  # type: ignore[index]
+            stage.finalize_bundles()  # every output of the partition is in Spark's hands
         except PipelineExecutionError as exc:
             raise env.fail(exc) from exc
         finally:

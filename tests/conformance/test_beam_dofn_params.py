@@ -1,0 +1,140 @@
+"""DoFn parameters on every runner: DoFn.SideInputParam, KeyParam, PaneInfoParam,
+BundleFinalizerParam, and pvalue.EmptySideInput.
+
+Bundle finalization callbacks run in the worker that processed the bundle, so they append to a
+journal file (tests/_support.Journal) that every runner's workers can write to.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import headrace as beam
+from headrace.errors import InvalidArgumentError
+from headrace.pipeline.dofn import _BundleFinalizerParam
+from headrace.testing.util import assert_that, equal_to
+from headrace.transforms import window
+
+TV = beam.TimestampedValue
+
+
+# ---------------------------------------------------------------------------------------
+# SideInputParam
+
+
+class _ScaleBySide(beam.DoFn):
+    """A side input declared after a special parameter: Beam fills it with the ParDo's argument."""
+
+    def process(self, element, ts=beam.DoFn.TimestampParam, factor=beam.DoFn.SideInputParam,
+                offset=0):
+        yield (element * factor + offset, ts.micros // 1_000_000)
+
+
+def test_side_input_param_takes_the_pardos_extra_arguments_in_order(make_pipeline):
+    with make_pipeline() as p:
+        main = p | beam.Create([TV(1, 10), TV(2, 20)])
+        factor = p | "Factor" >> beam.Create([5])
+        out = main | "Side" >> beam.ParDo(_ScaleBySide(), beam.pvalue.AsSingleton(factor))
+        assert_that(out, equal_to([(5, 10), (10, 20)]), label="side")
+        # a plain value fills it too, and the next extra argument goes to the next parameter
+        out2 = main | "Plain" >> beam.ParDo(_ScaleBySide(), 3, 100)
+        assert_that(out2, equal_to([(103, 10), (106, 20)]), label="plain")
+        # or by name
+        out3 = main | "Named" >> beam.ParDo(_ScaleBySide(), factor=beam.pvalue.AsSingleton(factor))
+        assert_that(out3, equal_to([(5, 10), (10, 20)]), label="named")
+
+
+def test_side_input_param_without_an_argument_is_refused():
+    with pytest.raises(InvalidArgumentError, match="'factor'.*SideInputParam"):
+        beam.ParDo(_ScaleBySide())
+
+
+def test_empty_side_input_reads_as_an_empty_side_input_object(make_pipeline):
+    with make_pipeline() as p:
+        main = p | beam.Create([1])
+        empty = p | "Empty" >> beam.Create([])
+        out = main | beam.Map(lambda x, s: isinstance(s, beam.pvalue.EmptySideInput),
+                              beam.pvalue.AsSingleton(empty))
+        assert_that(out, equal_to([True]))
+
+
+# ---------------------------------------------------------------------------------------
+# KeyParam, PaneInfoParam
+
+
+class _KeyAndPane(beam.DoFn):
+    def process(self, element, key=beam.DoFn.KeyParam, pane=beam.DoFn.PaneInfoParam):
+        yield (key, sum(element[1]), pane.timing.name, pane.is_first, pane.is_last, pane.index)
+
+
+def test_key_param_and_pane_info_param_after_a_grouping(make_pipeline):
+    data = [TV(("a", 1), 1), TV(("a", 2), 2), TV(("b", 5), 3)]
+    with make_pipeline() as p:
+        grouped = (p | beam.Create(data) | beam.WindowInto(window.FixedWindows(10))
+                   | beam.GroupByKey())
+        out = grouped | beam.ParDo(_KeyAndPane())
+        # the default trigger: one ON_TIME pane per key and window, first and last
+        assert_that(out, equal_to([("a", 3, "ON_TIME", True, True, 0),
+                                   ("b", 5, "ON_TIME", True, True, 0)]))
+
+
+def test_key_param_on_an_element_that_is_not_a_pair_fails_clearly(make_pipeline):
+    p = make_pipeline(max_bundle_attempts=1)
+    _ = p | beam.Create(["abc"]) | beam.ParDo(_KeyAndPane())
+    with pytest.raises(Exception, match="DoFn.KeyParam.*key of a \\(key, value\\) element"):
+        p.run()
+
+
+# ---------------------------------------------------------------------------------------
+# BundleFinalizerParam
+
+
+class _Finalizing(beam.DoFn):
+    """Registers, once per bundle, a callback that journals the bundle's elements."""
+
+    def __init__(self, journal, fail_on=None):
+        self.journal = journal
+        self.fail_on = fail_on
+
+    def start_bundle(self):
+        self.seen = []
+        self.registered = False
+
+    def process(self, element, finalizer=beam.DoFn.BundleFinalizerParam):
+        assert isinstance(finalizer, _BundleFinalizerParam)
+        if not self.registered:
+            seen = self.seen
+            journal = self.journal
+            finalizer.register(lambda: journal.write("finalized", sorted(seen)))
+            self.registered = True
+        if element == self.fail_on and self.journal_failures() == 0:
+            self.journal.write("failed", element)
+            raise RuntimeError("transient failure")
+        self.seen.append(element)
+        yield element
+
+    def journal_failures(self):
+        return sum(1 for e in self.journal.read() if e[0] == "failed")
+
+
+def test_bundle_finalizer_callbacks_run_once_per_committed_bundle(make_pipeline, journal):
+    values = list(range(12))
+    with make_pipeline(bundle_size=4) as p:
+        out = p | beam.Create(values) | beam.ParDo(_Finalizing(journal)) | beam.Map(lambda x: x + 1)
+        assert_that(out, equal_to([v + 1 for v in values]))
+    finalized = [e[1] for e in journal.read() if e[0] == "finalized"]
+    # every element in exactly one finalized bundle (bundles of at most 4 elements)
+    assert sorted(x for b in finalized for x in b) == values
+    assert all(1 <= len(b) <= 4 for b in finalized)
+
+
+def test_bundle_finalizer_callbacks_of_a_failed_attempt_never_run(make_pipeline, journal):
+    values = list(range(8))
+    with make_pipeline(bundle_size=8, max_bundle_attempts=3) as p:
+        out = p | beam.Create(values) | beam.ParDo(_Finalizing(journal, fail_on=5))
+        assert_that(out, equal_to(values))
+    events = journal.read()
+    assert [e for e in events if e[0] == "failed"] == [["failed", 5]]
+    finalized = [e[1] for e in events if e[0] == "finalized"]
+    # the failed attempt had seen 0..4 and registered its callback: it never ran; the retry's did
+    assert sorted(x for b in finalized for x in b) == values
