@@ -60,22 +60,6 @@ def encode_key(key: Any) -> bytes:
     return bytes(out)
 
 
-#: The key types whose `encode_key` bytes decode back to an equal key (`decode_key`).
-BYTES_DECODABLE_KEYS = (str, int, bytes)
-
-
-def decode_key(kb: bytes) -> Any:
-    """The key of `encode_key` bytes of a str, int or bytes key (ValueError for other keys)."""
-    tag = kb[:1]
-    if tag == b"s":
-        return kb[1:].decode("utf-8", "surrogatepass")
-    if tag == b"i":
-        return struct.unpack(">q", kb[1:])[0] if len(kb) == 9 else int(kb[1:].decode())
-    if tag == b"b":
-        return kb[1:]
-    raise ValueError(f"key bytes {kb[:20]!r}... are not those of a str, int or bytes key")
-
-
 def _encode_into(key: Any, out: bytearray) -> None:
     t = type(key)
     if t is str:

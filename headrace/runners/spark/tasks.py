@@ -45,12 +45,6 @@ from headrace.runners.spark.fastpath import (Columns, VectorBundle, columnar_cha
                                              vector_combiner)
 
 _MARK = "HEADRACE-TASK-ERROR["
-# Shuffle records carry a str / int / bytes key only as its key bytes (the reduce side decodes
-# it: `coders.decode_key`), not pickled a second time; HEADRACE_SHUFFLE_KEYS=pickle sends it
-# pickled too (the A/B switch of the measurement in benchmarks/README.md).
-_KEYS_AS_BYTES = os.environ.get("HEADRACE_SHUFFLE_KEYS", "bytes") != "pickle"
-_BYTES_KEYS = coders.BYTES_DECODABLE_KEYS
-_NONE_KEY = coders.encode_key(None)
 _PROCESSING_TIME = 0  # batch: processing time stands still, so processing-time triggers never fire
 
 
@@ -372,8 +366,6 @@ class KeySide(MapSide):
         retractions = elements.retractions or repeat(False)
         for kv, ts, windows, r in zip(elements.values, elements.ts, elements.windows, retractions):
             k, v, kb = key_of(label, kv)
-            if _KEYS_AS_BYTES and type(k) in _BYTES_KEYS:
-                k = None  # travels as its key bytes only (`_reduce_all` decodes it)
             for w in windows:
                 out.append(((kb, _sort_time(merging, ts, w), r), (k, v, ts, w)))
         return out
@@ -418,8 +410,6 @@ class PartialSide(MapSide):
 def _partial_record(merging: bool) -> Callable[[bytes, Any, Any, int, Any], tuple]:
     """The shuffle record of a partial accumulator (a `PartialCombiner.emit` record function)."""
     def record(kb: bytes, k: Any, a: Any, ts: int, w: Any) -> tuple:
-        if _KEYS_AS_BYTES and type(k) in _BYTES_KEYS:
-            k = None  # travels as its key bytes only (`_reduce_all` decodes it)
         return ((kb, _sort_time(merging, ts, w), False), (k, a, ts, w))
     return record
 
@@ -669,8 +659,6 @@ def _reduce_all(grouping: GroupingCore, it: Iterator[Any], size: int, follow: bo
             if kb != current:
                 if current is not None:
                     grouping.on_watermark(key, state, MAX_TIMESTAMP_MICROS, _PROCESSING_TIME, out)
-                if k is None and kb != _NONE_KEY:
-                    k = coders.decode_key(kb)
                 current, key, state = kb, k, KeyState()
                 wm = t
             chunk_wm = t
