@@ -2,12 +2,12 @@
 
 `import headrace as beam` gives Beam's core names: Pipeline, Create, Map, ParDo, GroupByKey,
 CombinePerKey, WindowInto, ... and the modules `window`, `combiners`, `pvalue`, `io`,
-`metrics`, `options`, `testing`.
+`metrics`, `options`, `testing`, `coders`, `typehints`.
 """
 
 import sys as _sys
 
-from headrace import coders, combiners, io, metrics, pvalue, transforms, window  # noqa: F401
+from headrace import coders, combiners, io, metrics, pvalue, transforms, typehints, window  # noqa: F401
 from headrace.errors import HeadraceError
 from headrace.io import ReadFromText, WriteToText
 from headrace.metrics import Metrics
@@ -45,5 +45,5 @@ __all__ = [
     "PipelineOptions", "PipelineResult", "PipelineState", "ReadFromText", "RemoveDuplicates",
     "Reshuffle", "Row", "TaggedOutput", "TimestampCombiner", "TimestampedValue", "Values",
     "WindowInto", "WithKeys", "WriteToText", "coders", "combiners", "io", "metrics",
-    "ptransform_fn", "pvalue", "transforms", "window",
+    "ptransform_fn", "pvalue", "transforms", "typehints", "window",
 ]

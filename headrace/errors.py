@@ -25,6 +25,10 @@ class DuplicateLabelError(PipelineConstructionError, RuntimeError):
     """Two transforms were applied with the same full label."""
 
 
+class TypeCheckError(PipelineConstructionError, TypeError):
+    """Connected steps declare element types that cannot agree (Beam's typehints.TypeCheckError)."""
+
+
 class KeyEncodingError(HeadraceError, TypeError):
     """A grouping key cannot be encoded deterministically, so equal keys might not group."""
 

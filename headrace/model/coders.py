@@ -5,9 +5,14 @@ executors. Supported keys: None, bool, int, float, str, bytes, Timestamp, enums,
 lists, frozensets, sets, dicts and frozen dataclasses built from them. Anything else raises
 `KeyEncodingError` naming the type and the fix.
 
+A class with a coder registered in `typecoders.registry` (`register_coder(cls, CoderClass)`)
+is encoded by that coder's deterministic version, tagged with the class's name so that its
+bytes never equal those of another type; a registered coder that cannot be made deterministic
+makes such keys fail with its reason. `register_key_encoder(cls, fn)` is the older, direct way.
+
 Also here: value serialisation for shipping functions and values between processes
-(`dumps` / `loads`), and Beam's element coders (`Coder`, `StrUtf8Coder`, `BytesCoder`,
-`ToBytesCoder`), which connectors use to turn records into bytes and back.
+(`dumps` / `loads`). Beam's element coders are in `element_coders` (re-exported here) and the
+registry in `typecoders`.
 """
 
 from __future__ import annotations
@@ -22,7 +27,11 @@ from typing import Any, Callable, Dict
 import cloudpickle
 
 from headrace.errors import KeyEncodingError
+from headrace.model.element_coders import (  # noqa: F401  (re-exported: the connectors' import)
+    BytesCoder, Coder, StrUtf8Coder, ToBytesCoder,
+)
 from headrace.model.time import Timestamp
+from headrace.model.typecoders import registry
 
 _pack_q = struct.Struct(">q").pack
 _pack_d = struct.Struct(">d").pack
@@ -72,9 +81,19 @@ def _encode_into(key: Any, out: bytearray) -> None:
         if key == 0.0:
             key = 0.0  # -0.0 == 0.0 must group together
         out += b"f" + (b"nan" if math.isnan(key) else _pack_d(key))
-    elif t is tuple or t is list or isinstance(key, tuple):
-        out += b"t" if t is not list else b"l"
+    elif t is tuple or t is list:
+        out += b"t" if t is tuple else b"l"
         out += _pack_q(len(key))
+        for item in key:
+            _encode_into(item, out)
+    elif t in _custom:
+        b = _custom[t](key)
+        name = f"{t.__module__}.{t.__qualname__}".encode()
+        out += b"c" + _pack_q(len(name)) + name + _pack_q(len(b)) + b
+    elif t in registry.custom_types:
+        _encode_registered(t, key, out)
+    elif isinstance(key, tuple):
+        out += b"t" + _pack_q(len(key))
         for item in key:
             _encode_into(item, out)
     elif t is Timestamp:
@@ -92,10 +111,6 @@ def _encode_into(key: Any, out: bytearray) -> None:
     elif isinstance(key, enum.Enum):
         name = f"{t.__module__}.{t.__qualname__}.{key.name}".encode()
         out += b"e" + _pack_q(len(name)) + name
-    elif t in _custom:
-        b = _custom[t](key)
-        name = f"{t.__module__}.{t.__qualname__}".encode()
-        out += b"c" + _pack_q(len(name)) + name + _pack_q(len(b)) + b
     elif dataclasses.is_dataclass(key) and getattr(t, "__dataclass_params__").frozen:
         name = f"{t.__module__}.{t.__qualname__}".encode()
         out += b"D" + _pack_q(len(name)) + name
@@ -104,8 +119,26 @@ def _encode_into(key: Any, out: bytearray) -> None:
         raise KeyEncodingError(
             f"a grouping key of type {t.__module__}.{t.__qualname__} ({_repr(key)}) cannot be "
             "encoded deterministically, so equal keys might not group together; use keys made of "
-            "str, int, float, bytes, bool, None, tuples, frozen dataclasses or enums, or call "
-            "headrace.coders.register_key_encoder(type, fn)")
+            "str, int, float, bytes, bool, None, tuples, frozen dataclasses or enums, or register "
+            "a deterministic coder for the class: "
+            "headrace.coders.registry.register_coder(KeyClass, KeyCoder)")
+
+
+def _encode_registered(t: type, key: Any, out: bytearray) -> None:
+    """A key of a class with a registered coder: "C", the class's name, the coder's bytes."""
+    coder, why = registry.key_coder_of(t)
+    if coder is None:
+        raise KeyEncodingError(
+            f"a grouping key of type {t.__module__}.{t.__qualname__} ({_repr(key)}) cannot be "
+            f"encoded deterministically: {why}")
+    try:
+        b = coder.encode(key)
+    except Exception as exc:
+        raise KeyEncodingError(
+            f"the registered coder {coder!r} failed to encode the grouping key {_repr(key)} of "
+            f"type {t.__module__}.{t.__qualname__}: {type(exc).__name__}: {exc}") from exc
+    name = f"{t.__module__}.{t.__qualname__}".encode()
+    out += b"C" + _pack_q(len(name)) + name + _pack_q(len(b)) + b
 
 
 def _encoded(x: Any) -> bytes:
@@ -128,109 +161,3 @@ def dumps(value: Any) -> bytes:
 def loads(data: bytes) -> Any:
     """Inverse of `dumps`."""
     return pickle.loads(data)
-
-
-# ---- element coders (Beam's `coders.Coder`): how a connector turns values into bytes and back
-
-
-class Coder:
-    """Turns values into bytes (`encode`) and back (`decode`); subclass it for your own format.
-
-    Text connectors use a coder per line: `ReadFromText(coder=...)` decodes each line's bytes
-    (without its newline unless `strip_trailing_newlines=False`), `WriteToText(coder=...)`
-    writes the bytes `encode(element)` returns followed by a newline. A JSON lines coder is
-    `encode = lambda v: json.dumps(v).encode('utf-8')`, `decode = json.loads`.
-    """
-
-    def encode(self, value: Any) -> bytes:
-        """The bytes of `value`."""
-        raise NotImplementedError(f"{type(self).__name__} does not implement encode(value) -> bytes")
-
-    def decode(self, encoded: bytes) -> Any:
-        """The value encoded in `encoded`."""
-        raise NotImplementedError(f"{type(self).__name__} does not implement decode(bytes)")
-
-    def is_deterministic(self) -> bool:
-        """Whether equal values always encode to equal bytes (False unless a coder says so)."""
-        return False
-
-    def to_type_hint(self) -> Any:
-        """The type of the values `decode` returns, or None when unknown."""
-        return None
-
-    def estimate_size(self, value: Any) -> int:
-        """The size of `value` encoded, in bytes."""
-        return len(self.encode(value))
-
-    def __eq__(self, other: object) -> bool:
-        return type(self) is type(other) and self.__dict__ == other.__dict__
-
-    def __hash__(self) -> int:
-        return hash(type(self))
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}()"
-
-
-class StrUtf8Coder(Coder):
-    """str as UTF-8 bytes (ReadFromText's default)."""
-
-    def encode(self, value: Any) -> bytes:
-        """The UTF-8 bytes of the str `value`."""
-        s: str = value
-        return s.encode("utf-8")
-
-    def decode(self, encoded: bytes) -> str:
-        """The str of UTF-8 `encoded`."""
-        return encoded.decode("utf-8")
-
-    def is_deterministic(self) -> bool:
-        """True: a str has one UTF-8 encoding."""
-        return True
-
-    def to_type_hint(self) -> Any:
-        """str."""
-        return str
-
-
-class BytesCoder(Coder):
-    """bytes as themselves."""
-
-    def encode(self, value: Any) -> bytes:
-        """`value` itself (it must be bytes)."""
-        if not isinstance(value, bytes):
-            raise TypeError(f"BytesCoder encodes bytes, got {type(value).__name__} {_repr(value)}")
-        return value
-
-    def decode(self, encoded: bytes) -> bytes:
-        """`encoded` itself."""
-        return bytes(encoded)
-
-    def is_deterministic(self) -> bool:
-        """True."""
-        return True
-
-    def to_type_hint(self) -> Any:
-        """bytes."""
-        return bytes
-
-
-class ToBytesCoder(Coder):
-    """Writes bytes as they are and anything else as the UTF-8 of `str(value)` (WriteToText's default).
-
-    It cannot decode (`str(value)` loses the type), as in Beam.
-    """
-
-    def encode(self, value: Any) -> bytes:
-        """`value` if bytes, else `str(value)` in UTF-8."""
-        return value if isinstance(value, bytes) else str(value).encode("utf-8")
-
-    def decode(self, encoded: bytes) -> Any:
-        """Not possible: raises NotImplementedError (use StrUtf8Coder or BytesCoder to read)."""
-        raise NotImplementedError(
-            "ToBytesCoder cannot decode (str(value) does not say what value was); read with "
-            "StrUtf8Coder or BytesCoder, or a Coder of your own")
-
-    def is_deterministic(self) -> bool:
-        """True."""
-        return True

@@ -5,10 +5,13 @@ from __future__ import annotations
 import enum
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
-from headrace.errors import DuplicateLabelError, InvalidArgumentError, PipelineConstructionError
+from headrace.errors import (
+    DuplicateLabelError, InvalidArgumentError, PipelineConstructionError, TypeCheckError,
+)
 from headrace.pipeline.ptransform import PTransform, _NamedPTransform, input_type_conflict
 from headrace.pipeline.pvalue import AsSideInput, DoOutputsTuple, PBegin, PCollection, PDone, PValue
 from headrace.pipeline.runner_registry import create_runner
+from headrace.typehints.typehints import type_name
 
 
 class AppliedPTransform:
@@ -160,6 +163,7 @@ class Pipeline:
         if result is None:
             result = PDone(self)
         node.outputs = self._outputs_of(result, full_label)
+        self._set_output_type(transform, result)
         if node.is_primitive():
             for pc in inputs:
                 pc.consumers.append(node)
@@ -169,16 +173,25 @@ class Pipeline:
 
     def _check_input_type(self, transform: PTransform, inputs: Tuple[PCollection, ...],
                           label: str) -> None:
+        if not inputs or not getattr(self._options, "pipeline_type_check", True):
+            return
         declared = transform.get_input_type()
-        if declared is None or not getattr(self._options, "pipeline_type_check", True):
+        if declared is None:
             return
         for pc in inputs:
             if input_type_conflict(declared, pc.element_type):
-                name = getattr(pc.element_type, "__name__", repr(pc.element_type))
-                raise PipelineConstructionError(
-                    f"step {label!r} declares its input type as {declared!r} (with_input_types), but "
-                    f"its input {pc.label!r} holds {name} elements; fix the hint or the step before "
-                    "it, or pass --no_pipeline_type_check")
+                raise TypeCheckError(
+                    f"step {label!r} declares its input type as {type_name(declared)}, but its "
+                    f"input comes from step {pc.label!r}, whose elements are "
+                    f"{type_name(pc.element_type)}; make the two agree: fix the type hint of "
+                    f"{label!r} (with_input_types, a decorator or an annotation) or the output "
+                    f"of {pc.label!r} (with_output_types), or pass --no_pipeline_type_check")
+
+    def _set_output_type(self, transform: PTransform, result: Any) -> None:
+        """A composite's declared output type becomes its output's element type, if unknown."""
+        declared = transform.get_output_type()
+        if declared is not None and isinstance(result, PCollection) and result.element_type is None:
+            result.element_type = declared
 
     def _main_inputs(self, pvalueish: Any, label: str) -> Tuple[PCollection, ...]:
         if isinstance(pvalueish, PBegin):

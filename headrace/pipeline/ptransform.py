@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import inspect
-import typing
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from headrace.errors import InvalidArgumentError, PipelineConstructionError, UnsupportedArgumentError
+from headrace.typehints.decorators import declared_hints
+from headrace.typehints.typehints import is_consistent_with
 
 if TYPE_CHECKING:
     from headrace.pipeline.pipeline import Pipeline
@@ -47,9 +48,11 @@ class PTransform:
                          **side_input_kwarg_hints: Any) -> "PTransform":
         """Declares the input element type, checked against the input when the transform is applied.
 
-        A plain class must be a superclass of the input's known element type, and a key-value
-        hint (such as `Tuple[str, int]`) rejects an input known not to hold pairs (unless
-        --no_pipeline_type_check). Hints for side inputs are refused: headrace does not check them.
+        The input's element type must be consistent with it (`typehints.is_consistent_with`:
+        e.g. `int` elements cannot feed a step declaring `str`, and a key-value hint such as
+        `Tuple[str, int]` rejects an input known not to hold pairs), else applying the step
+        raises `TypeCheckError` naming both steps (unless --no_pipeline_type_check). Hints for
+        side inputs are refused: headrace does not check them.
         """
         if side_inputs_arg_hints or side_input_kwarg_hints:
             raise UnsupportedArgumentError(
@@ -59,8 +62,14 @@ class PTransform:
         return self
 
     def get_input_type(self) -> Any:
-        """The declared input type, or None when undeclared."""
-        return getattr(self, "_input_type", None)
+        """The declared input type (`with_input_types`, else the type hints of the transform's
+        class or function), or None when undeclared."""
+        declared = getattr(self, "_input_type", None)
+        return declared if declared is not None else self._hinted_input_type()
+
+    def _hinted_input_type(self) -> Any:
+        """The input type the transform's own hints give (its class's decorator here)."""
+        return declared_hints(type(self)).input_type
 
     def with_output_types(self, type_hint: Any) -> "PTransform":
         """Records the output element type; it enables construction-time checks downstream."""
@@ -68,8 +77,10 @@ class PTransform:
         return self
 
     def get_output_type(self) -> Any:
-        """The declared output type, or None when unknown."""
-        return getattr(self, "_output_type", None)
+        """The declared output type (`with_output_types`, else the decorator of the transform's
+        class), or None when unknown."""
+        declared = getattr(self, "_output_type", None)
+        return declared if declared is not None else declared_hints(type(self)).output_type
 
     def __rrshift__(self, label: str) -> "PTransform":
         if not isinstance(label, str):
@@ -211,15 +222,8 @@ def label_from_callable(fn: Any) -> str:
 
 
 def input_type_conflict(declared: Any, actual: Any) -> bool:
-    """True when an input whose elements are of type `actual` cannot match the hint `declared`.
-
-    Only what is certain counts: two plain classes that are not subclass and superclass, or a
-    tuple hint (key-value pairs) against a plain class that is neither tuple nor list.
-    """
-    if declared is None or actual is None or declared is Any or actual is Any:
+    """True when an input whose elements are of type `actual` cannot match the hint `declared`
+    (only what is certain counts: see `typehints.is_consistent_with`)."""
+    if declared is None or actual is None:
         return False
-    if isinstance(declared, type) and isinstance(actual, type):
-        return not issubclass(actual, declared)
-    if typing.get_origin(declared) is tuple and isinstance(actual, type):
-        return not issubclass(actual, (tuple, list))
-    return False
+    return not is_consistent_with(actual, declared)

@@ -15,6 +15,7 @@ from headrace.errors import (
 from headrace.model.combine import BoundCombineFn, CombineFn, as_combine_fn, combine_values
 from headrace.model.time import Duration
 from headrace.model.trigger import AccumulationMode, DefaultTrigger
+from headrace.model.typecoders import registry as coder_registry
 from headrace.model.window import GlobalWindows, Windowing, WindowFn
 from headrace.model.windowed import TimestampedValue
 from headrace.pipeline import userstate as _userstate
@@ -23,6 +24,8 @@ from headrace.pipeline.ptransform import PTransform, label_from_callable
 from headrace.pipeline.pvalue import (
     AsList, AsSideInput, DoOutputsTuple, PBegin, PCollection, TaggedOutput,
 )
+from headrace.typehints.decorators import IOTypeHints, declared_hints, get_type_hints
+from headrace.typehints.typehints import type_name
 
 # ---------------------------------------------------------------------------------------
 # element types: just enough to reject grouping of non key-value data at construction time
@@ -284,8 +287,13 @@ class ParDo(PTransform):
             outputs[self.main_tag] = main
         return DoOutputsTuple(self.main_tag, outputs, tuple(tags))
 
+    def _hinted_input_type(self) -> Any:
+        """The element type the DoFn declares (decorator, or `process`'s annotation)."""
+        return get_type_hints(self.fn).input_type
+
     def _infer_output_type(self, pcoll: PCollection) -> Any:
-        return None
+        hinted = get_type_hints(self.fn).output_type
+        return hinted if hinted is not None else self.fn.infer_output_type(pcoll.element_type)
 
     def _check_stateful_input(self, pcoll: PCollection) -> None:
         """A DoFn with state or timers needs keyed input in non-merging windows (as in Beam)."""
@@ -410,14 +418,6 @@ def _check_callable(name: str, fn: Any) -> None:
         raise InvalidArgumentError(f"{name} got a DoFn; use beam.ParDo({type(fn).__name__}(...)) instead")
 
 
-def _return_type(fn: Any) -> Any:
-    try:
-        hints = typing.get_type_hints(fn)
-    except Exception:
-        return None
-    return hints.get("return")
-
-
 class Map(ParDo):
     """One output per element: `fn(element, *args)`."""
 
@@ -432,12 +432,20 @@ class Map(ParDo):
     def default_label(self) -> str:
         return f"{type(self).__name__}({label_from_callable(self.fn.fn)})"
 
+    def _fn_hints(self) -> IOTypeHints:
+        return get_type_hints(self.fn.fn, yields=self._kind in ("flatmap", "flatmaptuple"))
+
+    def _hinted_input_type(self) -> Any:
+        """The element type the function declares (decorator, or its first parameter's
+        annotation); none for MapTuple / FlatMapTuple, whose parameters are the parts."""
+        if self._kind in ("maptuple", "flatmaptuple"):
+            return declared_hints(self.fn.fn).input_type
+        return self._fn_hints().input_type
+
     def _infer_output_type(self, pcoll: PCollection) -> Any:
-        if self._kind in ("map", "maptuple"):
-            return _return_type(self.fn.fn)
         if self._kind == "filter":
             return pcoll.element_type
-        return None
+        return self._fn_hints().output_type
 
 
 class MapTuple(Map):
@@ -612,10 +620,41 @@ def _check_groupable(transform: PTransform, pcoll: PCollection) -> None:
         "pipeline option --allow_unsafe_triggers")
 
 
+def _kv_args(element_type: Any) -> Optional[Tuple[Any, Any]]:
+    """(key type, value type) of a `Tuple[K, V]` element type, else None."""
+    if typing.get_origin(element_type) is tuple:
+        args = typing.get_args(element_type)
+        if len(args) == 2 and args[1] is not Ellipsis:
+            return args[0], args[1]
+    return None
+
+
+def _check_key_coder(transform: PTransform, pcoll: PCollection) -> None:
+    """Refuses a grouping whose key type has a coder that cannot be made deterministic (Beam's
+    `verify_deterministic`): equal keys might not group together."""
+    kv = _kv_args(pcoll.element_type)
+    if kv is None or kv[0] in (None, typing.Any):
+        return
+    label = transform.pipeline.current_transform().full_label
+    try:
+        coder_registry.verify_deterministic(coder_registry.get_coder(kv[0]),
+                                            f"{type(transform).__name__} operation {label!r}")
+    except (ValueError, TypeError) as exc:
+        raise PipelineConstructionError(
+            f"step {label!r} ({type(transform).__name__}) groups by keys of type "
+            f"{type_name(kv[0])}: {exc}") from exc
+
+
 def _grouping_outputs(transform: Any, pcoll: PCollection) -> Any:
     """The main output of a grouping and, with `with_late_data_output`, its late-data output."""
     p = transform.pipeline
-    main = p.new_pcollection(pcoll.windowing, pcoll.is_bounded, element_type=KV_TYPE)
+    kv = _kv_args(pcoll.element_type)
+    out_type: Any = KV_TYPE
+    if kv is not None and isinstance(transform, GroupByKey):
+        out_type = typing.Tuple[kv[0], typing.Iterable[kv[1]]]  # type: ignore[valid-type]
+    elif kv is not None:
+        out_type = typing.Tuple[kv[0], typing.Any]
+    main = p.new_pcollection(pcoll.windowing, pcoll.is_bounded, element_type=out_type)
     main.may_contain_retractions = (pcoll.windowing.accumulation_mode
                                     is AccumulationMode.ACCUMULATING_AND_RETRACTING)
     tag = transform.late_tag
@@ -656,6 +695,7 @@ class _Grouping(PTransform):
     def expand(self, pcoll: Any) -> Any:
         pcoll = _require_pcollection(self, pcoll)
         _check_kv(self, pcoll)
+        _check_key_coder(self, pcoll)
         _check_groupable(self, pcoll)
         return _grouping_outputs(self, pcoll)
 

@@ -38,8 +38,10 @@ class Distinct(PTransform):
     """The distinct elements of a PCollection (per window)."""
 
     def expand(self, pcoll: Any) -> Any:
+        element = getattr(pcoll, "element_type", None)
+        pairs = KV_TYPE if element is None else Tuple[element, Any]
         return (pcoll
-                | "ToPairs" >> Map(_pair_with_none).with_output_types(KV_TYPE)
+                | "ToPairs" >> Map(_pair_with_none).with_output_types(pairs)
                 | "Group" >> CombinePerKey(_none_of)
                 | "Distinct" >> Keys())
 

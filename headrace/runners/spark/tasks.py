@@ -29,7 +29,7 @@ from pyspark.serializers import FramedSerializer
 from headrace.errors import PipelineExecutionError, _short_repr
 from headrace.io.iobase import ArrowBatchSource, batched
 from headrace.metrics.metric import MetricsContainer, metrics_scope, set_current_step
-from headrace.model import coders
+from headrace.model import coders, typecoders
 from headrace.model.reduce import Element, KeyState
 from headrace.model.time import MAX_TIMESTAMP_MICROS, MIN_TIMESTAMP_MICROS
 from headrace.model.window import Sessions, Windowing
@@ -124,7 +124,11 @@ def _payload(exc: PipelineExecutionError) -> Dict[str, Any]:
 
 
 class TaskEnv:
-    """Settings and channels every task function needs (picklable; built on the driver)."""
+    """Settings and channels every task function needs (picklable; built on the driver).
+
+    It also carries the coders registered on the driver (`coders.registry.register_coder`),
+    which every task installs in its worker's registry first, so that keys of a user's class
+    encode there as on the driver even when the registration is not made at import time."""
 
     def __init__(self, committed: Any, attempted: Any, bundle_size: int, max_attempts: int,
                  marker_dir: str) -> None:
@@ -133,6 +137,7 @@ class TaskEnv:
         self.bundle_size = bundle_size
         self.max_attempts = max_attempts
         self.marker_dir = marker_dir
+        self.custom_coders = typecoders.registry.custom_coders()
 
     def _marker(self) -> Optional[str]:
         from pyspark import TaskContext
@@ -145,8 +150,10 @@ class TaskEnv:
         """In a Spark re-attempt of a task whose step gave up on a bundle: fail the same way.
 
         Every task function calls this first; it also relaxes the worker's cyclic garbage
-        collector (see `_relax_gc`)."""
+        collector (see `_relax_gc`) and installs the driver's registered coders."""
         _relax_gc()
+        if self.custom_coders:
+            typecoders.registry.install(self.custom_coders)
         from pyspark import TaskContext
         ctx = TaskContext.get()
         if ctx is None or ctx.attemptNumber() == 0:
