@@ -802,8 +802,9 @@ class _SplitHotCold(DoFn):
         return [TaggedOutput("hot", ((self._nonce % fanout, key), value))]
 
 
-class _PreCombineFn(CombineFn):
-    """The first level of a fanned-out combine: the CombineFn's accumulator, marked as one."""
+class _FanoutLevelFn(CombineFn):
+    """One level of a fanned-out combine: the user's CombineFn's lifecycle, accumulators and
+    merging, passed through."""
 
     def __init__(self, fn: CombineFn) -> None:
         self.fn = fn
@@ -817,17 +818,21 @@ class _PreCombineFn(CombineFn):
     def create_accumulator(self) -> Any:
         return self.fn.create_accumulator()
 
-    def add_input(self, acc: Any, element: Any) -> Any:
-        return self.fn.add_input(acc, element)
-
-    def add_inputs(self, acc: Any, elements: Iterable[Any]) -> Any:
-        return self.fn.add_inputs(acc, elements)
-
     def merge_accumulators(self, accumulators: Iterable[Any]) -> Any:
         return self.fn.merge_accumulators(accumulators)
 
     def compact(self, acc: Any) -> Any:
         return self.fn.compact(acc)
+
+
+class _PreCombineFn(_FanoutLevelFn):
+    """The first level of a fanned-out combine: the CombineFn's accumulator, marked as one."""
+
+    def add_input(self, acc: Any, element: Any) -> Any:
+        return self.fn.add_input(acc, element)
+
+    def add_inputs(self, acc: Any, elements: Iterable[Any]) -> Any:
+        return self.fn.add_inputs(acc, elements)
 
     def extract_output(self, acc: Any) -> Any:
         return (True, self.fn.compact(acc))
@@ -836,32 +841,14 @@ class _PreCombineFn(CombineFn):
         return f"PreCombine({self.fn.default_label()})"
 
 
-class _PostCombineFn(CombineFn):
+class _PostCombineFn(_FanoutLevelFn):
     """The second level: plain values (False, v) are added, accumulators (True, a) merged in."""
-
-    def __init__(self, fn: CombineFn) -> None:
-        self.fn = fn
-
-    def setup(self, *args: Any, **kwargs: Any) -> None:
-        self.fn.setup()
-
-    def teardown(self, *args: Any, **kwargs: Any) -> None:
-        self.fn.teardown()
-
-    def create_accumulator(self) -> Any:
-        return self.fn.create_accumulator()
 
     def add_input(self, acc: Any, element: Any) -> Any:
         is_accumulator, value = element
         if is_accumulator:
             return self.fn.merge_accumulators([acc, value])
         return self.fn.add_input(acc, value)
-
-    def merge_accumulators(self, accumulators: Iterable[Any]) -> Any:
-        return self.fn.merge_accumulators(accumulators)
-
-    def compact(self, acc: Any) -> Any:
-        return self.fn.compact(acc)
 
     def extract_output(self, acc: Any) -> Any:
         return self.fn.extract_output(acc)

@@ -108,21 +108,17 @@ class GroupIntoBatches(PTransform):
         process), so a hot key is batched in parallel; output keys are `ShardedKey`s."""
         return GroupIntoBatches.WithShardedKey(batch_size, max_buffering_duration_secs, clock)
 
-    class WithShardedKey(PTransform):
-        """GroupIntoBatches with each key spread over shards; output keys are `ShardedKey`s."""
+    WithShardedKey: Any = None  # GroupIntoBatches.WithShardedKey, defined below
 
-        def __init__(self, batch_size: int, max_buffering_duration_secs: Optional[float] = None,
-                     clock: Any = None) -> None:
-            super().__init__()
-            _check(batch_size, max_buffering_duration_secs)
-            self.batch_size = batch_size
-            self.max_buffering_duration_secs = max_buffering_duration_secs
 
-        def expand(self, pcoll: Any) -> Any:
-            return (pcoll
-                    | "ShardKeys" >> Map(_shard)
-                    | "GroupIntoBatches" >> ParDo(
-                        _BatchesFn(self.batch_size, self.max_buffering_duration_secs)))
+class _WithShardedKey(GroupIntoBatches):
+    """GroupIntoBatches with each key spread over shards; output keys are `ShardedKey`s."""
+
+    def expand(self, pcoll: Any) -> Any:
+        return super().expand(pcoll | "ShardKeys" >> Map(_shard))
+
+
+GroupIntoBatches.WithShardedKey = _WithShardedKey
 
 
 _SHARD = uuid.uuid4().bytes[:8]

@@ -298,11 +298,10 @@ class RuntimeTimer:
     """A timer of the current key and window, as user code sees it: `set(timestamp,
     dynamic_timer_tag='')` and `clear(dynamic_timer_tag='')`."""
 
-    __slots__ = ("_core", "_spec", "_cells", "_window", "_expiry", "_output_ts")
+    __slots__ = ("_spec", "_cells", "_window", "_expiry", "_output_ts")
 
-    def __init__(self, core: "StatefulCore", spec: TimerSpec, cells: WindowCells, window: Any,
-                 expiry: int, output_ts: int) -> None:
-        self._core = core
+    def __init__(self, spec: TimerSpec, cells: WindowCells, window: Any, expiry: int,
+                 output_ts: int) -> None:
         self._spec = spec
         self._cells = cells
         self._window = window
@@ -365,7 +364,7 @@ class _Context:
 
     def timer(self, spec: TimerSpec) -> RuntimeTimer:
         """The timer `spec` of the current key and window."""
-        return RuntimeTimer(self.core, spec, self.cells, self.window, self.expiry, self.output_ts)
+        return RuntimeTimer(spec, self.cells, self.window, self.expiry, self.output_ts)
 
 
 def expiry_of(window: Any, lateness_us: int) -> int:
@@ -408,14 +407,6 @@ class StatefulCore:
             fn = self._fns[id(spec)] = spec.combine_fn
             fn.setup()
         return fn
-
-    def rebind(self) -> None:
-        """Re-attaches to the runner's DoFn after the runner rebuilt it (a retried bundle)."""
-        dofn = self.runner.dofn
-        self.callbacks = {n: (s, getattr(dofn, cb.__name__)) for n, (s, cb) in self.callbacks.items()}
-        if self.on_expiry is not None:
-            self.on_expiry = getattr(dofn, self.on_expiry.__name__)
-        self.runner.user_context = self.ctx
 
     def _bind(self, key: Any, window: Any, cells: WindowCells, output_ts: int, tag: str = "") -> None:
         ctx = self.ctx

@@ -30,14 +30,18 @@ from headrace.model.window import GLOBAL_WINDOWS_TUPLE, side_input_window
 from headrace.model.windowed import WindowedValue
 from headrace.pipeline.pipeline import AppliedPTransform
 from headrace.pipeline.pvalue import PCollection
-from headrace.runners.kit.grouping import GroupingCore, grouping_errors, key_of, pane_element
+from headrace.runners.kit.grouping import (
+    GroupingCore, grouping_errors, grouping_key_bytes, key_of, pane_element,
+)
 from headrace.runners.kit.plan import Stage
 from headrace.runners.kit.side_inputs import SideInputCombiner
 from headrace.runners.kit.sources import (
     read_bundles, read_unbounded, to_windowed_value, unbounded_available, unbounded_watermark,
 )
 from headrace.runners.kit.stage import FusedStage
-from headrace.runners.kit.stateful import StatefulCore, StatefulSpec, StatefulStep, UserKeyState
+from headrace.runners.kit.stateful import (
+    StatefulCore, StatefulSpec, StatefulStep, UserKeyState, keyed_elements,
+)
 from headrace.runners.local.clock import VirtualClock
 from headrace.testing.test_stream import ElementEvent, ProcessingTimeEvent, TestStream, WatermarkEvent
 from headrace.transforms.core import CombinePerKey, Create
@@ -614,17 +618,13 @@ class StatefulUnit(Unit):
     def process_bundle(self, bundle: Bundle) -> None:
         by_key: Dict[bytes, List[WindowedValue]] = {}
         keys = self.keys
-        for wv in bundle:
-            k, _, kb = key_of(self.label, wv.value)
+        for k, wv in keyed_elements(self.label, bundle):
+            kb = grouping_key_bytes(self.label, k, wv.value)
             lst = by_key.get(kb)
             if lst is None:
                 lst = by_key[kb] = []
                 keys.setdefault(kb, k)
-            if len(wv.windows) == 1:
-                lst.append(wv)
-            else:
-                lst.extend(WindowedValue(wv.value, wv.timestamp_us, (w,), wv.pane_info, wv.is_retraction)
-                           for w in wv.windows)
+            lst.append(wv)
         wm, now, states = self.input_wm, self.ex.clock.now(), self.states
 
         def body(core: StatefulCore) -> None:

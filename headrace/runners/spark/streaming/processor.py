@@ -40,7 +40,9 @@ from headrace.model.window import Windowing
 from headrace.model.windowed import WindowedValue
 from headrace.runners.kit.grouping import GroupingCore, grouping_errors, pane_element
 from headrace.runners.kit.side_inputs import SideInputReader
-from headrace.runners.kit.stateful import StatefulCore, StatefulSpec, StatefulStep, UserKeyState
+from headrace.runners.kit.stateful import (
+    StatefulCore, StatefulSpec, StatefulStep, UserKeyState, keyed_elements,
+)
 from headrace.runners.spark.streaming import rows
 from headrace.runners.spark.streaming.coordinator import to_clock
 from headrace.runners.spark.tasks import SideStub, pack
@@ -466,14 +468,9 @@ def processor(specs: Dict[int, Any], forward_key: bytes, env: Any) -> Any:
                 rec = recs[kb] = _KeyRecord(k, UserKeyState(), prev)
             record: "_KeyRecord" = rec
             assert isinstance(record.state, UserKeyState)
-            elements: List[WindowedValue] = []
-            for bundle in sorted(batches):
-                for _, wv in sorted(batches[bundle], key=lambda x: x[0]):
-                    if len(wv.windows) == 1:
-                        elements.append(wv)
-                    else:
-                        elements.extend(WindowedValue(wv.value, wv.timestamp_us, (w,), wv.pane_info,
-                                                      wv.is_retraction) for w in wv.windows)
+            arrived = [wv for bundle in sorted(batches)
+                       for _, wv in sorted(batches[bundle], key=lambda x: x[0])]
+            elements = [one for _, one in keyed_elements(stateful[g].label, arrived)]
 
             def arrive(core: StatefulCore) -> None:
                 if record.seen < prev:
@@ -506,11 +503,7 @@ def processor(specs: Dict[int, Any], forward_key: bytes, env: Any) -> Any:
                 return
             record.hold = core.output_hold(state)
             record.ptime = core.next_processing_time(state)
-            nxt = core.next_event_time(state)
-            timer = to_clock(nxt) if nxt < MAX else None
-            if record.ptime < MAX or (timer is not None and timer <= ctl.clock):
-                timer = ctl.clock + 1   # next batch
-            record.timer = timer
+            record.timer = _wakeup_clock(core.next_event_time(state), record.ptime, ctl)
 
         def _settle(self, g: int, core: GroupingCore, recs: Dict[bytes, "_KeyRecord"], kb: bytes,
                     rec: "_KeyRecord", ctl: rows.Control, wakeup: int) -> None:
@@ -524,10 +517,7 @@ def processor(specs: Dict[int, Any], forward_key: bytes, env: Any) -> Any:
             else:
                 hold = core.output_hold(state)
                 ptime = wakeup
-                nxt = core.core.next_event_time_us(state, cur, pt)
-                timer = to_clock(nxt) if nxt < MAX else None
-                if ptime < MAX or (timer is not None and timer <= ctl.clock):
-                    timer = ctl.clock + 1   # next batch
+                timer = _wakeup_clock(core.core.next_event_time_us(state, cur, pt), ptime, ctl)
             if rec.waiting:   # panes waiting for side inputs: output still to come
                 hold = min([hold] + [p.timestamp_us for p in rec.waiting])
                 timer = ctl.clock + 1
@@ -563,6 +553,16 @@ def processor(specs: Dict[int, Any], forward_key: bytes, env: Any) -> Any:
             raise env.fail(exc) from exc
 
     return HeadraceGroupings()
+
+
+def _wakeup_clock(next_event: int, ptime: int, ctl: rows.Control) -> Optional[int]:
+    """The Spark clock a key must be visited at: that of the watermark `next_event` at which it
+    next has something to do, or the next batch's when it waits for processing time (`ptime`) or
+    its watermark's clock has already passed; None: never."""
+    timer = to_clock(next_event) if next_event < MAX else None
+    if ptime < MAX or (timer is not None and timer <= ctl.clock):
+        timer = ctl.clock + 1   # next batch
+    return timer
 
 
 def _add_items(batches: Dict[int, List[Tuple[int, WindowedValue]]],
