@@ -1,6 +1,6 @@
 """Transforms (Beam's `apache_beam.transforms`)."""
 
-from headrace.transforms import combiners, trigger, window
+from headrace.transforms import combiners, ptransform, trigger, window
 from headrace.transforms.core import *  # noqa: F401,F403
 from headrace.transforms.core import (
     CoGroupByKey, CombineGlobally, CombinePerKey, CombineValues, Create, Filter, FlatMap,
@@ -15,5 +15,5 @@ from headrace.model.combine import CombineFn
 __all__ = ["CoGroupByKey", "CombineFn", "CombineGlobally", "CombinePerKey", "CombineValues",
            "Create", "Distinct", "DoFn", "Filter", "FlatMap", "FlatMapTuple", "Flatten",
            "GroupByKey", "Keys", "KvSwap", "Map", "MapTuple", "PTransform", "ParDo", "Partition",
-           "Reshuffle", "Values", "WindowInto", "WithKeys", "combiners", "ptransform_fn",
-           "trigger", "window"]
+           "Reshuffle", "Values", "WindowInto", "WithKeys", "combiners", "ptransform",
+           "ptransform_fn", "trigger", "window"]

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any, Callable, Optional
 
 from headrace.model.combine import (
-    CountCombineFn, LatestCombineFn, MeanCombineFn, ToDictCombineFn, ToListCombineFn,
-    ToSetCombineFn, TopCombineFn,
+    CountCombineFn, LatestCombineFn, MeanCombineFn, SingleInputTupleCombineFn, ToDictCombineFn,
+    ToListCombineFn, ToSetCombineFn, TopCombineFn,
 )
 from headrace.pipeline.dofn import DoFn
 from headrace.pipeline.ptransform import PTransform
@@ -14,7 +14,7 @@ from headrace.transforms.core import KV_TYPE, CombineGlobally, CombinePerKey, Ma
 
 __all__ = ["Count", "Mean", "Top", "ToList", "ToDict", "ToSet", "Latest", "CountCombineFn",
            "MeanCombineFn", "TopCombineFn", "ToListCombineFn", "ToDictCombineFn", "ToSetCombineFn",
-           "LatestCombineFn"]
+           "LatestCombineFn", "SingleInputTupleCombineFn"]
 
 
 class Count:
