@@ -10,7 +10,8 @@ from headrace.errors import DataFormatError, InvalidArgumentError, _short_repr
 from headrace.io.filebasedsink import FileBasedSink, FileFormatWriter, write_files
 from headrace.io.filesystem import compression_of, open_for_read
 from headrace.io.iobase import Read
-from headrace.io.textio import _TextSource, local_pattern
+from headrace.io.localfilesystem import local_pattern
+from headrace.io.textio import _TextSource
 from headrace.io.watch import SKIP, GrowingFilesSource
 from headrace.pipeline.ptransform import PTransform
 from headrace.pipeline.pvalue import PCollection

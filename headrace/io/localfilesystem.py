@@ -14,7 +14,7 @@ import re
 import shutil
 from typing import Any, BinaryIO, Dict, Iterator, List, Optional, Sequence, Tuple
 
-from headrace.errors import InvalidArgumentError
+from headrace.errors import InvalidArgumentError, UnsupportedArgumentError
 from headrace.io.filesystem import (
     BeamIOError, CompressionTypes, FileMetadata, MatchResult, check_compression_type,
     compressing_writer, compression_of, open_for_read,
@@ -33,6 +33,20 @@ def local_path(path: str) -> str:
     if rest.lower().startswith("localhost/"):
         rest = rest[len("localhost"):]
     return rest
+
+
+def local_pattern(transform: str, pattern: str) -> str:
+    """`pattern` as a local path (a `file://` URL's path); another URL scheme is refused."""
+    m = re.match(r"([a-zA-Z][-a-zA-Z0-9+.]*)://", pattern)
+    if m is None:
+        return pattern
+    if m.group(1).lower() != "file":
+        raise UnsupportedArgumentError(
+            f"{transform}({pattern!r}): no file system for the scheme {m.group(1)!r}; headrace "
+            "reads and writes local paths and file:// URLs only; use a local or mounted path (for "
+            "example a bucket mounted with gcsfuse or s3fs, or a Spark cluster's shared file "
+            "system)")
+    return local_path(pattern)
 
 
 def _with_scheme_of(pattern: str, path: str) -> str:

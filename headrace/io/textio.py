@@ -1,27 +1,26 @@
-"""Text files: `ReadFromText` (parallel byte-range splits) and `WriteToText` (temp files, atomic rename).
+"""Text files: `ReadFromText` and `ReadFromTextWithFilename` (parallel byte-range splits),
+`ReadAllFromText` (the files of a PCollection of patterns), `ReadFromTextContinuously` (a
+growing set of files) and `WriteToText` (temp files, atomic rename).
 
-Both take Beam's `coder` (see `headrace.coders`): ReadFromText decodes each line's bytes with
+Both take Beam's `coder` (see `headrace.coders`): the readers decode each record's bytes with
 it (default `StrUtf8Coder`), WriteToText writes the bytes it encodes (default `ToBytesCoder`:
 bytes as they are, anything else as `str(value)` in UTF-8). A JSON coder thus reads and
-writes JSON lines.
+writes JSON lines. Paths may be `file://` URLs; other URL schemes are refused.
 """
 
 from __future__ import annotations
 
 import itertools
 import os
-import re
 from typing import Any, BinaryIO, Iterable, Iterator, List, Optional, Tuple
 
-from headrace.errors import (
-    DataFormatError, InvalidArgumentError, UnsupportedArgumentError, _short_repr,
-)
+from headrace.errors import DataFormatError, InvalidArgumentError, _short_repr
 from headrace.io.filebasedsink import FileBasedSink, FileFormatWriter, write_files
 from headrace.io.filesystem import (
     check_compression_type, check_files_exist, compression_of, match_files, open_for_read,
 )
 from headrace.io.iobase import BoundedSource, Read
-from headrace.io.localfilesystem import local_path
+from headrace.io.localfilesystem import local_pattern
 from headrace.io.watch import GrowingFilesSource
 from headrace.model.coders import StrUtf8Coder, ToBytesCoder
 from headrace.pipeline.ptransform import PTransform
@@ -463,19 +462,6 @@ class ReadFromTextWithFilename(ReadFromText):
         return "ReadFromTextWithFilename"
 
 
-def local_pattern(transform: str, pattern: str) -> str:
-    """`pattern` as a local path (a `file://` URL's path); another URL scheme is refused."""
-    m = re.match(r"([a-zA-Z][-a-zA-Z0-9+.]*)://", pattern)
-    if m is None:
-        return pattern
-    if m.group(1).lower() != "file":
-        raise UnsupportedArgumentError(
-            f"{transform}({pattern!r}): no file system for the scheme {m.group(1)!r}; headrace "
-            "reads local paths and file:// URLs only; use a local or mounted path (for example a "
-            "bucket mounted with gcsfuse or s3fs, or a Spark cluster's shared file system)")
-    return local_path(pattern)
-
-
 _DESIRED_BUNDLE_SIZE = 64 * 1024 * 1024
 
 
@@ -520,7 +506,8 @@ class ReadAllFromText(PTransform):
 
     A pattern without wildcards that names no file fails the pipeline (Beam's
     ALLOW_IF_WILDCARD); a wildcard pattern that matches nothing reads nothing. Each record keeps
-    the timestamp and window of the pattern it came from.
+    the timestamp and window of the pattern it came from. `validate` is accepted, as in Beam,
+    and checks nothing: the patterns are known only when the pipeline runs.
     """
 
     def __init__(self, min_bundle_size: int = 0, desired_bundle_size: int = _DESIRED_BUNDLE_SIZE,

@@ -177,3 +177,17 @@ def test_filesystems_in_pipeline_steps(make_pipeline, tmp_path):
     with make_pipeline() as p:
         lines = p | beam.ReadFromText(str(tmp_path / "w*.txt.gz"))
         assert_that(lines, equal_to([str(i) for _, n in items for i in range(n)]))
+
+
+def test_connectors_take_file_urls_and_refuse_other_schemes(make_pipeline, tmp_path):
+    url = "file://" + str(tmp_path / "out")
+    with make_pipeline() as p:
+        p | beam.Create(["u", "v"]) | beam.WriteToText(url, num_shards=1, file_name_suffix=".txt")
+        p | "Json" >> beam.Create([{"a": 1}]) | beam.io.WriteToJson(url + "-json", num_shards=1)
+    assert sorted((tmp_path / "out-00000-of-00001.txt").read_text().splitlines()) == ["u", "v"]
+    assert (tmp_path / "out-json-00000-of-00001.json").read_text() == '{"a": 1}\n'
+    for make in (lambda: beam.WriteToText("gs://bucket/out"),
+                 lambda: beam.io.WriteToJson("s3://bucket/out"),
+                 lambda: beam.io.ReadFromParquet("hdfs://nn/data-*.parquet")):
+        with pytest.raises(ValueError, match="no file system for the scheme"):
+            make()
