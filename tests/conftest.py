@@ -40,6 +40,10 @@ RUNNER_CONFIGS = {
 }
 RUNNERS = [r for r in os.environ.get("HEADRACE_TEST_RUNNERS", ",".join(RUNNER_CONFIGS)).split(",")
            if r]
+_UNKNOWN = sorted(set(RUNNERS) - set(RUNNER_CONFIGS))
+if _UNKNOWN:
+    raise pytest.UsageError(f"HEADRACE_TEST_RUNNERS names unknown runner(s) {_UNKNOWN}; "
+                            f"the runner ids are {sorted(RUNNER_CONFIGS)}")
 
 
 def _runner_of(item):

@@ -32,6 +32,7 @@ from typing import Any, BinaryIO, Iterable, List, Optional, Tuple, cast
 
 from headrace.errors import InvalidArgumentError
 from headrace.io.filesystem import compressing_writer, compression_of
+from headrace.io.localfilesystem import local_pattern
 from headrace.model.time import MIN_TIMESTAMP_MICROS, Duration
 from headrace.model.strategy import AccumulationMode
 from headrace.model.window import (GLOBAL_WINDOWS_TUPLE, GlobalWindow, GlobalWindows,
@@ -192,7 +193,7 @@ class FileBasedSink(ABC):
                 f"{given}: a fixed number of shards decides the files itself (Beam ignores the "
                 "limits then); drop one of the two")
         self.step = transform  # set to the write's full label when it is applied
-        self.prefix = os.fspath(file_path_prefix)
+        self.prefix = local_pattern(transform, os.fspath(file_path_prefix))
         self.suffix = file_name_suffix
         self.template = shard_name_template
         self.num_shards = num_shards

@@ -10,6 +10,7 @@ from headrace.errors import DataFormatError, InvalidArgumentError, _short_repr
 from headrace.io.filebasedsink import FileBasedSink, FileFormatWriter, write_files
 from headrace.io.filesystem import compression_of, open_for_read
 from headrace.io.iobase import Read
+from headrace.io.localfilesystem import local_pattern
 from headrace.io.textio import _TextSource
 from headrace.io.watch import SKIP, GrowingFilesSource
 from headrace.pipeline.ptransform import PTransform
@@ -23,8 +24,20 @@ class _JsonSource(_TextSource):
 
     transform = "ReadFromJson"
 
-    def __init__(self, pattern: str, lines: bool, compression_type: str, validate: bool) -> None:
-        super().__init__(pattern, True, 0, compression_type, validate)
+    def __init__(self, pattern: str, lines: bool, compression_type: str, validate: bool,
+                 skip_header_lines: int = 0, delimiter: Optional[bytes] = None,
+                 escapechar: Optional[bytes] = None) -> None:
+        super().__init__(pattern, True, skip_header_lines, compression_type, validate,
+                         delimiter=delimiter, escapechar=escapechar)
+        if not lines:
+            given = [name for name, value in (("skip_header_lines", skip_header_lines),
+                                              ("delimiter", delimiter), ("escapechar", escapechar))
+                     if value]
+            if given:
+                raise InvalidArgumentError(
+                    f"ReadFromJson(lines=False) reads each file as one JSON document, so "
+                    f"{', '.join(given)} (which split JSON lines) cannot apply; drop "
+                    f"{'it' if len(given) == 1 else 'them'} or read JSON lines (lines=True)")
         self.lines = lines
 
     def display_name(self) -> str:
@@ -84,15 +97,20 @@ class ReadFromJson(PTransform):
 
     With `lines=False` each file is one JSON document: an array yields its items, any other
     value is yielded whole. Blank lines are skipped; a malformed line fails the read with an
-    error naming the file and the line number.
+    error naming the file and the line number. `compression_type`, `skip_header_lines`,
+    `delimiter` (bytes ending each value instead of a newline) and `escapechar` mean what they
+    mean for ReadFromText.
     """
 
     def __init__(self, file_pattern: str, lines: bool = True, validate: bool = True,
-                 compression_type: str = "auto") -> None:
+                 compression_type: str = "auto", skip_header_lines: int = 0,
+                 delimiter: Optional[bytes] = None, escapechar: Optional[bytes] = None) -> None:
         super().__init__()
         if not isinstance(file_pattern, (str, os.PathLike)):
             raise InvalidArgumentError(f"ReadFromJson needs a file pattern str, got {file_pattern!r}")
-        self._source = _JsonSource(os.fspath(file_pattern), bool(lines), compression_type, validate)
+        self._source = _JsonSource(local_pattern("ReadFromJson", os.fspath(file_pattern)),
+                                   bool(lines), compression_type, validate, skip_header_lines,
+                                   delimiter, escapechar)
 
     def default_label(self) -> str:
         return "ReadFromJson"

@@ -9,6 +9,7 @@ from headrace.errors import DataFormatError, InvalidArgumentError, _short_repr
 from headrace.io.filebasedsink import FileBasedSink, FileFormatWriter, write_files
 from headrace.io.filesystem import check_files_exist, match_files
 from headrace.io.iobase import ArrowBatchSource, BoundedSource, Read
+from headrace.io.localfilesystem import local_pattern
 from headrace.pipeline.ptransform import PTransform
 from headrace.pipeline.pvalue import PCollection, Row
 
@@ -196,7 +197,7 @@ class ReadFromParquetBatched(PTransform):
 def _pattern(transform: str, file_pattern: Any) -> str:
     if not isinstance(file_pattern, (str, os.PathLike)) or not os.fspath(file_pattern):
         raise InvalidArgumentError(f"{transform} needs a file pattern str, got {file_pattern!r}")
-    return os.fspath(file_pattern)
+    return local_pattern(transform, os.fspath(file_pattern))
 
 
 # ---------------------------------------------------------------------------------------

@@ -1,13 +1,16 @@
-"""Text files: `ReadFromText` (parallel byte-range splits) and `WriteToText` (temp files, atomic rename).
+"""Text files: `ReadFromText` and `ReadFromTextWithFilename` (parallel byte-range splits),
+`ReadAllFromText` (the files of a PCollection of patterns), `ReadFromTextContinuously` (a
+growing set of files) and `WriteToText` (temp files, atomic rename).
 
-Both take Beam's `coder` (see `headrace.coders`): ReadFromText decodes each line's bytes with
+Both take Beam's `coder` (see `headrace.coders`): the readers decode each record's bytes with
 it (default `StrUtf8Coder`), WriteToText writes the bytes it encodes (default `ToBytesCoder`:
 bytes as they are, anything else as `str(value)` in UTF-8). A JSON coder thus reads and
-writes JSON lines.
+writes JSON lines. Paths may be `file://` URLs; other URL schemes are refused.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 from typing import Any, BinaryIO, Iterable, Iterator, List, Optional, Tuple
 
@@ -17,10 +20,12 @@ from headrace.io.filesystem import (
     check_compression_type, check_files_exist, compression_of, match_files, open_for_read,
 )
 from headrace.io.iobase import BoundedSource, Read
+from headrace.io.localfilesystem import local_pattern
 from headrace.io.watch import GrowingFilesSource
 from headrace.model.coders import StrUtf8Coder, ToBytesCoder
 from headrace.pipeline.ptransform import PTransform
 from headrace.pipeline.pvalue import PCollection
+from headrace.transforms.core import FlatMap, Reshuffle
 
 _SPLIT_BYTES = 64 * 1024 * 1024
 _MIN_SPLIT_BYTES = 1024 * 1024
@@ -43,26 +48,34 @@ def check_coder(transform: str, coder: Any, method: str, default: Any) -> Any:
     return coder
 
 
-def _check_delimiter(delimiter: Any, escapechar: Any) -> None:
+def _check_delimiter(transform: str, delimiter: Any, escapechar: Any) -> None:
     if delimiter is not None:
         if not isinstance(delimiter, bytes) or not delimiter:
             raise InvalidArgumentError(
-                f"ReadFromText(delimiter=...) must be non-empty bytes such as b'|', got {delimiter!r}")
+                f"{transform}(delimiter=...) must be non-empty bytes such as b'|', got {delimiter!r}")
         if any(delimiter[:i] == delimiter[-i:] for i in range(1, len(delimiter))):
             raise InvalidArgumentError(
-                f"ReadFromText(delimiter={delimiter!r}) overlaps itself (a prefix of it is also its "
+                f"{transform}(delimiter={delimiter!r}) overlaps itself (a prefix of it is also its "
                 "suffix), so where a record ends would be ambiguous; choose another delimiter")
     if escapechar is not None and not (isinstance(escapechar, bytes) and len(escapechar) == 1):
         raise InvalidArgumentError(
-            f"ReadFromText(escapechar=...) must be a single byte such as b'\\\\', got {escapechar!r}")
+            f"{transform}(escapechar=...) must be a single byte such as b'\\\\', got {escapechar!r}")
+    if escapechar is not None and delimiter is not None and escapechar in delimiter:
+        raise InvalidArgumentError(
+            f"{transform}(delimiter={delimiter!r}, escapechar={escapechar!r}): the escape byte "
+            "is part of the delimiter, so escapes and delimiters would be ambiguous; choose an "
+            "escape byte the delimiter does not contain")
 
 
 class _TextSource(BoundedSource):
-    """Lines of the files matching a glob, split into byte ranges (whole files if compressed).
+    """Records of the files matching a glob, split into byte ranges (whole files if compressed).
 
-    With a custom `delimiter` or an `escapechar`, records are found by scanning whole files
-    (no byte-range splits): a delimiter preceded by an odd number of escape bytes is part of
-    the record, and escape bytes are kept, as in Beam.
+    Records end at '\\n' (also ending '\\r\\n') or at a custom `delimiter`; with an
+    `escapechar`, a delimiter preceded by an odd number of escape bytes is part of the record
+    (escape bytes are kept), as in Beam. A record belongs to the range it starts in, and where
+    records start can be told from the bytes just before a position, so every file is split,
+    whatever the delimiter, escapes and header lines (`skip_header_lines` skips the first
+    records of each file). `with_filename` makes each record `(file name, record)`.
     """
 
     transform = "ReadFromText"
@@ -70,13 +83,19 @@ class _TextSource(BoundedSource):
     def __init__(self, pattern: str, strip_trailing_newlines: bool = True, skip_header_lines: int = 0,
                  compression_type: str = "auto", validate: bool = True, coder: Any = None,
                  min_bundle_size: int = 0, delimiter: Optional[bytes] = None,
-                 escapechar: Optional[bytes] = None) -> None:
-        if not isinstance(skip_header_lines, int) or skip_header_lines < 0:
+                 escapechar: Optional[bytes] = None, with_filename: bool = False,
+                 transform: Optional[str] = None) -> None:
+        if transform is not None:
+            self.transform = transform  # the name in errors
+        if (isinstance(skip_header_lines, bool) or not isinstance(skip_header_lines, int)
+                or skip_header_lines < 0):
             raise InvalidArgumentError(
-                f"skip_header_lines must be a non-negative int, got {skip_header_lines!r}")
+                f"{self.transform}: skip_header_lines must be a non-negative int, got "
+                f"{skip_header_lines!r}")
         if not isinstance(min_bundle_size, int) or min_bundle_size < 0:
-            raise InvalidArgumentError(f"min_bundle_size must be a non-negative int, got {min_bundle_size!r}")
-        _check_delimiter(delimiter, escapechar)
+            raise InvalidArgumentError(
+                f"{self.transform}: min_bundle_size must be a non-negative int, got {min_bundle_size!r}")
+        _check_delimiter(self.transform, delimiter, escapechar)
         self.pattern = pattern
         self.strip = bool(strip_trailing_newlines)
         self.skip = skip_header_lines
@@ -85,6 +104,7 @@ class _TextSource(BoundedSource):
         self.min_bundle_size = min_bundle_size
         self.delimiter = delimiter
         self.escapechar = escapechar
+        self.with_filename = bool(with_filename)
         if validate:
             check_files_exist(self.transform, pattern, "data/*.txt")
 
@@ -97,7 +117,10 @@ class _TextSource(BoundedSource):
     def output_type(self) -> Any:
         """The type of the values read (None when the coder does not say)."""
         hint = getattr(self.coder, "to_type_hint", None)
-        return hint() if callable(hint) else None
+        value = hint() if callable(hint) else None
+        if self.with_filename:
+            return Tuple[str, value] if value is not None else None
+        return value
 
     def split(self, desired_parallelism: int) -> List[Tuple[str, int, int]]:
         files = self._files()
@@ -106,23 +129,22 @@ class _TextSource(BoundedSource):
         total = sum(os.path.getsize(f) for f in files)
         target = max(_MIN_SPLIT_BYTES, self.min_bundle_size,
                      min(_SPLIT_BYTES, total // max(1, desired_parallelism) + 1))
-        whole = self.skip or self.delimiter is not None or self.escapechar is not None
-        parts: List[Tuple[str, int, int]] = []
-        for f in files:
-            size = os.path.getsize(f)
-            if whole or compression_of(f, self.compression_type) or size <= target:
-                parts.append((f, 0, -1))
-                continue
-            for start in range(0, size, target):
-                parts.append((f, start, min(size, start + target)))
-        return parts
+        return [r for f in files for r in self.ranges(f, target)]
+
+    def ranges(self, path: str, target: int) -> List[Tuple[str, int, int]]:
+        """The parts of one file: byte ranges of about `target` bytes, or the whole file
+        (`end` -1) when it is compressed or small."""
+        size = os.path.getsize(path)
+        if compression_of(path, self.compression_type) or size <= target:
+            return [(path, 0, -1)]
+        return [(path, start, min(size, start + target)) for start in range(0, size, target)]
 
     def read(self, part: Tuple[str, int, int]) -> Iterable[Any]:
         for block in self._blocks(part):
             yield from block
 
     def read_batches(self, part: Tuple[str, int, int], size: int) -> Iterable[List[Any]]:
-        """The lines of one part in lists of about `size` (whole buffers of the file: lines are
+        """The records of one part in lists of about `size` (whole buffers of the file: lines are
         split and decoded a buffer at a time)."""
         if type(self).read is not _TextSource.read:  # a subclass's records (ReadFromJson's values)
             yield from super().read_batches(part, size)
@@ -139,14 +161,28 @@ class _TextSource(BoundedSource):
         if pending:
             yield pending
 
+    def _plain(self) -> bool:
+        return self.delimiter is None and self.escapechar is None
+
+    def _open(self, path: str) -> Any:
+        return open_for_read(path, compression_of(path, self.compression_type))
+
     def _blocks(self, part: Tuple[str, int, int]) -> Iterator[List[Any]]:
         """The decoded records of a part, a list per buffer read."""
+        if not self.with_filename:
+            yield from self._value_blocks(part)
+            return
+        path = part[0]
+        for block in self._value_blocks(part):
+            yield [(path, x) for x in block]
+
+    def _value_blocks(self, part: Tuple[str, int, int]) -> Iterator[List[Any]]:
         coder = self.coder
         fast = type(coder) is StrUtf8Coder
         decode = coder.decode
-        if self.delimiter is not None or self.escapechar is not None:
+        if not self._plain():
             block: List[Any] = []
-            for k, raw in enumerate(self._records(part)):
+            for k, (_, raw) in enumerate(self._records(part)):
                 try:
                     block.append(raw.decode("utf-8") if fast else decode(raw))
                 except Exception as exc:
@@ -198,17 +234,41 @@ class _TextSource(BoundedSource):
             yield out
             k += len(out)
 
+    def _header_end(self, fh: Any) -> int:
+        """The offset of the first record after the skipped header records (`fh` at offset 0)."""
+        if not self.skip:
+            return 0
+        pos = 0
+        if self._plain():
+            for _ in range(self.skip):
+                line = fh.readline()
+                if not line:
+                    break
+                pos += len(line)
+            return pos
+        for n, (_, pos, _) in enumerate(_scan(fh, 0, self.delimiter, self.escapechar, self.strip)):
+            if n + 1 == self.skip:
+                break
+        return pos
+
+    def _first_line(self, fh: Any, start: int) -> int:
+        """Moves `fh` (at offset 0) to the first line starting at or after `start` and after the
+        header, and returns that line's offset ('\\n'-ended lines only)."""
+        header = self._header_end(fh)
+        if start <= header:
+            if fh.tell() != header:
+                fh.seek(header)
+            return header
+        fh.seek(start - 1)
+        skipped = fh.readline()  # finish the line that straddles the split start
+        return start - 1 + len(skipped)
+
     def _line_buffers(self, part: Tuple[str, int, int]) -> Iterator[bytes]:
         """The part's lines as buffers of whole lines, each ending in b'\\n' but perhaps the
         file's last line; header lines skipped."""
         path, start, end = part
-        with open_for_read(path, compression_of(path, self.compression_type)) as fh:
-            base = start  # the file offset of `rest` (then `data`): where the next line starts
-            if start > 0:
-                fh.seek(start - 1)
-                skipped = fh.readline()  # finish the line that straddles the split start
-                base = start - 1 + len(skipped)
-            skip = self.skip if start == 0 else 0
+        with self._open(path) as fh:
+            base = self._first_line(fh, start)  # the file offset of `rest` (then `data`)
             rest = b""
             while True:
                 if end >= 0 and base >= end:  # the next line starts at or after the part's end
@@ -231,75 +291,84 @@ class _TextSource(BoundedSource):
                 rest = data[cut:]
                 data = data[:cut]
                 base += cut
-                while skip and data:
-                    nl = data.find(b"\n")
-                    data = data[nl + 1:] if nl >= 0 else b""
-                    skip -= 1
                 if data:
                     yield data
                 if last:
                     return
 
-    def _records(self, part: Tuple[str, int, int]) -> Iterator[bytes]:
-        """The raw records of a part (without their line end or delimiter when stripping)."""
+    def _records(self, part: Tuple[str, int, int]) -> Iterator[Tuple[int, bytes]]:
+        """(offset, raw record) of each record starting in the part, found by scanning for the
+        delimiter and escapes (without the delimiter when stripping)."""
         path, start, end = part
-        with open_for_read(path, compression_of(path, self.compression_type)) as fh:
-            if self.delimiter is not None or self.escapechar is not None:
-                records: Iterator[bytes] = _scan(fh, self.delimiter, self.escapechar, self.strip)
-                skip = self.skip
-                for raw in records:
-                    if skip:
-                        skip -= 1
-                        continue
-                    yield raw
-                return
-            strip = self.strip
-            pos = start
-            if start > 0:
-                fh.seek(start - 1)
-                skipped = fh.readline()  # finish the line that straddles the split start
-                pos = start - 1 + len(skipped)
-            skip = self.skip if start == 0 else 0
-            while end < 0 or pos < end:
-                raw = fh.readline()
-                if not raw:
-                    break
-                pos += len(raw)
-                if skip:
-                    skip -= 1
+        with self._open(path) as fh:
+            header = self._header_end(fh)
+            if start <= header:
+                base = header
+            else:
+                # a record starting at `start` or later follows a delimiter ending at or after
+                # `start`; scan from where such a delimiter could begin, and from the start of
+                # the escape bytes just before it (they decide whether it is escaped)
+                base = max(header, start - len(self.delimiter or b"\n"))
+                if self.escapechar is not None:
+                    base = _escape_run_start(fh, base, header, self.escapechar)
+            if fh.tell() != base:
+                fh.seek(base)
+            for offset, _, raw in _scan(fh, base, self.delimiter, self.escapechar, self.strip):
+                if offset < start:
                     continue
-                if strip and raw.endswith(b"\n"):
-                    raw = raw[:-2] if raw.endswith(b"\r\n") else raw[:-1]
-                yield raw
+                if end >= 0 and offset >= end:
+                    return
+                yield offset, raw
 
     def line_number(self, part: Tuple[str, int, int], k: int) -> int:
         """The 1-based line (record) number in its file of the part's `k`-th record."""
         path, start, _ = part
-        n = k + 1 + (self.skip if start == 0 else 0)
-        if start > 0:  # the part's first line follows the newline at or after byte start - 1
-            n += 1 + _count_newlines(path, start - 1)
-        return n
+        with self._open(path) as fh:
+            if self._plain():
+                first = self._first_line(fh, start)
+                fh.seek(0)
+                return _count_newlines(fh, first) + k + 1
+            offset = next((o for o, _ in self._records(part)), None)
+            if offset is None:
+                return k + 1
+            fh.seek(0)
+            records = _scan(fh, 0, self.delimiter, self.escapechar, self.strip)
+            before = sum(1 for _ in itertools.takewhile(lambda r: r[1] <= offset, records))
+            return before + k + 1
 
     def _undecodable(self, part: Tuple[str, int, int], k: int, raw: bytes, exc: Exception
                      ) -> DataFormatError:
-        what = "record" if self.delimiter is not None else "line"
+        what = "line" if self.delimiter is None else "record"
         return DataFormatError(
             f"{self.transform}: {part[0]} {what} {self.line_number(part, k)} could not be decoded by "
             f"its coder {self.coder!r} ({type(exc).__name__}: {exc}): {_short_repr(raw, 120)}. Fix "
             f"or remove that {what}, or read with a coder that accepts it (coder=...)")
 
 
-def _count_newlines(path: str, end: int) -> int:
-    """The number of b'\\n' in the first `end` bytes of the (uncompressed) file `path`."""
+def _count_newlines(fh: Any, end: int) -> int:
+    """The number of b'\\n' in the next `end` bytes of `fh`."""
     count = 0
-    with open(path, "rb") as fh:
-        while end > 0:
-            chunk = fh.read(min(end, _CHUNK))
-            if not chunk:
-                break
-            count += chunk.count(b"\n")
-            end -= len(chunk)
+    while end > 0:
+        chunk = fh.read(min(end, _CHUNK))
+        if not chunk:
+            break
+        count += chunk.count(b"\n")
+        end -= len(chunk)
     return count
+
+
+def _escape_run_start(fh: Any, pos: int, floor: int, escapechar: bytes) -> int:
+    """The offset where the run of escape bytes that ends just before `pos` starts (`pos` if
+    the byte before it is no escape), looking back no further than `floor`."""
+    while pos > floor:
+        step = min(pos - floor, 4096)
+        fh.seek(pos - step)
+        data = fh.read(step)
+        stripped = data.rstrip(escapechar)
+        pos -= len(data) - len(stripped)
+        if stripped:
+            break
+    return pos
 
 
 def _escaped(buf: bytes, i: int, start: int, esc: int) -> bool:
@@ -310,13 +379,16 @@ def _escaped(buf: bytes, i: int, start: int, esc: int) -> bool:
     return n % 2 == 1
 
 
-def _scan(fh: BinaryIO, delimiter: Optional[bytes], escapechar: Optional[bytes], strip: bool
-          ) -> Iterator[bytes]:
-    """The records of `fh` split at `delimiter` (default: '\\n', also ending '\\r\\n') not escaped."""
+def _scan(fh: BinaryIO, base: int, delimiter: Optional[bytes], escapechar: Optional[bytes],
+          strip: bool) -> Iterator[Tuple[int, int, bytes]]:
+    """The records of `fh` (read from its current position, file offset `base`) split at
+    `delimiter` (default: '\\n', also ending '\\r\\n') where it is not escaped: (offset of the
+    record, offset of the next one, bytes of the record)."""
     delim = delimiter if delimiter is not None else b"\n"
     esc = escapechar[0] if escapechar is not None else None
     n = len(delim)
     buf = b""
+    off = base  # the file offset of buf[0]
     rec = 0  # start of the current record in buf
     find_from = 0
     eof = False
@@ -325,11 +397,12 @@ def _scan(fh: BinaryIO, delimiter: Optional[bytes], escapechar: Optional[bytes],
         if i < 0:
             if eof:
                 if rec < len(buf):
-                    yield buf[rec:]
+                    yield off + rec, off + len(buf), buf[rec:]
                 return
             chunk = fh.read(_CHUNK)
+            off += rec
+            find_from = max(0, find_from - rec, len(buf) - rec - n + 1)
             buf = buf[rec:] + chunk
-            find_from = max(0, len(buf) - len(chunk) - n + 1)
             rec = 0
             eof = not chunk
             continue
@@ -342,7 +415,7 @@ def _scan(fh: BinaryIO, delimiter: Optional[bytes], escapechar: Optional[bytes],
             if delimiter is None and i > rec and buf[i - 1] == 13 and not (
                     esc is not None and _escaped(buf, i - 1, rec, esc)):
                 stop = i - 1  # '\r\n'
-        yield buf[rec:stop]
+        yield off + rec, off + i + n, buf[rec:stop]
         rec = find_from = i + n
 
 
@@ -351,28 +424,120 @@ class ReadFromText(PTransform):
 
     Each record's bytes are decoded with `coder` (default StrUtf8Coder; a JSON coder reads
     JSON lines). Files are split into byte ranges read in parallel, each part at least
-    `min_bundle_size` bytes (whole files when compressed, when skipping header lines, or with a
-    custom `delimiter` / `escapechar`). A record the coder cannot decode fails the read with an
-    error naming the file and line.
+    `min_bundle_size` bytes (whole files when compressed), also with a custom `delimiter`, an
+    `escapechar` or `skip_header_lines`. `compression_type` is one of CompressionTypes (AUTO:
+    by suffix). A record the coder cannot decode fails the read with an error naming the file
+    and line.
     """
+
+    _with_filename = False
 
     def __init__(self, file_pattern: str, min_bundle_size: int = 0, compression_type: str = "auto",
                  strip_trailing_newlines: bool = True, coder: Any = None, validate: bool = True,
                  skip_header_lines: int = 0, delimiter: Optional[bytes] = None,
                  escapechar: Optional[bytes] = None, label: Optional[str] = None) -> None:
         super().__init__(label)
+        name = self.default_label()
         if not isinstance(file_pattern, (str, os.PathLike)):
-            raise InvalidArgumentError(f"ReadFromText needs a file pattern str, got {file_pattern!r}")
-        self._source = _TextSource(os.fspath(file_pattern), strip_trailing_newlines,
-                                   skip_header_lines, compression_type, validate, coder=coder,
-                                   min_bundle_size=min_bundle_size, delimiter=delimiter,
-                                   escapechar=escapechar)
+            raise InvalidArgumentError(f"{name} needs a file pattern str, got {file_pattern!r}")
+        self._source = _TextSource(
+            local_pattern(name, os.fspath(file_pattern)), strip_trailing_newlines,
+            skip_header_lines, compression_type, validate, coder=coder,
+            min_bundle_size=min_bundle_size, delimiter=delimiter, escapechar=escapechar,
+            with_filename=self._with_filename, transform=name)
 
     def default_label(self) -> str:
         return "ReadFromText"
 
     def expand(self, pbegin: Any) -> PCollection:
         return pbegin | "Read" >> Read(self._source).with_output_types(self._source.output_type())
+
+
+class ReadFromTextWithFilename(ReadFromText):
+    """ReadFromText whose elements are `(file name, record)` pairs (Beam's name and arguments)."""
+
+    _with_filename = True
+
+    def default_label(self) -> str:
+        return "ReadFromTextWithFilename"
+
+
+_DESIRED_BUNDLE_SIZE = 64 * 1024 * 1024
+
+
+class _ExpandIntoRanges:
+    """pattern (or FileMetadata) -> the byte ranges of the files it matches."""
+
+    def __init__(self, source: _TextSource, desired_bundle_size: int) -> None:
+        self.source = source
+        self.target = desired_bundle_size
+
+    def __call__(self, pattern: Any) -> List[Tuple[str, int, int]]:
+        transform = self.source.transform
+        path = getattr(pattern, "path", pattern)  # a FileMetadata reads its file
+        if not isinstance(path, (str, os.PathLike)):
+            raise InvalidArgumentError(
+                f"{transform} reads file patterns (str) or FileMetadata, got "
+                f"{type(pattern).__name__} {_short_repr(pattern, 80)}")
+        path = local_pattern(transform, os.fspath(path))
+        files = match_files(path)
+        if not files and not any(c in path for c in "*?["):
+            raise FileNotFoundError(
+                f"{transform}: no file {path!r}; check the path (patterns with * ? [...] that "
+                "match nothing read nothing)")
+        return [r for f in files for r in self.source.ranges(f, self.target)]
+
+
+class _ReadRange:
+    """A byte range of a file -> its records."""
+
+    def __init__(self, source: _TextSource) -> None:
+        self.source = source
+
+    def __call__(self, part: Tuple[str, int, int]) -> Iterable[Any]:
+        return self.source.read(tuple(part))  # type: ignore[arg-type]
+
+
+class ReadAllFromText(PTransform):
+    """Reads the files named by a PCollection of file patterns (or FileMetadata): each pattern's
+    files are split into ranges of about `desired_bundle_size` bytes (at least
+    `min_bundle_size`; compressed files whole), spread over the workers and read as
+    ReadFromText reads them; with `with_filename` the elements are `(file name, record)`.
+
+    A pattern without wildcards that names no file fails the pipeline (Beam's
+    ALLOW_IF_WILDCARD); a wildcard pattern that matches nothing reads nothing. Each record keeps
+    the timestamp and window of the pattern it came from. `validate` is accepted, as in Beam,
+    and checks nothing: the patterns are known only when the pipeline runs.
+    """
+
+    def __init__(self, min_bundle_size: int = 0, desired_bundle_size: int = _DESIRED_BUNDLE_SIZE,
+                 compression_type: str = "auto", strip_trailing_newlines: bool = True,
+                 validate: bool = False, coder: Any = None, skip_header_lines: int = 0,
+                 with_filename: bool = False, delimiter: Optional[bytes] = None,
+                 escapechar: Optional[bytes] = None, label: Optional[str] = None) -> None:
+        super().__init__(label)
+        if (isinstance(desired_bundle_size, bool) or not isinstance(desired_bundle_size, int)
+                or desired_bundle_size < 1):
+            raise InvalidArgumentError(
+                f"ReadAllFromText: desired_bundle_size must be a positive int (bytes), got "
+                f"{desired_bundle_size!r}")
+        self._source = _TextSource(
+            "", strip_trailing_newlines, skip_header_lines, compression_type, False, coder=coder,
+            min_bundle_size=min_bundle_size, delimiter=delimiter, escapechar=escapechar,
+            with_filename=with_filename, transform="ReadAllFromText")
+        self._target = max(desired_bundle_size, min_bundle_size)
+
+    def default_label(self) -> str:
+        return "ReadAllFromText"
+
+    def expand(self, pcoll: Any) -> PCollection:
+        out: PCollection = (
+            pcoll
+            | "ExpandIntoRanges" >> FlatMap(_ExpandIntoRanges(self._source, self._target))
+            | "Reshard" >> Reshuffle()
+            | "ReadRange" >> FlatMap(_ReadRange(self._source)).with_output_types(
+                self._source.output_type()))
+        return out
 
 
 class ReadFromTextContinuously(PTransform):

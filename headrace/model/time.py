@@ -11,9 +11,10 @@ from headrace.errors import InvalidArgumentError
 _MICROS = 1_000_000
 _EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
 
-#: The smallest and largest representable instants, in microseconds.
-MIN_TIMESTAMP_MICROS = -(2**63)
-MAX_TIMESTAMP_MICROS = 2**63 - 1
+#: The smallest and largest representable instants, in microseconds: Beam's (and Java's
+#: BoundedWindow.TIMESTAMP_MIN_VALUE / MAX_VALUE), the int64 range of milliseconds times 1000.
+MIN_TIMESTAMP_MICROS = -9_223_372_036_854_775 * 1000
+MAX_TIMESTAMP_MICROS = 9_223_372_036_854_775 * 1000
 #: The end of the global window: one day before the end of time, as in Beam.
 END_OF_GLOBAL_WINDOW_MICROS = MAX_TIMESTAMP_MICROS - 86_400 * _MICROS
 
@@ -42,8 +43,8 @@ def _micros_of_seconds(seconds: Union[int, float]) -> int:
     if not MIN_TIMESTAMP_MICROS <= micros <= MAX_TIMESTAMP_MICROS:
         raise InvalidArgumentError(
             f"time {seconds!r} s is outside the representable range of about +-292,000 years "
-            "around 1970 (64-bit microseconds); timestamps are seconds since the Unix epoch, so "
-            "divide milliseconds by 1e3 and microseconds by 1e6")
+            "around 1970 (Beam's MIN_TIMESTAMP to MAX_TIMESTAMP); timestamps are seconds since "
+            "the Unix epoch, so divide milliseconds by 1e3 and microseconds by 1e6")
     return micros
 
 
@@ -66,8 +67,8 @@ class Timestamp:
         m = _micros_of_seconds(seconds) + int(micros)
         if not MIN_TIMESTAMP_MICROS <= m <= MAX_TIMESTAMP_MICROS:
             raise InvalidArgumentError(
-                f"Timestamp of {m} microseconds is outside [MIN_TIMESTAMP, MAX_TIMESTAMP] (64-bit "
-                "microseconds since the Unix epoch)")
+                f"Timestamp of {m} microseconds is outside [MIN_TIMESTAMP, MAX_TIMESTAMP] (Beam's "
+                "range: 64-bit milliseconds since the Unix epoch)")
         self.micros = m
 
     @classmethod
@@ -97,17 +98,28 @@ class Timestamp:
         import time
         return cls(micros=time.time_ns() // 1000)
 
-    def seconds(self) -> float:
-        """This instant in (float) seconds since the epoch."""
-        return self.micros / _MICROS
+    def seconds(self) -> int:
+        """This instant in whole seconds since the epoch, rounded down (Beam's; float(t) keeps
+        the fraction)."""
+        return self.micros // _MICROS
 
-    def to_utc_datetime(self) -> _dt.datetime:
-        """This instant as a timezone-aware UTC datetime."""
-        return _EPOCH + _dt.timedelta(microseconds=self.micros)
+    def predecessor(self) -> "Timestamp":
+        """The largest timestamp smaller than this one (one microsecond earlier)."""
+        return Timestamp(micros=self.micros - 1)
+
+    def successor(self) -> "Timestamp":
+        """The smallest timestamp larger than this one (one microsecond later)."""
+        return Timestamp(micros=self.micros + 1)
+
+    def to_utc_datetime(self, has_tz: bool = False) -> _dt.datetime:
+        """This instant as a UTC datetime: naive by default (as Beam and `datetime.utcnow`),
+        timezone-aware with `has_tz=True`."""
+        dt = _EPOCH + _dt.timedelta(microseconds=self.micros)
+        return dt if has_tz else dt.replace(tzinfo=None)
 
     def to_rfc3339(self) -> str:
-        """This instant as an RFC 3339 string in UTC."""
-        return self.to_utc_datetime().isoformat().replace("+00:00", "Z")
+        """This instant as an RFC 3339 string in UTC, e.g. '2015-01-01T00:00:00Z'."""
+        return self.to_utc_datetime().isoformat() + "Z"
 
     def __float__(self) -> float:
         return self.micros / _MICROS
@@ -116,12 +128,7 @@ class Timestamp:
         return self.micros // _MICROS
 
     def __repr__(self) -> str:
-        if self.micros == MIN_TIMESTAMP_MICROS:
-            return "Timestamp(MIN)"
-        if self.micros == MAX_TIMESTAMP_MICROS:
-            return "Timestamp(MAX)"
-        s, us = divmod(self.micros, _MICROS)
-        return f"Timestamp({s}.{us:06d})" if us else f"Timestamp({s})"
+        return f"Timestamp({_seconds_text(self.micros)})"
 
     def __str__(self) -> str:
         try:
@@ -158,6 +165,9 @@ class Timestamp:
             return Duration(micros=self.micros - other.micros)
         return Timestamp(micros=self.micros - duration_micros(other))  # type: ignore[arg-type]
 
+    def __mod__(self, other: "DurationLike") -> "Duration":
+        return Duration(micros=self.micros % duration_micros(other))
+
     def __reduce__(self) -> Tuple[Type["Timestamp"], Tuple[int, int]]:  # compact pickling
         return (Timestamp, (0, self.micros))
 
@@ -186,8 +196,7 @@ class Duration:
         return self.micros / _MICROS
 
     def __repr__(self) -> str:
-        s, us = divmod(self.micros, _MICROS)
-        return f"Duration({s}.{us:06d})" if us else f"Duration({s})"
+        return f"Duration({_seconds_text(self.micros)})"
 
     def __hash__(self) -> int:
         return hash(self.micros)
@@ -207,12 +216,25 @@ class Duration:
         return NotImplemented
 
     def __add__(self, other: "DurationLike") -> "Duration":
+        if isinstance(other, Timestamp):
+            return NotImplemented  # Timestamp.__radd__: a Timestamp
         return Duration(micros=self.micros + duration_micros(other))
 
     __radd__ = __add__
 
     def __sub__(self, other: "DurationLike") -> "Duration":
         return Duration(micros=self.micros - duration_micros(other))
+
+    def __rsub__(self, other: "DurationLike") -> "Duration":
+        return Duration(micros=duration_micros(other) - self.micros)
+
+    def __mul__(self, other: "DurationLike") -> "Duration":
+        return Duration(micros=self.micros * duration_micros(other) // _MICROS)
+
+    __rmul__ = __mul__
+
+    def __mod__(self, other: "DurationLike") -> "Duration":
+        return Duration(micros=self.micros % duration_micros(other))
 
     def __neg__(self) -> "Duration":
         return Duration(micros=-self.micros)
@@ -223,6 +245,13 @@ class Duration:
 
 TimestampLike = Union[Timestamp, int, float, _dt.datetime]
 DurationLike = Union[Duration, int, float, _dt.timedelta]
+
+
+def _seconds_text(micros: int) -> str:
+    """Microseconds as Beam prints them: '-1.500000' (six decimals when there is a fraction)."""
+    sign = "-" if micros < 0 else ""
+    s, us = divmod(abs(micros), _MICROS)
+    return f"{sign}{s}.{us:06d}" if us else f"{sign}{s}"
 
 
 def _micros_of_datetime(dt: _dt.datetime) -> int:

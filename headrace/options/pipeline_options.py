@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import json
 import logging
 from typing import Any, Callable, Dict, List, Optional, Type, TypeVar
 
@@ -179,26 +180,26 @@ class SetupOptions(PipelineOptions):
 
     `save_main_session` is always in effect: cloudpickle ships functions defined in `__main__`
     with the globals they use. `pickle_library` may only be 'cloudpickle' or 'default' (what
-    headrace uses). `requirements_file` and `setup_file` (packages installed on Beam's workers)
-    are refused when the pipeline runs: install what the DoFns need in the workers' Python
-    (PYSPARK_PYTHON).
+    headrace uses). `requirements_file`, `setup_file` and `extra_packages` (packages installed on
+    Beam's workers) are refused when the pipeline runs: install what the DoFns need in the
+    workers' Python (PYSPARK_PYTHON). `requirements_cache`, `sdk_location` and `beam_plugins`
+    (Beam's staging of its SDK and plugins) are accepted and ignored with a warning.
     """
+
+    _ignored = ("requirements_cache", "sdk_location", "beam_plugins")
 
     @classmethod
     def _add_argparse_args(cls, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--save_main_session", default=False, action="store_true")
         parser.add_argument("--requirements_file", default=None)
         parser.add_argument("--setup_file", default=None)
+        parser.add_argument("--extra_package", "--extra_packages", dest="extra_packages",
+                            action="append", default=None)
         parser.add_argument("--pickle_library", default="cloudpickle")
-
-
-class GoogleCloudOptions(PipelineOptions):
-    """Google Cloud (Dataflow) settings: accepted and unused, as on Beam's other runners."""
-
-    @classmethod
-    def _add_argparse_args(cls, parser: argparse.ArgumentParser) -> None:
-        for flag in ("project", "region", "temp_location", "staging_location", "job_name"):
-            parser.add_argument(f"--{flag}", default=None)
+        parser.add_argument("--requirements_cache", default=None)
+        parser.add_argument("--sdk_location", default="default")
+        parser.add_argument("--beam_plugin", "--beam_plugins", dest="beam_plugins",
+                            action="append", default=None)
 
 
 class DirectOptions(PipelineOptions):
@@ -246,6 +247,169 @@ class TypeOptions(PipelineOptions):
             help="allow a grouping that may never emit (an unbounded PCollection in the global "
                  "window with the default trigger): a warning instead of an error; it emits when "
                  "the watermark reaches the end of time")
+
+
+class _CommaSeparatedList(argparse.Action):
+    """Beam's repeatable flag whose values may also be comma-separated: `--experiments=a,b`."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: Optional[str] = None) -> None:
+        items = list(getattr(namespace, self.dest, None) or [])
+        items += [v for v in str(values).split(",") if v]
+        setattr(namespace, self.dest, items)
+
+
+class GoogleCloudOptions(PipelineOptions):
+    """Google Cloud Dataflow service settings (project, region, job name, temp and staging
+    locations, ...): accepted and ignored, with a warning naming them when the pipeline runs."""
+
+    DATAFLOW_ENDPOINT = "https://dataflow.googleapis.com"
+    _ignored = "all"
+
+    @classmethod
+    def _add_argparse_args(cls, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--dataflow_endpoint", default=cls.DATAFLOW_ENDPOINT)
+        for flag in ("project", "job_name", "staging_location", "temp_location", "region",
+                     "service_account_email", "template_location", "dataflow_kms_key",
+                     "create_from_snapshot", "flexrs_goal", "impersonate_service_account"):
+            parser.add_argument(f"--{flag}", default=None)
+        for flag in ("no_auth", "update", "enable_streaming_engine", "enable_hot_key_logging"):
+            parser.add_argument(f"--{flag}", default=False, action="store_true")
+        parser.add_argument("--label", "--labels", dest="labels", action="append", default=None)
+        parser.add_argument("--transform_name_mapping", default=None, type=json.loads)
+        parser.add_argument("--dataflow_service_option", "--dataflow_service_options",
+                            dest="dataflow_service_options", action=_CommaSeparatedList,
+                            default=None)
+
+
+class WorkerOptions(PipelineOptions):
+    """Dataflow's worker pool settings (number and machine type of workers, disks, network,
+    container images): accepted and ignored, with a warning naming them when the pipeline runs.
+    Spark's parallelism is set with SparkRunnerOptions (--spark_master, --spark_parallelism)."""
+
+    _ignored = "all"
+
+    @classmethod
+    def _add_argparse_args(cls, parser: argparse.ArgumentParser) -> None:
+        for flag in ("num_workers", "max_num_workers", "disk_size_gb"):
+            parser.add_argument(f"--{flag}", type=int, default=None)
+        parser.add_argument("--autoscaling_algorithm", default=None)
+        parser.add_argument("--worker_machine_type", "--machine_type", dest="machine_type",
+                            default=None)
+        parser.add_argument("--worker_disk_type", "--disk_type", dest="disk_type", default=None)
+        for flag in ("worker_region", "worker_zone", "zone", "network", "subnetwork",
+                     "worker_harness_container_image", "sdk_container_image", "min_cpu_platform",
+                     "default_sdk_harness_log_level"):
+            parser.add_argument(f"--{flag}", default=None)
+        parser.add_argument("--sdk_harness_container_image_overrides", action="append", default=None)
+        parser.add_argument("--use_public_ips", default=None, action="store_true")
+        parser.add_argument("--no_use_public_ips", dest="use_public_ips", default=None,
+                            action="store_false")
+        parser.add_argument("--max_cache_memory_usage_mb", type=int, default=0)
+
+
+class DebugOptions(PipelineOptions):
+    """Beam's debugging flags: `--experiments` (repeatable, comma-separated) and the Dataflow
+    ones; headrace has no experiments, so they are accepted and ignored, with a warning naming
+    them when the pipeline runs."""
+
+    _ignored = "all"
+
+    @classmethod
+    def _add_argparse_args(cls, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--dataflow_job_file", default=None)
+        parser.add_argument("--experiment", "--experiments", dest="experiments",
+                            action=_CommaSeparatedList, default=None)
+        parser.add_argument("--number_of_worker_harness_threads", type=int, default=None)
+
+    def add_experiment(self, experiment: str) -> None:
+        """Adds `experiment` to the experiments (once)."""
+        experiments = list(self._all.get("experiments") or [])
+        if experiment not in experiments:
+            experiments.append(experiment)
+        self._all["experiments"] = experiments
+
+    def lookup_experiment(self, key: str, default: Any = None) -> Any:
+        """True if experiment `key` is set, its value if `key=value` is, else `default`."""
+        experiments = self._all.get("experiments") or []
+        if key in experiments:
+            return True
+        for experiment in experiments:
+            if experiment.startswith(key + "="):
+                return experiment.split("=", 1)[1]
+        return default
+
+
+class ProfilingOptions(PipelineOptions):
+    """Beam's per-bundle CPU and memory profiling flags: accepted and ignored, with a warning
+    naming them when the pipeline runs (profile a Spark job with Spark's own tools)."""
+
+    _ignored = "all"
+
+    @classmethod
+    def _add_argparse_args(cls, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--profile_cpu", default=False, action="store_true")
+        parser.add_argument("--profile_memory", default=False, action="store_true")
+        parser.add_argument("--profile_location", default=None)
+        parser.add_argument("--profile_sample_rate", type=float, default=1.0)
+
+
+class PortableOptions(PipelineOptions):
+    """Beam's portability flags (job server, SDK harness environment): headrace has no job
+    server or harness, so they are accepted and ignored, with a warning naming them."""
+
+    _ignored = "all"
+
+    @classmethod
+    def _add_argparse_args(cls, parser: argparse.ArgumentParser) -> None:
+        for flag in ("job_endpoint", "artifact_endpoint", "environment_type", "environment_config",
+                     "output_executable_path"):
+            parser.add_argument(f"--{flag}", default=None)
+        parser.add_argument("--job_server_timeout", type=int, default=60)
+        parser.add_argument("--environment_option", "--environment_options",
+                            dest="environment_options", action="append", default=None)
+        parser.add_argument("--sdk_worker_parallelism", type=int, default=1)
+        parser.add_argument("--environment_cache_millis", type=int, default=0)
+
+
+class AzureOptions(PipelineOptions):
+    """Azure Blob Storage credentials: accepted and ignored with a warning (headrace reads local
+    paths only)."""
+
+    _ignored = "all"
+
+    @classmethod
+    def _add_argparse_args(cls, parser: argparse.ArgumentParser) -> None:
+        for flag in ("azure_connection_string", "blob_service_endpoint",
+                     "azure_managed_identity_client_id"):
+            parser.add_argument(f"--{flag}", default=None)
+
+
+class S3Options(PipelineOptions):
+    """Amazon S3 credentials and endpoint: accepted and ignored with a warning (headrace reads
+    local paths only)."""
+
+    _ignored = "all"
+
+    @classmethod
+    def _add_argparse_args(cls, parser: argparse.ArgumentParser) -> None:
+        for flag in ("s3_access_key_id", "s3_secret_access_key", "s3_session_token",
+                     "s3_endpoint_url", "s3_region_name", "s3_api_version", "s3_verify"):
+            parser.add_argument(f"--{flag}", default=None)
+        parser.add_argument("--s3_disable_ssl", default=False, action="store_true")
+
+
+class HadoopFileSystemOptions(PipelineOptions):
+    """HDFS connection settings: accepted and ignored with a warning (headrace reads local
+    paths only)."""
+
+    _ignored = "all"
+
+    @classmethod
+    def _add_argparse_args(cls, parser: argparse.ArgumentParser) -> None:
+        for flag in ("hdfs_host", "hdfs_port", "hdfs_user"):
+            parser.add_argument(f"--{flag}", default=None)
+        parser.add_argument("--hdfs_full_urls", default=False, action="store_true")
 
 
 class SparkRunnerOptions(PipelineOptions):
@@ -303,7 +467,7 @@ _RUNNING_MODES = ("in_memory", "multi_threading", "multi_processing")
 def check_supported(options: PipelineOptions) -> None:
     """Raises UnsupportedArgumentError / InvalidArgumentError for option values headrace cannot honour."""
     values = options._all
-    for name in ("requirements_file", "setup_file"):
+    for name in ("requirements_file", "setup_file", "extra_packages"):
         if values.get(name):
             raise UnsupportedArgumentError(
                 f"pipeline option --{name}={values[name]}: headrace does not install packages on "
@@ -327,3 +491,29 @@ def check_supported(options: PipelineOptions) -> None:
         raise InvalidArgumentError(
             f"pipeline option --direct_num_workers={workers!r} must be a non-negative int "
             "(0: as many as there are cores, as in Beam)")
+    ignored = ignored_options(options)
+    if ignored:
+        _log.warning(
+            "headrace ignores these pipeline options (they configure Google Cloud, Dataflow "
+            "workers, Beam's portability and SDK staging, profiling, experiments or other file "
+            "systems, none of which headrace has): %s", ", ".join(ignored))
+
+
+def ignored_options(options: PipelineOptions) -> List[str]:
+    """The options set (to other than their defaults) that headrace accepts and ignores, as
+    `--name=value`, in the order of the option classes."""
+    values = options._all
+    out: List[str] = []
+    for cls in PipelineOptions._registry:
+        names = cls.__dict__.get("_ignored")
+        if not names or "_add_argparse_args" not in cls.__dict__:
+            continue
+        parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+        cls._add_argparse_args(parser)
+        dests = [a.dest for a in parser._actions if a.dest != "help"]
+        for dest in dict.fromkeys(dests):
+            if names != "all" and dest not in names:
+                continue
+            if dest in values and values[dest] != parser.get_default(dest):
+                out.append(f"--{dest}={values[dest]}")
+    return out

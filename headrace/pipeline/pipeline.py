@@ -43,13 +43,28 @@ class AppliedPTransform:
 
 
 class PipelineState(str, enum.Enum):
-    """The state of a pipeline run."""
+    """The state of a pipeline run: Beam's states, of which headrace's runners use RUNNING,
+    DONE, FAILED and CANCELLED."""
 
     UNKNOWN = "UNKNOWN"
+    STARTING = "STARTING"
+    STOPPED = "STOPPED"
     RUNNING = "RUNNING"
     DONE = "DONE"
     FAILED = "FAILED"
     CANCELLED = "CANCELLED"
+    UPDATED = "UPDATED"
+    DRAINING = "DRAINING"
+    DRAINED = "DRAINED"
+    PENDING = "PENDING"
+    CANCELLING = "CANCELLING"
+    RESOURCE_CLEANING_UP = "RESOURCE_CLEANING_UP"
+    UNRECOGNIZED = "UNRECOGNIZED"
+
+    @classmethod
+    def is_terminal(cls, state: "PipelineState") -> bool:
+        """Whether a run in `state` has ended (STOPPED, DONE, FAILED, CANCELLED, UPDATED, DRAINED)."""
+        return state in (cls.STOPPED, cls.DONE, cls.FAILED, cls.CANCELLED, cls.UPDATED, cls.DRAINED)
 
 
 class PipelineResult:

@@ -1,6 +1,6 @@
 """Transforms (Beam's `apache_beam.transforms`)."""
 
-from headrace.transforms import combiners, timeutil, trigger, userstate, window
+from headrace.transforms import combiners, ptransform, timeutil, trigger, userstate, window
 from headrace.transforms.core import *  # noqa: F401,F403
 from headrace.transforms.core import (
     CoGroupByKey, CombineGlobally, CombinePerKey, CombineValues, Create, Filter, FlatMap,
@@ -18,5 +18,5 @@ __all__ = ["BatchElements", "LogElements", "Regex", "Reify", "RemoveDuplicates",
            "CoGroupByKey", "CombineFn", "CombineGlobally", "CombinePerKey", "CombineValues",
            "Create", "Distinct", "DoFn", "Filter", "FlatMap", "FlatMapTuple", "Flatten",
            "GroupByKey", "Keys", "KvSwap", "Map", "MapTuple", "PTransform", "ParDo", "Partition",
-           "Reshuffle", "Values", "WindowInto", "WithKeys", "combiners", "ptransform_fn",
-           "timeutil", "trigger", "userstate", "window"]
+           "Reshuffle", "Values", "WindowInto", "WithKeys", "combiners", "ptransform",
+           "ptransform_fn", "timeutil", "trigger", "userstate", "window"]
