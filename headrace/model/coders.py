@@ -44,6 +44,16 @@ def register_key_encoder(cls: type, encode: Callable[[Any], bytes]) -> None:
     _custom[cls] = encode
 
 
+def custom_key_encoders() -> Dict[type, Callable[[Any], bytes]]:
+    """Every `register_key_encoder` registration (a runner ships these to its worker processes)."""
+    return dict(_custom)
+
+
+def install_key_encoders(encoders: Dict[type, Callable[[Any], bytes]]) -> None:
+    """Adds the registrations of `custom_key_encoders()` made in another process (a worker's)."""
+    _custom.update(encoders)
+
+
 def encode_key(key: Any) -> bytes:
     """Encodes a grouping key to deterministic bytes, or raises KeyEncodingError."""
     t = type(key)

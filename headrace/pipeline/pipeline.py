@@ -81,7 +81,8 @@ class PipelineResult:
         return self._state
 
     def wait_until_finish(self, duration: Optional[float] = None) -> PipelineState:
-        """Blocks until the run ends, for at most `duration` seconds, and returns its state.
+        """Blocks until the run ends, for at most `duration` milliseconds (Beam's unit), and returns
+        its state.
 
         Runs here are synchronous: they have ended when `run()` returns, so this returns at once.
         """

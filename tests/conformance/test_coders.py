@@ -18,6 +18,7 @@ import pytest
 
 import headrace as beam
 from headrace import coders, typehints
+from headrace.transforms import window
 from headrace.errors import PipelineConstructionError, PipelineExecutionError
 from headrace.testing.test_stream import TestStream
 from headrace.testing.util import assert_that, equal_to
@@ -136,6 +137,59 @@ def test_combine_per_key_on_a_class_registered_after_import(make_pipeline):
     finally:
         coders.registry._coders, coders.registry.custom_types = before
         coders.registry._key_coders.clear()
+
+
+class Medal(Badge):
+    """Registered inside a streaming test, for good (a captured streaming test's query runs
+    after its body returns, so the registration must outlive it)."""
+
+
+class MedalCoder(BadgeCoder):
+    def decode(self, b):
+        return Medal(coders.VarIntCoder().decode(b))
+
+
+def test_a_stream_keyed_by_a_class_registered_after_import(make_pipeline):
+    # on the Spark runner a TestStream pipeline is a streaming query: its stages and its
+    # stateful operator run in worker processes, which must get the registration too
+    coders.registry.register_coder(Medal, MedalCoder)
+    data = [(Medal(i % 4), i) for i in range(24)]
+    sums = collections.Counter()
+    for k, v in data:
+        sums[k] += v
+    tv = [beam.window.TimestampedValue(e, e[1]) for e in data]
+    stream = (TestStream().add_elements(tv[:12]).advance_watermark_to(5)
+              .add_elements(tv[12:]).advance_watermark_to_infinity())
+    with make_pipeline(bundle_size=5) as p:
+        out = (p | stream | beam.WindowInto(window.FixedWindows(60)) | beam.CombinePerKey(sum)
+               | beam.MapTuple(lambda k, v: (type(k).__name__, k, v)))
+        assert_that(out, equal_to([("Medal", k, v) for k, v in sums.items()]))
+
+
+class Ticket:
+    """A key class given a byte encoding with register_key_encoder inside a test."""
+
+    def __init__(self, row, seat):
+        self.row, self.seat = row, seat
+
+    def __eq__(self, other):
+        return isinstance(other, Ticket) and (self.row, self.seat) == (other.row, other.seat)
+
+    def __hash__(self):
+        return hash((self.row, self.seat))
+
+    def __repr__(self):
+        return f"Ticket({self.row!r}, {self.seat!r})"
+
+
+def test_register_key_encoder_after_import_reaches_the_workers(make_pipeline):
+    coders.register_key_encoder(Ticket, lambda t: f"{t.row}/{t.seat}".encode())
+    data = [(Ticket("a", i % 3), i) for i in range(30)]
+    expected = {k: sorted(vs) for k, vs in _grouped(data).items()}
+    with make_pipeline(bundle_size=4) as p:
+        out = (p | beam.Create(data) | beam.GroupByKey()
+               | beam.MapTuple(lambda k, vs: (k, sorted(vs))))
+        assert_that(out, equal_to(list(expected.items())))
 
 
 def test_cogroup_by_key_and_distinct_on_a_registered_class(make_pipeline):

@@ -1,5 +1,6 @@
 """Crash and restart: a streaming job killed with SIGKILL, then restarted on its checkpoint,
-writes exactly what a run without a crash writes (nothing lost, nothing written twice).
+writes exactly what a run without a crash writes (nothing lost, nothing written twice), for a
+grouping and for a stateful DoFn with state and timers.
 
 Each run is a subprocess (`_restart_job.py`) with its own checkpoint directory; the crash-free
 run's output is the reference (files per window and pane, and their lines).
@@ -62,8 +63,26 @@ def reference(tmp_path_factory):
     code, err = _run(base / "out", base / "ckpt")
     assert code == 0, err[-3000:]
     files = visible_files(base / "out")
-    assert len(files) > 8   # several windows, with early panes
+    assert len([f for f in files if f.startswith("sums")]) > 8   # several windows, early panes
+    _check_stateful_output(files)
     return files
+
+
+def _check_stateful_output(files):
+    """The stateful DoFn's lines (the job's `state-*` files, one per window): each value flushed
+    exactly once, by its processing-time timer or at the window's end, and per key and window
+    the total (sum and count) of the values the job's PeriodicImpulse gives it."""
+    lines = [ln for name, got in files.items() if name.startswith("state") for ln in got]
+    assert len([f for f in files if f.startswith("state")]) == 8   # 240 s in 30 s windows
+    flushed = sorted(tuple(ln.split()[1:]) for ln in lines if ln.startswith("flush "))
+    assert flushed == sorted(("k%d" % (v % 3), str(v)) for v in range(240))
+    totals = sorted(ln for ln in lines if ln.startswith("total "))
+    expected = {}
+    for v in range(240):
+        s, n = expected.get(("k%d" % (v % 3), v // 30 * 30), (0, 0))
+        expected[("k%d" % (v % 3), v // 30 * 30)] = (s + v, n + 1)
+    assert totals == sorted("total %s %d %d %d" % (k, start, s, n)
+                            for (k, start), (s, n) in expected.items())
 
 
 def test_a_job_killed_at_several_points_resumes_with_exactly_once_output(reference, tmp_path):

@@ -126,9 +126,10 @@ def _payload(exc: PipelineExecutionError) -> Dict[str, Any]:
 class TaskEnv:
     """Settings and channels every task function needs (picklable; built on the driver).
 
-    It also carries the coders registered on the driver (`coders.registry.register_coder`),
-    which every task installs in its worker's registry first, so that keys of a user's class
-    encode there as on the driver even when the registration is not made at import time."""
+    It also carries the coders registered on the driver (`coders.registry.register_coder`,
+    `coders.register_key_encoder`), which every task installs in its worker first
+    (`install_registrations`), so that keys of a user's class encode there as on the driver even
+    when the registration is not made at import time."""
 
     def __init__(self, committed: Any, attempted: Any, bundle_size: int, max_attempts: int,
                  marker_dir: str) -> None:
@@ -138,6 +139,14 @@ class TaskEnv:
         self.max_attempts = max_attempts
         self.marker_dir = marker_dir
         self.custom_coders = typecoders.registry.custom_coders()
+        self.key_encoders = coders.custom_key_encoders()
+
+    def install_registrations(self) -> None:
+        """Installs the driver's registered coders and key encoders in this (worker) process."""
+        if self.custom_coders:
+            typecoders.registry.install(self.custom_coders)
+        if self.key_encoders:
+            coders.install_key_encoders(self.key_encoders)
 
     def _marker(self) -> Optional[str]:
         from pyspark import TaskContext
@@ -152,8 +161,7 @@ class TaskEnv:
         Every task function calls this first; it also relaxes the worker's cyclic garbage
         collector (see `_relax_gc`) and installs the driver's registered coders."""
         _relax_gc()
-        if self.custom_coders:
-            typecoders.registry.install(self.custom_coders)
+        self.install_registrations()
         from pyspark import TaskContext
         ctx = TaskContext.get()
         if ctx is None or ctx.attemptNumber() == 0:

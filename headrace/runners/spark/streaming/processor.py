@@ -143,6 +143,7 @@ def processor(specs: Dict[int, Any], forward_key: bytes, env: Any) -> Any:
 
         def init(self, handle: Any) -> None:
             from pyspark.sql.types import BinaryType, StructField, StructType
+            env.install_registrations()   # the driver's registered coders, for user keys
             self.handle = handle
             self.cell = handle.getValueState("key_state", StructType([StructField("b", BinaryType())]))
             self.ctl: Optional[rows.Control] = None
