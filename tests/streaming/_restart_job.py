@@ -57,7 +57,8 @@ class FlushAndTotal(beam.DoFn):
     and the totals, do not."""
 
     BUFFER = BagStateSpec("buffer")
-    TOTAL = CombiningValueStateSpec("total", beam.combiners.TupleCombineFn(sum, beam.combiners.CountCombineFn()))
+    TOTAL = CombiningValueStateSpec(
+        "total", beam.combiners.TupleCombineFn(sum, beam.combiners.CountCombineFn()))
     FLUSH = TimerSpec("flush", TimeDomain.REAL_TIME)
     END = TimerSpec("end", TimeDomain.WATERMARK)
 
