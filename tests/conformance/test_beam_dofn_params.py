@@ -12,8 +12,10 @@ import pytest
 import headrace as beam
 from headrace.errors import InvalidArgumentError
 from headrace.pipeline.dofn import _BundleFinalizerParam
+from headrace.testing.test_stream import TestStream
 from headrace.testing.util import assert_that, equal_to
 from headrace.transforms import window
+from headrace.transforms.window import TimestampedValue
 
 TV = beam.TimestampedValue
 
@@ -126,6 +128,22 @@ def test_bundle_finalizer_callbacks_run_once_per_committed_bundle(make_pipeline,
     # every element in exactly one finalized bundle (bundles of at most 4 elements)
     assert sorted(x for b in finalized for x in b) == values
     assert all(1 <= len(b) <= 4 for b in finalized)
+
+
+def test_bundle_finalizer_callbacks_run_on_a_stream(make_pipeline, journal):
+    # on the Spark runner, a streaming query: each micro-batch's bundles are finalized once
+    # their outputs are handed on
+    stream = (TestStream().add_elements([TimestampedValue(v, v) for v in range(6)])
+              .advance_watermark_to(10)
+              .add_elements([TimestampedValue(v, v) for v in range(6, 10)])
+              .advance_watermark_to_infinity())
+    with make_pipeline() as p:
+        out = p | stream | beam.ParDo(_Finalizing(journal)) | beam.Map(lambda x: x * 2)
+        assert_that(out, equal_to([v * 2 for v in range(10)]))
+    finalized = [e[1] for e in journal.read() if e[0] == "finalized"]
+    assert sorted(x for b in finalized for x in b) == list(range(10)), finalized
+    # a bundle never spans two of the TestStream's element events
+    assert all(set(b) <= set(range(6)) or set(b) <= set(range(6, 10)) for b in finalized), finalized
 
 
 def test_bundle_finalizer_callbacks_of_a_failed_attempt_never_run(make_pipeline, journal):

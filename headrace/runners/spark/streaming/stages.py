@@ -132,6 +132,8 @@ def level_fn(spec: LevelSpec, env: Any) -> Callable[[Iterator[Any]], Iterator[An
                 vector_reads[i] = _vector_read(spec, i)
             _read_range(spec, i, a, b, bundle, vector_reads[i], buffers, vectors, w_prev)
         for unit in spec.units:
+            if unit.stage is not None:
+                unit.stage.finalizes = True   # finalize_bundles once the outputs are handed on
             reader = None
             if unit.side_step is not None:
                 reader = _side_reader(unit, sides.get(unit.side_step, {}))
@@ -206,6 +208,11 @@ def level_fn(spec: LevelSpec, env: Any) -> Callable[[Iterator[Any]], Iterator[An
                     rows.dumps(("metrics", committed, attempted)))
         if out.size:
             yield pa.RecordBatch.from_pydict(out.cols, schema=_arrow_schema())
+        # every output of the partition is in Spark's hands, as the batch runner's tasks do
+        # (a replayed micro-batch runs its bundles, and their finalizers, again)
+        for unit in spec.units:
+            if unit.stage is not None:
+                unit.stage.finalize_bundles()
 
     return run
 
