@@ -156,3 +156,26 @@ def test_bundle_finalizer_callbacks_of_a_failed_attempt_never_run(make_pipeline,
     finalized = [e[1] for e in events if e[0] == "finalized"]
     # the failed attempt had seen 0..4 and registered its callback: it never ran; the retry's did
     assert sorted(x for b in finalized for x in b) == values
+
+
+# ---------------------------------------------------------------------------------------
+# extra positional arguments of ParDo / Map and special parameters
+
+
+class _Scale(beam.DoFn):
+    """A special parameter declared before the parameters the ParDo's arguments fill."""
+
+    def process(self, element, window=beam.DoFn.WindowParam, factor=1, offset=0):
+        yield element * factor + offset, window.start
+
+
+def test_extra_arguments_skip_special_parameters_declared_before_them(make_pipeline):
+    # Beam fills the parameters that are not special, in order: factor=10, offset=3
+    with make_pipeline() as p:
+        stamped = (p | beam.Create([1, 2, 25]) | beam.Map(lambda x: TimestampedValue(x, x))
+                   | beam.WindowInto(window.FixedWindows(10)))
+        out = stamped | beam.ParDo(_Scale(), 10, 3)
+        mapped = stamped | "Map" >> beam.Map(
+            lambda x, ts=beam.DoFn.TimestampParam, k=0: (x + k, int(ts.micros // 1_000_000)), 100)
+        assert_that(out, equal_to([(13, 0), (23, 0), (253, 20)]))
+        assert_that(mapped, equal_to([(101, 1), (102, 2), (125, 25)]), label="CheckMap")

@@ -96,12 +96,12 @@ class ParDoRunner:
             self.kind = "dofn"
             self.fn = dofn.process
             special = special_params(dofn.process)
-        # DoFn.SideInputParam parameters take extra arguments: by name, in Beam's order
+        # with special parameters, extra arguments fill the other parameters by name, in Beam's
+        # order (DoFn.SideInputParam ones included), so a special one declared first is skipped
         self.bind_names: Tuple[str, ...] = ()
-        if any(p is DoFn.SideInputParam for p in special.values()):
-            special = {n: p for n, p in special.items() if p is not DoFn.SideInputParam}
-            if self.kind not in ("maptuple", "flatmaptuple"):
-                self.bind_names = tuple(positional_slots(self.fn, len(self.args)))
+        if special and self.args and self.kind not in ("maptuple", "flatmaptuple"):
+            self.bind_names = tuple(positional_slots(self.fn, len(self.args)))
+        special = {n: p for n, p in special.items() if p is not DoFn.SideInputParam}
         self.special = special
         # a stateful DoFn's key, window, state and timers (`kit.stateful.StatefulCore` sets it)
         self.user_context: Any = None
