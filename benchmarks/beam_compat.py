@@ -1,13 +1,19 @@
-"""Beam-compatibility check: Beam's word count examples run on Apache Beam and on headrace.
+"""Beam-compatibility check: Beam-style programs run on Apache Beam and on headrace, outputs diffed.
 
-    python benchmarks/beam_compat.py [--beam-python PATH] [--lines 25000] [--keep]
+    python benchmarks/beam_compat.py [--beam-python PATH] [--only NAME,...] [--runners local,spark]
+                                     [--lines 25000] [--keep]
 
-Runs the minimal word count and the windowed word count (benchmarks/_wordcount_pipelines.py,
-one source whose only SDK-specific lines are its imports) once with Apache Beam's
-DirectRunner (in the Beam virtualenv, `import apache_beam as beam`) and once with headrace
-(`import headrace as beam`), over generated input text, then diffs the sorted output lines.
-Prints "identical" per pipeline, or the differences; exits 1 if any output differs or a run
-fails, 2 if Beam is not available.
+Each program is written once and imports its SDK's names from one place, so the only thing
+that differs between the runs is the SDK:
+* Beam's minimal and windowed word count (benchmarks/_wordcount_pipelines.py) over generated
+  text;
+* every module of benchmarks/compat/ (see benchmarks/compat/_run.py): stateful DoFns with
+  state and timers, GroupIntoBatches, Deduplicate, coders, type hints, transforms.util,
+  combiners, DoFn parameters, text IO and file systems, Beam's module paths.
+Each runs once on Apache Beam's DirectRunner (in the Beam virtualenv) and on headrace's local
+runner and Spark runner (local[2]); the sorted output lines of each headrace run are compared
+with Beam's. Prints a line per program and runner, "identical" or the differences; exits 1 if
+any output differs or a run fails, 2 if Beam is not available.
 """
 
 from __future__ import annotations
@@ -25,11 +31,16 @@ import time
 from typing import Dict, List, Optional
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+COMPAT = os.path.join(HERE, "compat")
 sys.path.insert(0, HERE)
 
 from _bench_env import BEAM_VENV_HINT, default_beam_python, headrace_revision  # noqa: E402
 
-PIPELINES = ("minimal", "windowed")
+WORDCOUNT = ("minimal", "windowed")
+RUNNERS = {  # headrace's runs: name -> pipeline arguments
+    "local": ["--runner=DirectRunner"],
+    "spark": ["--runner=SparkRunner", "--spark_master=local[2]"],
+}
 
 _WORDS = (
     "the quick brown fox jumps over lazy dog and a river runs through it while we wait "
@@ -88,35 +99,104 @@ def generate_inputs(d: str, lines: int, seed: int) -> Dict[str, str]:
     return {"minimal": plain, "windowed": stamped}
 
 
-def run_one(python: str, sdk: str, pipeline: str, inp: str, out_dir: str) -> Dict[str, object]:
+def compat_programs() -> List[str]:
+    """The programs of benchmarks/compat/: its modules whose names do not start with '_'."""
+    return sorted(f[:-3] for f in os.listdir(COMPAT) if f.endswith(".py") and not f.startswith("_"))
+
+
+def _read_lines(files: List[str]) -> List[str]:
+    lines: List[str] = []
+    for f in files:
+        with open(f, encoding="utf-8", newline="") as fh:
+            lines.extend(fh.read().splitlines())
+    return sorted(lines)
+
+
+def run_one(python: str, sdk: str, program: str, inputs: Dict[str, str], out_dir: str,
+            extra: List[str]) -> Dict[str, object]:
+    """Runs one program with one SDK in a subprocess: its sorted output lines, or its error."""
     os.makedirs(out_dir, exist_ok=True)
-    prefix = os.path.join(out_dir, "counts")
-    env = dict(os.environ, WORDCOUNT_SDK=sdk)
-    cmd = [python, os.path.join(HERE, "_wordcount_pipelines.py"), pipeline,
-           "--input", inp, "--output", prefix]
+    env = dict(os.environ, WORDCOUNT_SDK=sdk, COMPAT_SDK=sdk)
+    if program in WORDCOUNT:
+        prefix = os.path.join(out_dir, "counts")
+        cmd = [python, os.path.join(HERE, "_wordcount_pipelines.py"), program,
+               "--input", inputs[program], "--output", prefix]
+    else:
+        prefix = os.path.join(out_dir, "out.txt")
+        cmd = [python, os.path.join(COMPAT, "_run.py"), program,
+               "--inputs", inputs["compat"], "--output", prefix]
+    cmd += extra
     t0 = time.perf_counter()
-    r = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL)
     secs = time.perf_counter() - t0
     if r.returncode != 0:
         tail = "\n".join(r.stderr.strip().splitlines()[-30:])
-        return {"error": f"WORDCOUNT_SDK={sdk} {' '.join(cmd)}\nexit status {r.returncode}\n{tail}"}
-    shards = sorted(f for f in glob.glob(prefix + "*") if os.path.isfile(f))
-    lines: List[str] = []
-    for f in shards:
-        with open(f, encoding="utf-8", newline="") as fh:
-            lines.extend(fh.read().splitlines())
-    return {"lines": sorted(lines), "shards": len(shards), "seconds": secs}
+        return {"error": f"COMPAT_SDK={sdk} {' '.join(cmd)}\nexit status {r.returncode}\n{tail}"}
+    files = sorted(f for f in glob.glob(prefix + "*") if os.path.isfile(f))
+    return {"lines": _read_lines(files), "seconds": secs}
+
+
+def make_compat_inputs(d: str, programs: List[str]) -> None:
+    """Calls each program's make_inputs(d) (plain Python), once, before any SDK runs."""
+    sys.path.insert(0, COMPAT)
+    os.environ.setdefault("COMPAT_SDK", "headrace")  # importing a program imports an SDK
+    import importlib
+    for name in programs:
+        module = importlib.import_module(name)
+        if hasattr(module, "make_inputs"):
+            module.make_inputs(d)
+
+
+def compare(program: str, runner: str, b: Dict[str, object], h: Dict[str, object]) -> bool:
+    """Prints whether headrace's run gave Beam's lines; True if it did."""
+    blines, hlines = b["lines"], h["lines"]
+    assert isinstance(blines, list) and isinstance(hlines, list)
+    head = f"{program:28s} {runner:6s}"
+    if blines == hlines:
+        print(f"{head} identical ({len(blines):,} lines; beam {b['seconds']:.1f}s, "
+              f"headrace {h['seconds']:.1f}s)")
+        return True
+    only_b = len(set(blines) - set(hlines))
+    only_h = len(set(hlines) - set(blines))
+    print(f"{head} DIFFERENT (beam {len(blines):,} lines, headrace {len(hlines):,}; "
+          f"{only_b} only in beam, {only_h} only in headrace)")
+    diff = list(difflib.unified_diff(blines, hlines, "beam (sorted)", "headrace (sorted)",
+                                     lineterm="", n=0))
+    for ln in diff[:60]:
+        print("    " + ln)
+    if len(diff) > 60:
+        print(f"    ... {len(diff) - 60} more diff lines")
+    return False
 
 
 def main(argv: Optional[List[str]] = None) -> int:
+    """Runs the programs on Beam and on headrace's runners and prints the comparison."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--beam-python",
-                    default=default_beam_python())
+    ap.add_argument("--beam-python", default=default_beam_python())
+    ap.add_argument("--only", default="",
+                    help="comma-separated program names (default: all; --list shows them)")
+    ap.add_argument("--list", action="store_true", help="list the programs and exit")
+    ap.add_argument("--runners", default="local,spark",
+                    help="headrace runners to compare with Beam: local, spark or both")
     ap.add_argument("--lines", type=int, default=25_000,
-                    help="lines of the plain input (the timestamped input has a fifth of that)")
+                    help="lines of the word counts' plain input (the timestamped one has a fifth)")
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--keep", action="store_true", help="keep inputs and outputs")
     args = ap.parse_args(argv)
+    programs = list(WORDCOUNT) + compat_programs()
+    if args.list:
+        print("\n".join(programs))
+        return 0
+    if args.only:
+        wanted = [n.strip() for n in args.only.split(",") if n.strip()]
+        unknown = [n for n in wanted if n not in programs]
+        if unknown:
+            ap.error(f"unknown program(s) {unknown}; known: {', '.join(programs)}")
+        programs = wanted
+    runners = [r.strip() for r in args.runners.split(",") if r.strip()]
+    for r in runners:
+        if r not in RUNNERS:
+            ap.error(f"unknown runner {r!r}; choose from {', '.join(RUNNERS)}")
     if not os.path.exists(args.beam_python):
         print(f"Apache Beam python {args.beam_python} not found; nothing to compare against.\n"
               f"Create it with:  {BEAM_VENV_HINT}  and pass --beam-python .venv-beam/bin/python")
@@ -124,44 +204,38 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     print(f"headrace revision: {headrace_revision()}")
     tmp = tempfile.mkdtemp(prefix="beam-compat-")
-    status = 0
+    failed: List[str] = []
     try:
         inputs = generate_inputs(tmp, args.lines, args.seed)
-        sizes = ", ".join(f"{p}: {os.path.getsize(f):,} bytes" for p, f in inputs.items())
-        print(f"inputs in {tmp} ({sizes})")
-        for p in PIPELINES:
-            res = {}
-            for sdk, py in (("beam", args.beam_python), ("headrace", sys.executable)):
-                res[sdk] = run_one(py, sdk, p, inputs[p], os.path.join(tmp, sdk, p))
-            b, h = res["beam"], res["headrace"]
-            errors = [r["error"] for r in (b, h) if "error" in r]
-            if errors:
-                status = 1
-                print(f"{p}: FAILED to run\n" + "\n\n".join(str(e) for e in errors))
+        inputs["compat"] = os.path.join(tmp, "compat-inputs")
+        os.makedirs(inputs["compat"])
+        make_compat_inputs(inputs["compat"], [p for p in programs if p not in WORDCOUNT])
+        print(f"inputs in {tmp}")
+        for p in programs:
+            b = run_one(args.beam_python, "beam", p, inputs, os.path.join(tmp, "beam", p), [])
+            if "error" in b:
+                failed.append(p)
+                print(f"{p:28s} beam   FAILED to run\n{b['error']}")
                 continue
-            info = (f"{len(b['lines']):,} lines; beam {b['seconds']:.1f}s in {b['shards']} shard(s), "
-                    f"headrace {h['seconds']:.1f}s in {h['shards']} shard(s)")
-            if b["lines"] == h["lines"]:
-                print(f"{p}: identical ({info})")
-                continue
-            status = 1
-            only_b = len(set(b["lines"]) - set(h["lines"]))
-            only_h = len(set(h["lines"]) - set(b["lines"]))
-            print(f"{p}: DIFFERENT (beam {len(b['lines']):,} lines, headrace {len(h['lines']):,}; "
-                  f"{only_b} only in beam, {only_h} only in headrace)")
-            diff = list(difflib.unified_diff(b["lines"], h["lines"], "beam (sorted)",
-                                             "headrace (sorted)", lineterm="", n=0))
-            for ln in diff[:60]:
-                print("    " + ln)
-            if len(diff) > 60:
-                print(f"    ... {len(diff) - 60} more diff lines")
+            for r in runners:
+                h = run_one(sys.executable, "headrace", p, inputs,
+                            os.path.join(tmp, "headrace-" + r, p), RUNNERS[r])
+                if "error" in h:
+                    failed.append(f"{p} ({r})")
+                    print(f"{p:28s} {r:6s} FAILED to run\n{h['error']}")
+                elif not compare(p, r, b, h):
+                    failed.append(f"{p} ({r})")
     finally:
         if args.keep:
             print(f"kept {tmp}")
         else:
             shutil.rmtree(tmp, ignore_errors=True)
-    print("RESULT: " + ("identical" if status == 0 else "DIFFERENCES or failures (see above)"))
-    return status
+    total = len(programs) * len(runners)
+    if failed:
+        print(f"RESULT: {len(failed)} of {total} runs differ or failed: {', '.join(failed)}")
+        return 1
+    print(f"RESULT: identical ({len(programs)} programs x {len(runners)} headrace runner(s))")
+    return 0
 
 
 if __name__ == "__main__":
