@@ -21,12 +21,16 @@ from headrace.pipeline.ptransform import PTransform, ptransform_fn
 from headrace.pipeline.pvalue import PCollection, Row, TaggedOutput
 from headrace.transforms.core import (
     CoGroupByKey, CombineGlobally, CombinePerKey, CombineValues, Create, Filter, FlatMap,
-    FlatMapTuple, Flatten, GroupByKey, Keys, KvSwap, Map, MapTuple, ParDo, Partition, Reshuffle,
-    Values, WindowInto, WithKeys,
+    FlatMapTuple, Flatten, FlattenWith, GroupByKey, Impulse, Keys, KvSwap, Map, MapTuple, ParDo,
+    Partition, PartitionFn, Reshuffle, Values, WindowInto, WithKeys,
 )
 from headrace.transforms.util import (
-    BatchElements, Distinct, LogElements, Regex, Reify, RemoveDuplicates, Tee, ToString,
+    BatchElements, Distinct, GroupIntoBatches, LogElements, Regex, Reify, RemoveDuplicates, Tee,
+    ToString,
 )
+from headrace.model.window import Windowing
+from headrace.pipeline.userstate import TimeDomain
+from headrace.io.iobase import Read
 from headrace.runners.local import LocalRunner
 
 # Beam's `apache_beam.transforms.periodicsequence` lives in `io` here (it is a source, and
@@ -39,11 +43,12 @@ __version__ = "0.1.0"
 __all__ = [
     "BatchElements", "LogElements", "Regex", "Reify", "Tee", "ToString",
     "CoGroupByKey", "CombineFn", "CombineGlobally", "CombinePerKey", "CombineValues", "Create",
-    "Distinct", "DoFn", "Filter", "FlatMap", "FlatMapTuple", "Flatten", "GroupByKey",
-    "HeadraceError", "Keys", "KvSwap", "LocalRunner", "Map", "MapTuple", "Metrics", "PCollection",
-    "PTransform", "PaneInfo", "PaneInfoTiming", "ParDo", "Partition", "Pipeline",
-    "PipelineOptions", "PipelineResult", "PipelineState", "ReadFromText", "RemoveDuplicates",
-    "Reshuffle", "Row", "TaggedOutput", "TimestampCombiner", "TimestampedValue", "Values",
-    "WindowInto", "WithKeys", "WriteToText", "coders", "combiners", "io", "metrics",
+    "Distinct", "DoFn", "Filter", "FlatMap", "FlatMapTuple", "Flatten", "FlattenWith", "GroupByKey",
+    "GroupIntoBatches", "HeadraceError", "Impulse", "Keys", "KvSwap", "LocalRunner", "Map",
+    "MapTuple", "Metrics", "PCollection",
+    "PTransform", "PaneInfo", "PaneInfoTiming", "ParDo", "Partition", "PartitionFn", "Pipeline",
+    "PipelineOptions", "PipelineResult", "PipelineState", "Read", "ReadFromText", "RemoveDuplicates",
+    "Reshuffle", "Row", "TaggedOutput", "TimeDomain", "TimestampCombiner", "TimestampedValue", "Values",
+    "WindowInto", "Windowing", "WithKeys", "WriteToText", "coders", "combiners", "io", "metrics",
     "ptransform_fn", "pvalue", "transforms", "typehints", "window",
 ]

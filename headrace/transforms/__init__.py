@@ -4,11 +4,11 @@ from headrace.transforms import combiners, ptransform, timeutil, trigger, userst
 from headrace.transforms.core import *  # noqa: F401,F403
 from headrace.transforms.core import (
     CoGroupByKey, CombineGlobally, CombinePerKey, CombineValues, Create, Filter, FlatMap,
-    FlatMapTuple, Flatten, GroupByKey, Keys, KvSwap, Map, MapTuple, ParDo, Partition, Reshuffle,
-    Values, WindowInto, WithKeys,
+    FlatMapTuple, Flatten, FlattenWith, GroupByKey, Impulse, Keys, KvSwap, Map, MapTuple, ParDo,
+    Partition, PartitionFn, Reshuffle, Values, WindowInto, WithKeys,
 )
 from headrace.transforms.util import (
-    BatchElements, Distinct, LogElements, Regex, Reify, RemoveDuplicates, Tee, ToString,
+    BatchElements, Distinct, GroupIntoBatches, LogElements, Regex, Reify, RemoveDuplicates, Tee, ToString,
 )
 from headrace.pipeline.dofn import DoFn
 from headrace.pipeline.ptransform import PTransform, ptransform_fn
@@ -17,6 +17,7 @@ from headrace.model.combine import CombineFn
 __all__ = ["BatchElements", "LogElements", "Regex", "Reify", "RemoveDuplicates", "Tee", "ToString",
            "CoGroupByKey", "CombineFn", "CombineGlobally", "CombinePerKey", "CombineValues",
            "Create", "Distinct", "DoFn", "Filter", "FlatMap", "FlatMapTuple", "Flatten",
-           "GroupByKey", "Keys", "KvSwap", "Map", "MapTuple", "PTransform", "ParDo", "Partition",
+           "FlattenWith", "GroupByKey", "GroupIntoBatches", "Impulse", "Keys", "KvSwap", "Map",
+           "MapTuple", "PTransform", "ParDo", "Partition", "PartitionFn",
            "Reshuffle", "Values", "WindowInto", "WithKeys", "combiners", "ptransform",
            "ptransform_fn", "timeutil", "trigger", "userstate", "window"]

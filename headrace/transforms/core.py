@@ -1120,6 +1120,38 @@ class Flatten(PTransform):
         return out
 
 
+class FlattenWith(PTransform):
+    """Beam's `pcoll | FlattenWith(*others)`: the input flattened with `others`, each a PCollection
+    or a root transform (such as `Create` or a read) applied to the pipeline."""
+
+    def __init__(self, *others: Any) -> None:
+        super().__init__()
+        for o in others:
+            if not isinstance(o, (PCollection, PTransform)):
+                raise InvalidArgumentError(
+                    f"FlattenWith takes PCollections and root transforms, got {type(o).__name__} "
+                    f"{o!r}")
+        self._others = others
+
+    def expand(self, pcoll: Any) -> PCollection:
+        pcoll = _require_pcollection(self, pcoll)
+        inputs = [pcoll]
+        for i, o in enumerate(self._others):
+            inputs.append(o if isinstance(o, PCollection) else pcoll.pipeline | f"Root{i}" >> o)
+        return tuple(inputs) | Flatten()
+
+
+class Impulse(PTransform):
+    """Beam's root `Impulse`: one element, the empty bytes `b''`, in the global window at the
+    minimum timestamp (what `Create` and reads start from in Beam)."""
+
+    def expand(self, pbegin: Any) -> PCollection:
+        if not isinstance(pbegin, PBegin):
+            raise PipelineConstructionError(
+                "Impulse is a root transform: apply it to the pipeline (p | beam.Impulse())")
+        return pbegin | Create([b""])
+
+
 class Reshuffle(PTransform):
     """Redistributes elements (a materialisation barrier), keeping timestamps and windows.
 
@@ -1143,6 +1175,20 @@ class Reshuffle(PTransform):
                                             element_type=pcoll.element_type)
         out.may_contain_retractions = pcoll.may_contain_retractions
         return out
+
+
+class PartitionFn:
+    """Beam's base class of a partition function for `Partition`: subclasses define
+    `partition_for(element, num_partitions, *args, **kwargs) -> int` in [0, num_partitions)."""
+
+    def partition_for(self, element: Any, num_partitions: int, *args: Any, **kwargs: Any) -> int:
+        """The index of the partition `element` goes to."""
+        raise NotImplementedError(
+            f"{type(self).__name__} must define partition_for(element, num_partitions, ...)")
+
+    def default_label(self) -> str:
+        """The label of a Partition with this function: the class name."""
+        return type(self).__name__
 
 
 class Partition(PTransform):

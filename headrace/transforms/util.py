@@ -19,9 +19,11 @@ from headrace.transforms.core import (
     KV_TYPE, CombinePerKey, CoGroupByKey, FlatMap, Keys, KvSwap, Map, ParDo, Reshuffle, Values,
     WithKeys,
 )
+from headrace.transforms.group_into_batches import GroupIntoBatches
 
-__all__ = ["BatchElements", "CoGroupByKey", "Distinct", "Keys", "KvSwap", "LogElements", "Regex",
-           "Reify", "RemoveDuplicates", "Reshuffle", "Tee", "ToString", "Values", "WithKeys"]
+__all__ = ["BatchElements", "CoGroupByKey", "Distinct", "GroupIntoBatches", "Keys", "KvSwap",
+           "LogElements", "Regex", "Reify", "RemoveDuplicates", "Reshuffle", "Tee", "ToString",
+           "Values", "WithKeys"]
 
 _LOGGER = logging.getLogger(__name__)
 
