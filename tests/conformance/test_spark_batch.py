@@ -174,15 +174,19 @@ def job_groups(spark_pipeline, monkeypatch):
 
 
 def _stage_names(group):
-    # Spark's status store learns of stages from its listener bus, asynchronously: after many
-    # streaming batches in the shared session it can lag, so wait for every stage's record.
+    """The names of the stages of the group's jobs that Spark's status store still knows."""
+    # The status store learns of stages from its listener bus, asynchronously: after many
+    # streaming batches in the shared session it can lag, so wait for every stage's record. It
+    # also keeps only spark.ui.retainedStages stages, evicting first those that never completed
+    # (a skipped stage of a reused shuffle), so a stage may never get a record: only the
+    # stages it knows are named (one CI run lost a stage so).
     tracker = _spark_context().statusTracker()
     deadline = time.monotonic() + 30
     while True:
         infos = [tracker.getStageInfo(s) for j in tracker.getJobIdsForGroup(group)
                  for s in (tracker.getJobInfo(j).stageIds if tracker.getJobInfo(j) else [None])]
         if all(i is not None for i in infos) or time.monotonic() > deadline:
-            return [i.name if i is not None else None for i in infos]
+            return [i.name for i in infos if i is not None]
         time.sleep(0.1)
 
 
