@@ -21,7 +21,7 @@ if SDK == "headrace":
     from headrace.runners.runner import PipelineState
     from headrace.testing.test_stream import TestStream
     from headrace.testing.util import assert_that, equal_to
-    from headrace.transforms import combiners, trigger, userstate, util, window
+    from headrace.transforms import combiners, deduplicate, trigger, userstate, util, window
     from headrace.transforms.ptransform import PTransform, ptransform_fn
     from headrace.transforms.userstate import (
         BagStateSpec, CombiningValueStateSpec, OrderedListStateSpec, ReadModifyWriteStateSpec,
@@ -39,7 +39,7 @@ elif SDK == "beam":
     from apache_beam.runners.runner import PipelineState
     from apache_beam.testing.test_stream import TestStream
     from apache_beam.testing.util import assert_that, equal_to
-    from apache_beam.transforms import combiners, trigger, userstate, util, window
+    from apache_beam.transforms import combiners, deduplicate, trigger, userstate, util, window
     from apache_beam.transforms.ptransform import PTransform, ptransform_fn
     from apache_beam.transforms.userstate import (
         BagStateSpec, CombiningValueStateSpec, OrderedListStateSpec, ReadModifyWriteStateSpec,
@@ -54,7 +54,7 @@ __all__ = [
     "SDK", "beam", "coders", "typehints", "ReadAllFromText", "ReadFromText",
     "ReadFromTextWithFilename", "WriteToText", "CompressionTypes", "FileSystems",
     "PipelineOptions", "StandardOptions", "PipelineState", "TestStream", "assert_that",
-    "equal_to", "combiners", "trigger", "userstate", "util", "window", "PTransform",
+    "equal_to", "combiners", "deduplicate", "trigger", "userstate", "util", "window", "PTransform",
     "ptransform_fn", "BagStateSpec", "CombiningValueStateSpec", "OrderedListStateSpec",
     "ReadModifyWriteStateSpec", "SetStateSpec", "TimeDomain", "TimerSpec", "on_timer",
     "MAX_TIMESTAMP", "MIN_TIMESTAMP", "Duration", "Timestamp", "PaneInfoTiming",
