@@ -9,6 +9,9 @@ and, when it is deterministic, lets `MyClass` instances be grouping keys on ever
 `headrace.model.typecoders`). `encode_key` is the deterministic key encoding groupings use.
 """
 
+import sys as _sys
+
+from headrace.model import typecoders
 from headrace.model.coders import dumps, encode_key, loads, register_key_encoder
 from headrace.model.element_coders import (
     Base64PickleCoder, BigIntegerCoder, BooleanCoder, BytesCoder, Coder, DecimalCoder,
@@ -21,6 +24,13 @@ from headrace.model.typecoders import CoderRegistry, registry
 
 #: Beam's old name of ToBytesCoder.
 ToStringCoder = ToBytesCoder
+
+#: Beam's module paths under `coders`: `apache_beam.coders.coders` (the coder classes, here
+#: this module itself) and `apache_beam.coders.typecoders` (the registry), so that
+#: `from headrace.coders.coders import LengthPrefixCoder` works as Beam's import does.
+coders = _sys.modules[__name__]
+_sys.modules[__name__ + ".coders"] = coders
+_sys.modules[__name__ + ".typecoders"] = typecoders
 
 __all__ = [
     "Base64PickleCoder", "BigIntegerCoder", "BooleanCoder", "BytesCoder", "Coder", "CoderRegistry",

@@ -36,6 +36,7 @@ _double = struct.Struct(">d")
 _single = struct.Struct(">f")
 _int32 = struct.Struct(">i")
 _int64 = struct.Struct(">q")
+_uint64 = struct.Struct(">Q")
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
@@ -372,15 +373,18 @@ class SinglePrecisionFloatCoder(_Simple):
 
 
 class TimestampCoder(_Simple):
-    """headrace / Beam Timestamps as big-endian int64 microseconds."""
+    """Timestamps in Beam's (and Beam Java's InstantCoder's) format: the milliseconds (rounded
+    down) as a big-endian int64 with the sign bit flipped, so the bytes sort as the times do.
+    Sub-millisecond digits are lost, as in Beam."""
 
     def _encode_to(self, value: Any, out: bytearray, nested: bool) -> None:
         if not isinstance(value, Timestamp):
             raise TypeError(f"TimestampCoder encodes Timestamp, got {type(value).__name__} {_short(value)}")
-        out += _int64.pack(value.micros)
+        out += _uint64.pack(value.micros // 1000 - _INT64_MIN)
 
     def _decode_from(self, data: bytes, pos: int, nested: bool) -> Tuple[Any, int]:
-        return Timestamp(micros=_int64.unpack(_take(data, pos, 8))[0]), pos + 8
+        millis = _uint64.unpack(_take(data, pos, 8))[0] + _INT64_MIN
+        return Timestamp(micros=millis * 1000), pos + 8
 
     def to_type_hint(self) -> Any:
         """Timestamp."""
@@ -919,15 +923,13 @@ def _fp_encode(value: Any, out: bytearray, nested: bool, fallback: Coder,
     elif t is float:
         out.append(_FLOAT)
         out += _double.pack(value)
-    elif t is str:
-        b = value.encode("utf-8")
-        out.append(_STR)
-        write_varint(out, len(b))
+    elif t is str or t is bytes:
+        # as Beam: the length only when nested (outer, the bytes run to the end)
+        b = value.encode("utf-8") if t is str else value
+        out.append(_STR if t is str else _BYTES)
+        if nested:
+            write_varint(out, len(b))
         out += b
-    elif t is bytes:
-        out.append(_BYTES)
-        write_varint(out, len(value))
-        out += value
     elif t is list or t is tuple:
         out.append(_LIST if t is list else _TUPLE)
         write_varint(out, len(value))
@@ -992,7 +994,10 @@ def _fp_decode(data: bytes, pos: int, nested: bool, fallback: Coder) -> Tuple[An
     if tag == _FLOAT:
         return _double.unpack(_take(data, pos, 8))[0], pos + 8
     if tag in (_STR, _BYTES):
-        n, pos = read_varint(data, pos)
+        if nested:
+            n, pos = read_varint(data, pos)
+        else:
+            n = len(data) - pos
         raw = _take(data, pos, n)
         return (raw.decode("utf-8") if tag == _STR else raw), pos + n
     if tag in (_LIST, _TUPLE, _SET, _DICT):

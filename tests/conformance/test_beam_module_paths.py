@@ -69,6 +69,13 @@ PATHS = {
     "headrace.io.textio": {n: getattr(beam.io, n) for n in (
         "ReadFromText", "ReadFromTextWithFilename", "ReadAllFromText", "WriteToText")},
     "headrace.io": {"ReadFromText": beam.ReadFromText, "WriteToText": beam.WriteToText},
+    # Beam's coder classes are in `apache_beam.coders.coders` (LengthPrefixCoder only there),
+    # its registry in `apache_beam.coders.typecoders`
+    "headrace.coders.coders": {n: getattr(beam.coders, n) for n in (
+        "Coder", "VarIntCoder", "StrUtf8Coder", "TupleCoder", "FastPrimitivesCoder",
+        "LengthPrefixCoder", "NullableCoder", "IterableCoder", "PickleCoder")},
+    "headrace.coders.typecoders": {"registry": beam.coders.registry,
+                                   "CoderRegistry": beam.coders.CoderRegistry},
 }
 
 # Names that exist at these paths without a top-level twin to compare with.

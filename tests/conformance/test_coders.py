@@ -223,6 +223,27 @@ def test_a_typed_key_with_a_non_deterministic_coder_is_refused_at_construction(m
 # ---- text IO with Beam's coders ------------------------------------------------------------------
 
 
+def test_standard_coder_bytes_inside_a_step_are_beams(make_pipeline):
+    # bytes Beam 2.77 gives (a ported program printed them from a Map): FastPrimitivesCoder
+    # writes a str / bytes length only when nested; TimestampCoder is Java's InstantCoder
+    # (millis + 2**63, big-endian)
+    from headrace.utils.timestamp import Timestamp
+
+    cases = [("fp", "héllo", "0468c3a96c6c6f"), ("fp", b"b", "0362"), ("fp", ("a", b"x"), "0602040161030178"),
+             ("ts", 0, "8000000000000000"), ("ts", 1500, "8000000000000001"),
+             ("ts", -10_000_000, "7fffffffffffd8f0")]
+
+    def encode(case):
+        kind, value, _ = case
+        if kind == "fp":
+            return coders.FastPrimitivesCoder().encode(value).hex()
+        return coders.TimestampCoder().encode(Timestamp(micros=value)).hex()
+
+    with make_pipeline() as p:
+        out = p | beam.Create(cases) | beam.Map(encode)
+        assert_that(out, equal_to([hexed for _, _, hexed in cases]))
+
+
 def test_write_and_read_text_with_a_coder(make_pipeline, tmp_path):
     # Base64PickleCoder's bytes never hold a newline: each element is one line
     values = [("a", 1), {"k": [1.5, None]}, "line\nbreak", 2**80]

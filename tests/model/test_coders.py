@@ -86,7 +86,7 @@ ROUND_TRIPS = [
     (coders.BytesCoder(), b"\x00\xff"), (coders.StrUtf8Coder(), "héllo"),
     (coders.VarIntCoder(), -(2**63)), (coders.VarIntCoder(), 2**63 - 1),
     (coders.FloatCoder(), 1.5), (coders.SinglePrecisionFloatCoder(), 0.5),
-    (coders.BooleanCoder(), False), (coders.TimestampCoder(), Timestamp(micros=-1_500_001)),
+    (coders.BooleanCoder(), False), (coders.TimestampCoder(), Timestamp(micros=-1_501_000)),
     (coders.BigIntegerCoder(), -(10**30)), (coders.DecimalCoder(), decimal.Decimal("-12.340")),
     (coders.SingletonCoder("only"), "only"),
     (coders.NullableCoder(coders.StrUtf8Coder()), None),
@@ -117,8 +117,26 @@ def test_nested_values_can_be_read_back_to_back():
     assert c.decode(c.encode(("ab", "", "c"))) == ("ab", "", "c")
 
 
-def test_timestamp_coder_is_big_endian_micros():
-    assert coders.TimestampCoder().encode(Timestamp(micros=258)) == b"\x00" * 6 + b"\x01\x02"
+def test_timestamp_coder_is_beams_shifted_big_endian_millis():
+    # Beam 2.77's TimestampCoderImpl (Java's InstantCoder): millis rounded down, + 2**63
+    c = coders.TimestampCoder()
+    assert c.encode(Timestamp(micros=258_999)) == bytes.fromhex("8000000000000102")
+    assert c.encode(Timestamp(0)) == bytes.fromhex("8000000000000000")
+    assert c.encode(Timestamp(-10)) == bytes.fromhex("7fffffffffffd8f0")
+    assert c.decode(c.encode(Timestamp(micros=1500))) == Timestamp(micros=1000)
+    assert c.decode(c.encode(Timestamp(-10))) == Timestamp(-10)
+
+
+def test_fast_primitives_str_and_bytes_have_a_length_only_when_nested():
+    # Beam's FastPrimitivesCoderImpl: stream.write(value, nested)
+    c = coders.FastPrimitivesCoder()
+    assert c.encode("héllo") == bytes.fromhex("0468c3a96c6c6f")
+    assert c.encode(b"b") == bytes.fromhex("0362")
+    assert c.encode(("a", b"x")) == bytes.fromhex("0602040161030178")
+    assert c.encode_nested("s") == bytes.fromhex("040173")
+    assert c.decode(c.encode("")) == "" and c.decode(c.encode(b"")) == b""
+    det = c.as_deterministic_coder("G")
+    assert det.encode("a") == bytes.fromhex("0461") and det.decode(bytes.fromhex("0461")) == "a"
 
 
 def test_determinism_is_beams():
