@@ -32,6 +32,7 @@ from headrace.model.strategy import (
 )
 from headrace.model.triggers.algebra import TriggerFn, check_trigger
 from headrace.model.triggers.sugar import DefaultTrigger
+from headrace.model.windowed import PANE_INFO_UNKNOWN, PaneInfo, WindowedValue
 
 
 class BoundedWindow:
@@ -333,6 +334,19 @@ class GlobalWindows(NonMergingWindowFn):
     def __repr__(self) -> str:
         return "GlobalWindows()"
 
+    @classmethod
+    def windowed_value(cls, value: Any, timestamp: Any = None,
+                       pane_info: PaneInfo = PANE_INFO_UNKNOWN) -> WindowedValue:
+        """Beam's helper: `value` in the global window at `timestamp` (seconds, a datetime or a
+        Timestamp; default MIN_TIMESTAMP), e.g. an output of `finish_bundle`."""
+        micros = MIN_TIMESTAMP_MICROS if timestamp is None else to_micros(timestamp)
+        return WindowedValue(value, micros, (GLOBAL_WINDOW,), pane_info)
+
+    @classmethod
+    def windowed_value_at_end_of_window(cls, value: Any) -> WindowedValue:
+        """Beam's helper: `value` in the global window at the window's max timestamp."""
+        return WindowedValue(value, GLOBAL_WINDOW.max_timestamp().micros, (GLOBAL_WINDOW,))
+
 
 def _positive_duration(name: str, owner: str, value: Any) -> int:
     try:
@@ -529,11 +543,16 @@ def side_input_window(side_window_fn: WindowFn, main_window: BoundedWindow) -> B
             f"a side input windowed by merging {side_window_fn!r} cannot be read by window; "
             "re-window the side input into fixed, sliding or global windows")
     windows = side_window_fn._assign(None, main_window.max_timestamp_us, GLOBAL_WINDOWS_TUPLE)
-    if len(windows) != 1:
+    if len(windows) == 1:
+        return windows[0]
+    if not windows or not all(isinstance(w, IntervalWindow) for w in windows):
         raise InvalidArgumentError(
             f"side input window function {side_window_fn!r} maps window {main_window!r} to "
-            f"{len(windows)} windows; a side input needs exactly one (use FixedWindows or GlobalWindows)")
-    return windows[0]
+            f"{len(windows)} windows; a side input needs one window, or interval windows to "
+            "choose from (use FixedWindows, SlidingWindows or GlobalWindows)")
+    # several (sliding) windows hold the main window's end: as Beam (Java's SlidingWindows
+    # mapping, Python's map_via_end), the earliest of them
+    return min(cast(List[IntervalWindow], list(windows)), key=lambda w: (w.start_us, w.end_us))
 
 
 @dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)

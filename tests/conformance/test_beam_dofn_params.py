@@ -179,3 +179,30 @@ def test_extra_arguments_skip_special_parameters_declared_before_them(make_pipel
             lambda x, ts=beam.DoFn.TimestampParam, k=0: (x + k, int(ts.micros // 1_000_000)), 100)
         assert_that(out, equal_to([(13, 0), (23, 0), (253, 20)]))
         assert_that(mapped, equal_to([(101, 1), (102, 2), (125, 25)]), label="CheckMap")
+
+
+def test_finish_bundle_outputs_made_by_global_windows_windowed_value(make_pipeline):
+    # Beam's GlobalWindows.windowed_value (default MIN_TIMESTAMP) and
+    # windowed_value_at_end_of_window, the usual finish_bundle outputs
+    W = window
+
+    class CountPerBundle(beam.DoFn):
+        def start_bundle(self):
+            self.n = 0
+
+        def process(self, x):
+            self.n += 1
+
+        def finish_bundle(self):
+            yield W.GlobalWindows.windowed_value(self.n)
+            yield W.GlobalWindows.windowed_value_at_end_of_window(-self.n)
+
+    with make_pipeline() as p:
+        out = (p | beam.Create(list(range(250))) | beam.ParDo(CountPerBundle())
+               | beam.Map(lambda n, ts=beam.DoFn.TimestampParam: (n > 0, n, ts)))
+        signs = out | "Sum" >> beam.Map(lambda t: (t[0], t[1])) | beam.CombinePerKey(sum)
+        assert_that(signs, equal_to([(True, 250), (False, -250)]), label="Totals")
+        times = (out | "Times" >> beam.Map(lambda t: (t[0], t[2].micros)) | beam.Distinct())
+        assert_that(times, equal_to([(True, W.MIN_TIMESTAMP.micros),
+                                     (False, W.GlobalWindow().max_timestamp().micros)]), label="Times")
+

@@ -184,6 +184,20 @@ def test_sliding_main_reads_fixed_side_by_window_end(make_pipeline):
         assert_that(out, equal_to(expected))
 
 
+def test_a_sliding_side_input_is_read_in_the_earliest_window_holding_the_main_windows_end(make_pipeline):
+    # Beam's mapping (Java's SlidingWindows.getDefaultWindowMappingFn, Python's map_via_end):
+    # of the sliding side windows holding the main window's max timestamp, the earliest; a
+    # main window [0, 60) reads the side window [-60, 60), [60, 120) reads [0, 120)
+    with make_pipeline() as p:
+        main = (p | "Main" >> beam.Create([TV("a", 30), TV("b", 90)])
+                | "WMain" >> beam.WindowInto(window.FixedWindows(60)))
+        side_data = [(1, -30), (2, 10), (3, 70), (4, 100)]
+        side = (p | "Side" >> beam.Create([TV(v, t) for v, t in side_data])
+                | "WSide" >> beam.WindowInto(window.SlidingWindows(120, 60)))
+        out = main | beam.Map(lambda x, s: (x, sorted(s)), pvalue.AsList(side))
+        assert_that(out, equal_to([("a", [1, 2]), ("b", [2, 3, 4])]))
+
+
 def test_combine_globally_as_singleton_view(make_pipeline):
     with make_pipeline() as p:
         total = p | "Side" >> beam.Create([3, 4]) | beam.CombineGlobally(sum).as_singleton_view()
