@@ -20,6 +20,7 @@ if SDK == "headrace":
     from headrace.options.pipeline_options import PipelineOptions, StandardOptions
     from headrace.runners.runner import PipelineState
     from headrace.testing.test_stream import TestStream
+    from headrace.testing import util as testing_util
     from headrace.testing.util import assert_that, equal_to
     from headrace.transforms import combiners, deduplicate, trigger, userstate, util, window
     from headrace.transforms.ptransform import PTransform, ptransform_fn
@@ -38,6 +39,7 @@ elif SDK == "beam":
     from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
     from apache_beam.runners.runner import PipelineState
     from apache_beam.testing.test_stream import TestStream
+    from apache_beam.testing import util as testing_util
     from apache_beam.testing.util import assert_that, equal_to
     from apache_beam.transforms import combiners, deduplicate, trigger, userstate, util, window
     from apache_beam.transforms.ptransform import PTransform, ptransform_fn
@@ -53,7 +55,7 @@ else:
 __all__ = [
     "SDK", "beam", "coders", "typehints", "ReadAllFromText", "ReadFromText",
     "ReadFromTextWithFilename", "WriteToText", "CompressionTypes", "FileSystems",
-    "PipelineOptions", "StandardOptions", "PipelineState", "TestStream", "assert_that",
+    "PipelineOptions", "StandardOptions", "PipelineState", "TestStream", "testing_util", "assert_that",
     "equal_to", "combiners", "deduplicate", "trigger", "userstate", "util", "window", "PTransform",
     "ptransform_fn", "BagStateSpec", "CombiningValueStateSpec", "OrderedListStateSpec",
     "ReadModifyWriteStateSpec", "SetStateSpec", "TimeDomain", "TimerSpec", "on_timer",
