@@ -153,6 +153,7 @@ class ParDo(PTransform):
         self.side_inputs = tuple(a for a in list(args) + list(kwargs.values())
                                  if isinstance(a, AsSideInput))
         self.output_tags: Tuple[str, ...] = ()
+        self.multi_output = False  # with_outputs was called (even with no tags)
         self.main_tag: Optional[str] = None
         self.dead_letter: Optional[Dict[str, Any]] = None
         self.is_stateful = _userstate.is_stateful_dofn(fn)
@@ -179,6 +180,7 @@ class ParDo(PTransform):
                 raise InvalidArgumentError(f"with_outputs tags must be str, got {t!r}")
         out = copy.copy(self)
         out.output_tags = tuple(tags)
+        out.multi_output = True
         if main is not None or self.dead_letter is None:  # keeps with_exception_handling's main_tag
             out.main_tag = main
         return out
@@ -272,7 +274,7 @@ class ParDo(PTransform):
         main = p.new_pcollection(pcoll.windowing, pcoll.is_bounded,
                                  element_type=self.get_output_type() or self._infer_output_type(pcoll))
         main.may_contain_retractions = pcoll.may_contain_retractions
-        if not self.output_tags and self.dead_letter is None:
+        if not self.multi_output and self.dead_letter is None:
             return main
         outputs: Dict[Optional[str], PCollection] = {None: main}
         tags = list(self.output_tags)

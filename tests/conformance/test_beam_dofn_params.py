@@ -206,3 +206,21 @@ def test_finish_bundle_outputs_made_by_global_windows_windowed_value(make_pipeli
         assert_that(times, equal_to([(True, W.MIN_TIMESTAMP.micros),
                                      (False, W.GlobalWindow().max_timestamp().micros)]), label="Times")
 
+
+
+def test_with_outputs_without_tags_gives_a_do_outputs_tuple(make_pipeline):
+    # Beam: with_outputs() (no tags) and with_outputs(main=...) give a DoOutputsTuple (headrace
+    # gave a plain PCollection); headrace needs tags declared, and says so for an undeclared one
+    from headrace.errors import PipelineConstructionError
+
+    with make_pipeline() as p:
+        nums = p | beam.Create([1, 2, 3])
+        plain = nums | "NoTags" >> beam.Map(lambda x: x * 10).with_outputs()
+        named = nums | "MainOnly" >> beam.Map(lambda x: x + 1).with_outputs(main="incremented")
+        assert len(plain) == 1 and len(named) == 1
+        with pytest.raises(PipelineConstructionError, match="declare more with .with_outputs"):
+            plain.undeclared
+        assert_that(plain[None], equal_to([10, 20, 30]), label="Plain")
+        assert_that(named.incremented, equal_to([2, 3, 4]), label="Named")
+        (main_only,) = named
+        assert_that(main_only, equal_to([2, 3, 4]), label="Unpacked")
