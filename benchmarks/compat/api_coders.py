@@ -133,11 +133,14 @@ def _standard_coder_lines(i):
                 (),
                 {"k": 1},
                 ("nested", (None, 2.0, b"x")),
+                {7},
+                {1, 2, 3},
+                {"k": [1, {2}]},
             ]
         ],
         [
             ("deterministic_fast", x, c.FastPrimitivesCoder().as_deterministic_coder("step"))
-            for x in [None, 5, "a", (1, 2), [3, "b"]]
+            for x in [None, 5, "a", (1, 2), [3, "b"], {3, 1, 2}, {"b": 1, "a": 2}]
         ],
         [("player", x, PlayerCoder()) for x in [Player("ants", "p1"), Player("bees", "p22")]],
         [("json", x, JsonCoder()) for x in [{"b": 1, "a": [1, 2]}, [None, True], "s", 3.5]],

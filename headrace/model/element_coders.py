@@ -816,7 +816,7 @@ class Base64PickleCoder(Coder):
 
 # Beam's FastPrimitivesCoder type tags
 _NONE, _INT, _FLOAT, _BYTES, _STR, _LIST, _TUPLE, _DICT, _SET, _BOOL = 0, 1, 2, 3, 4, 5, 6, 7, 8, 9
-_BIGINT, _ENUM, _DATACLASS, _UNKNOWN = 0xFA, 0xFB, 0xFC, 0xFF
+_FROZENSET, _BIGINT, _ENUM, _DATACLASS, _UNKNOWN = 0xF9, 0xFA, 0xFB, 0xFC, 0xFF
 
 
 class FastPrimitivesCoder(FastCoder):
@@ -948,12 +948,11 @@ def _fp_encode(value: Any, out: bytearray, nested: bool, fallback: Coder,
                 out += kb
                 out += vb
     elif t is set or t is frozenset:
-        out.append(_SET)
+        out.append(_SET if t is set else _FROZENSET)  # a set as Beam's; frozenset headrace's tag
         write_varint(out, len(value))
         parts = [_fp_bytes(v, fallback, deterministic_for) for v in value]
         for p in sorted(parts) if deterministic_for is not None else parts:
             out += p
-        out.append(1 if t is frozenset else 0)
     elif deterministic_for is None or fallback.is_deterministic():
         out.append(_UNKNOWN)
         fallback._encode_to(value, out, True)
@@ -1000,7 +999,7 @@ def _fp_decode(data: bytes, pos: int, nested: bool, fallback: Coder) -> Tuple[An
             n = len(data) - pos
         raw = _take(data, pos, n)
         return (raw.decode("utf-8") if tag == _STR else raw), pos + n
-    if tag in (_LIST, _TUPLE, _SET, _DICT):
+    if tag in (_LIST, _TUPLE, _SET, _FROZENSET, _DICT):
         n, pos = read_varint(data, pos)
         items: List[Any] = []
         for _ in range(n * 2 if tag == _DICT else n):
@@ -1008,9 +1007,8 @@ def _fp_decode(data: bytes, pos: int, nested: bool, fallback: Coder) -> Tuple[An
             items.append(v)
         if tag == _DICT:
             return dict(zip(items[::2], items[1::2])), pos
-        if tag == _SET:
-            frozen = _take(data, pos, 1)[0] == 1
-            return (frozenset(items) if frozen else set(items)), pos + 1
+        if tag in (_SET, _FROZENSET):
+            return (set(items) if tag == _SET else frozenset(items)), pos
         return (items if tag == _LIST else tuple(items)), pos
     if tag in (_ENUM, _DATACLASS):
         type_bytes, pos = _fp_decode(data, pos, True, fallback)

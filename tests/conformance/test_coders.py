@@ -231,7 +231,7 @@ def test_standard_coder_bytes_inside_a_step_are_beams(make_pipeline):
 
     cases = [("fp", "héllo", "0468c3a96c6c6f"), ("fp", b"b", "0362"), ("fp", ("a", b"x"), "0602040161030178"),
              ("ts", 0, "8000000000000000"), ("ts", 1500, "8000000000000001"),
-             ("ts", -10_000_000, "7fffffffffffd8f0")]
+             ("ts", -10_000_000, "7fffffffffffd8f0"), ("fp", {7}, "08010107")]
 
     def encode(case):
         kind, value, _ = case
