@@ -36,8 +36,12 @@ def main(argv=None):
     with beam.Pipeline(options=PipelineOptions(pipeline_args)) as p:
         lines = program.build(p, known.inputs)
         if getattr(program, "STREAMING", False):
-            lines = lines | "Global" >> beam.WindowInto(window.GlobalWindows())
-        lines | "Write" >> WriteToText(known.output, shard_name_template="")
+            # Beam writes an unbounded PCollection only in non-global windows (a file per window
+            # and pane): one window of ~300 years from the epoch, fired once the stream ends
+            lines = lines | "OneWindow" >> beam.WindowInto(window.FixedWindows(10 ** 10))
+            lines | "Write" >> WriteToText(known.output)
+        else:
+            lines | "Write" >> WriteToText(known.output, shard_name_template="")
 
 
 if __name__ == "__main__":
