@@ -7,8 +7,9 @@ NAME is a module of benchmarks/compat/ that defines `build(p, inputs)`, returnin
 of str lines, and may set `STREAMING = True` (the pipeline then runs with --streaming) and
 define `make_inputs(dir)` (plain Python that writes its input files; beam_compat.py calls it
 once, before either SDK runs). The lines are written with WriteToText to one unsharded file;
-a streaming program's lines are first re-windowed into the global window with the default
-trigger, so that they are written once, when the input ends.
+a streaming program's lines are first re-windowed into one fixed window of ~300 years with the
+default trigger (Beam writes an unbounded PCollection only in non-global windows), so that they
+are written once, when the input ends, to a file per window and pane named after FILE.
 """
 
 import argparse
