@@ -122,18 +122,29 @@ class Row:
 
 
 class DoOutputsTuple:
-    """The outputs of a multi-output ParDo: index by tag, read as attributes, or unpack."""
+    """The outputs of a multi-output ParDo: index by tag, read as attributes, or unpack.
+
+    With `dynamic` (Beam's `with_outputs()` without tags) a tag read for the first time gets a
+    new output of the step, before the pipeline runs; what the DoFn emits to tags never read
+    is dropped, as in Beam.
+    """
 
     def __init__(self, main_tag: Optional[str], outputs: Dict[Optional[str], PCollection],
-                 tags: Tuple[str, ...]) -> None:
+                 tags: Tuple[str, ...], dynamic: bool = False) -> None:
         self._main_tag = main_tag
         self._outputs = outputs
         self._tags = tags
+        self._dynamic = dynamic
 
     def __getitem__(self, tag: Any) -> PCollection:
         if isinstance(tag, int):
             order = ([self._main_tag] if self._main_tag is not None else [None]) + list(self._tags)
             tag = order[tag]
+        if tag not in self._outputs and self._dynamic and isinstance(tag, str):
+            main = self._outputs[None]
+            out = PCollection(main.pipeline, main.producer, tag, main.windowing, main.is_bounded)
+            out.may_contain_retractions = main.may_contain_retractions
+            self._outputs[tag] = main.producer.outputs[tag] = out
         if tag not in self._outputs:
             raise PipelineConstructionError(
                 f"no output tagged {tag!r}; declared tags are {sorted(t for t in self._outputs if t)!r}"

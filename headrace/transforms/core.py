@@ -154,6 +154,7 @@ class ParDo(PTransform):
                                  if isinstance(a, AsSideInput))
         self.output_tags: Tuple[str, ...] = ()
         self.multi_output = False  # with_outputs was called (even with no tags)
+        self.dynamic_outputs = False  # tags not declared may be read (then they are outputs)
         self.main_tag: Optional[str] = None
         self.dead_letter: Optional[Dict[str, Any]] = None
         self.is_stateful = _userstate.is_stateful_dofn(fn)
@@ -167,20 +168,18 @@ class ParDo(PTransform):
                      ) -> "ParDo":
         """Declares tagged outputs; the result of applying it is a DoOutputsTuple.
 
-        Every tag the DoFn emits to must be declared: `allow_unknown_tags=True` (Beam's outputs
-        to undeclared tags) is refused.
+        As in Beam, with no tags (or `allow_unknown_tags=True`) any tag can be read from the
+        result, each becoming an output of the step when first read (before the pipeline
+        runs), and what the DoFn emits to a tag never read is dropped; otherwise emitting to a
+        tag not declared is an error naming the step.
         """
-        if allow_unknown_tags:
-            raise UnsupportedArgumentError(
-                f"{self.label}.with_outputs(allow_unknown_tags=True): headrace creates a ParDo's "
-                "outputs when it is applied, so every tag must be declared; list the tags, e.g. "
-                "with_outputs('odd', 'even')")
         for t in tags:
             if not isinstance(t, str):
                 raise InvalidArgumentError(f"with_outputs tags must be str, got {t!r}")
         out = copy.copy(self)
         out.output_tags = tuple(tags)
         out.multi_output = True
+        out.dynamic_outputs = not tags if allow_unknown_tags is None else bool(allow_unknown_tags)
         if main is not None or self.dead_letter is None:  # keeps with_exception_handling's main_tag
             out.main_tag = main
         return out
@@ -287,7 +286,7 @@ class ParDo(PTransform):
             outputs[t].may_contain_retractions = pcoll.may_contain_retractions
         if self.main_tag is not None:
             outputs[self.main_tag] = main
-        return DoOutputsTuple(self.main_tag, outputs, tuple(tags))
+        return DoOutputsTuple(self.main_tag, outputs, tuple(tags), dynamic=self.dynamic_outputs)
 
     def _hinted_input_type(self) -> Any:
         """The element type the DoFn declares (decorator, or `process`'s annotation)."""

@@ -66,9 +66,11 @@ def test_flatten_refuses_unknown_keyword_arguments():
         beam.Flatten(label_prefix="x")
 
 
-def test_with_outputs_refuses_allow_unknown_tags():
-    with pytest.raises(UnsupportedArgumentError, match="allow_unknown_tags"):
-        beam.ParDo(beam.DoFn()).with_outputs("a", allow_unknown_tags=True)
+def test_with_outputs_takes_allow_unknown_tags():
+    fn = beam.ParDo(beam.DoFn())
+    assert fn.with_outputs("a", allow_unknown_tags=True).dynamic_outputs
+    assert fn.with_outputs().dynamic_outputs and not fn.with_outputs("a").dynamic_outputs
+    assert not fn.with_outputs(allow_unknown_tags=False).dynamic_outputs
 
 
 @pytest.mark.parametrize("buckets", [0, -1, 1.5, True])

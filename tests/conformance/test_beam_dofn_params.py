@@ -210,17 +210,51 @@ def test_finish_bundle_outputs_made_by_global_windows_windowed_value(make_pipeli
 
 def test_with_outputs_without_tags_gives_a_do_outputs_tuple(make_pipeline):
     # Beam: with_outputs() (no tags) and with_outputs(main=...) give a DoOutputsTuple (headrace
-    # gave a plain PCollection); headrace needs tags declared, and says so for an undeclared one
-    from headrace.errors import PipelineConstructionError
-
+    # gave a plain PCollection)
     with make_pipeline() as p:
         nums = p | beam.Create([1, 2, 3])
         plain = nums | "NoTags" >> beam.Map(lambda x: x * 10).with_outputs()
         named = nums | "MainOnly" >> beam.Map(lambda x: x + 1).with_outputs(main="incremented")
         assert len(plain) == 1 and len(named) == 1
-        with pytest.raises(PipelineConstructionError, match="declare more with .with_outputs"):
-            plain.undeclared
         assert_that(plain[None], equal_to([10, 20, 30]), label="Plain")
         assert_that(named.incremented, equal_to([2, 3, 4]), label="Named")
         (main_only,) = named
         assert_that(main_only, equal_to([2, 3, 4]), label="Unpacked")
+
+
+def _by_parity(x):
+    yield beam.pvalue.TaggedOutput("even" if x % 2 == 0 else "odd", x)
+    if x % 3 == 0:
+        yield beam.pvalue.TaggedOutput("threes", x)
+    yield x
+
+
+def test_with_outputs_without_tags_reads_any_tag_and_drops_the_unread_ones(make_pipeline):
+    # Beam: a tag read from with_outputs() without tags becomes an output when first read; what
+    # goes to a tag nobody read ('threes') is dropped
+    with make_pipeline() as p:
+        results = p | beam.Create(range(7)) | beam.FlatMap(_by_parity).with_outputs()
+        assert_that(results.odd, equal_to([1, 3, 5]), label="Odd")
+        assert_that(results["even"], equal_to([0, 2, 4, 6]), label="Even")
+        assert_that(results[None], equal_to(list(range(7))), label="Main")
+        assert results.odd is results["odd"]
+
+
+def test_allow_unknown_tags_with_declared_tags(make_pipeline):
+    with make_pipeline() as p:
+        results = (p | beam.Create(range(7))
+                   | beam.FlatMap(_by_parity).with_outputs("odd", allow_unknown_tags=True))
+        main, odd = results  # unpacking gives the main output and the declared tags
+        assert_that(odd, equal_to([1, 3, 5]), label="Odd")
+        assert_that(results.threes, equal_to([0, 3, 6]), label="Threes")
+
+
+def test_a_tag_not_declared_is_an_error_without_allow_unknown_tags(make_pipeline):
+    from headrace.errors import PipelineConstructionError, PipelineExecutionError
+
+    p = make_pipeline()
+    results = p | beam.Create(range(3)) | beam.FlatMap(_by_parity).with_outputs("odd", "even")
+    with pytest.raises(PipelineConstructionError, match="declare more with .with_outputs"):
+        results.threes
+    with pytest.raises(PipelineExecutionError, match="undeclared output tag 'threes'"):
+        p.run().wait_until_finish()

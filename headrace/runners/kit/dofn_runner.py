@@ -78,8 +78,10 @@ class ParDoRunner:
     """Runs one ParDo step: lifecycle, parameters, side inputs, tagged outputs and dead letters."""
 
     def __init__(self, label: str, dofn: DoFn, args: Sequence[Any], kwargs: Dict[str, Any],
-                 main_tag: Optional[str], dead_letter: Optional[Dict[str, Any]]) -> None:
+                 main_tag: Optional[str], dead_letter: Optional[Dict[str, Any]],
+                 drop_unknown_tags: bool = False) -> None:
         self.label = label
+        self.drop_unknown_tags = drop_unknown_tags
         self.dofn = dofn
         self.args = tuple(args)
         self.kwargs = dict(kwargs)
@@ -120,6 +122,12 @@ class ParDoRunner:
             else None)
         self.time_limit: Optional[TimeLimit] = (
             TimeLimit(label, dl["timeout"]) if dl.get("timeout") and self.subprocess is None else None)
+
+    @classmethod
+    def of(cls, spec: Any) -> "ParDoRunner":
+        """The runner of a ParDo step given as a `kit.stage.StepSpec` (its DoFn deserialised)."""
+        return cls(spec.label, coders.loads(spec.dofn), spec.args, spec.kwargs or {},
+                   spec.main_tag, spec.dead_letter, spec.drop_unknown_tags)
 
     # ---- lifecycle ------------------------------------------------------------------
 
@@ -187,7 +195,7 @@ class ParDoRunner:
             tag = None
         receivers = self.receivers.get(tag)
         if receivers is None:
-            if tag not in self.receivers:
+            if tag not in self.receivers and not self.drop_unknown_tags:
                 raise InvalidArgumentError(
                     f"step {self.label!r} emitted to undeclared output tag {tag!r}; declare it with "
                     f".with_outputs({tag!r})")

@@ -32,6 +32,7 @@ class StepSpec(NamedTuple):
     kwargs: Optional[Dict[str, Any]] = None
     main_tag: Optional[str] = None
     dead_letter: Optional[Dict[str, Any]] = None
+    drop_unknown_tags: bool = False              # with_outputs() without tags: Beam's dynamic tags
 
 
 def step_spec(node: Any, pickled_dofn: Optional[bytes]) -> StepSpec:
@@ -41,7 +42,7 @@ def step_spec(node: Any, pickled_dofn: Optional[bytes]) -> StepSpec:
     if pickled_dofn is None:  # WindowInto
         return StepSpec(node.full_label, node.inputs[0]._id, outputs, t.windowing.windowfn, None)
     return StepSpec(node.full_label, node.inputs[0]._id, outputs, None, pickled_dofn, tuple(t.args),
-                    dict(t.kwargs), t.main_tag, t.dead_letter)
+                    dict(t.kwargs), t.main_tag, t.dead_letter, t.dynamic_outputs)
 
 
 def serialize_dofn(label: str, fn: Any) -> bytes:
@@ -116,8 +117,7 @@ class FusedStage:
                 runners.append(AssignWindowsRunner(s.label, s.windowfn))
             else:
                 assert s.dofn is not None  # a step is a WindowInto or a ParDo
-                runners.append(ParDoRunner(s.label, coders.loads(s.dofn), s.args, s.kwargs or {},
-                                           s.main_tag, s.dead_letter))
+                runners.append(ParDoRunner.of(s))
         return runners
 
     def _wire(self, runners: List[Any], outs: Dict[int, List[WindowedValue]]) -> List[Receiver]:

@@ -34,7 +34,6 @@ from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Tu
 
 from headrace.errors import ElementError, InvalidArgumentError, PipelineExecutionError, _short_repr
 from headrace.metrics.metric import Metrics, MetricsContainer, metrics_scope
-from headrace.model import coders
 from headrace.model.time import (
     END_OF_GLOBAL_WINDOW_MICROS, MAX_TIMESTAMP_MICROS, MIN_TIMESTAMP_MICROS, Timestamp,
     set_processing_time,
@@ -611,8 +610,7 @@ class StatefulStep:
         if core is None:
             s = self.spec.step
             assert s.dofn is not None
-            runner = ParDoRunner(s.label, coders.loads(s.dofn), s.args, s.kwargs or {}, s.main_tag,
-                                 s.dead_letter)
+            runner = ParDoRunner.of(s)
             rec: Dict[Optional[str], List[Any]] = {}
             for tag, pc in s.outputs:
                 if tag is not None and tag == s.main_tag:
