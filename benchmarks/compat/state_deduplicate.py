@@ -1,7 +1,8 @@
 """`Deduplicate` and `DeduplicatePerKey` with `event_time_duration` on an unbounded stream (a
 `TestStream` of clicks and their re-deliveries, with the watermark advanced between them): a
 value is dropped while an equal one was seen less than the duration before, in event time,
-and let through again once the watermark has passed that."""
+and let through again once the watermark has passed that (also when a processing-time
+duration is given too, which has not passed)."""
 
 from _sdk import Duration, TestStream, beam, deduplicate, window
 
@@ -37,7 +38,8 @@ def _line(value, label, ts=beam.DoFn.TimestampParam):
 
 
 def build(p, inputs):
-    """Clicks de-duplicated for 60 s; (user, action) pairs de-duplicated for 30 s."""
+    """Clicks de-duplicated for 60 s (also with a processing-time duration of an hour);
+    (user, action) pairs de-duplicated for 30 s."""
     clicks = p | _stream()
     unique = (clicks
               | deduplicate.Deduplicate(event_time_duration=60)
@@ -47,4 +49,10 @@ def build(p, inputs):
                | beam.Map(lambda ua: (f"{ua[0]} {ua[1]}", ua[0]))
                | deduplicate.DeduplicatePerKey(event_time_duration=Duration(seconds=30))
                | "ActionLines" >> beam.Map(_line, "action"))
-    return (unique, actions) | beam.Flatten()
+    # with both durations the first to pass ends it; this stream never advances processing
+    # time (and Beam Python's DoFns read the wall clock, not the TestStream's), so here it is
+    # always the event-time one
+    both = (clicks
+            | "Both" >> deduplicate.Deduplicate(processing_time_duration=3600, event_time_duration=60)
+            | "BothLines" >> beam.Map(_line, "both"))
+    return (unique, actions, both) | beam.Flatten()

@@ -32,7 +32,8 @@ def _seconds(name: str, d: Any) -> Optional[float]:
 
 class _DedupFn(DoFn):
     """Emits a key's first element and drops the others until the key's duration has passed
-    (in processing time, event time, or both: the later expiry ends it)."""
+    (in processing time or event time; with both, the first of the two to pass ends it, as in
+    Beam)."""
 
     SEEN = ReadModifyWriteStateSpec("seen")
     PT_EXPIRY = TimerSpec("processing_time_expiry", TimeDomain.REAL_TIME)
@@ -47,39 +48,41 @@ class _DedupFn(DoFn):
                 et: Any = DoFn.TimerParam(ET_EXPIRY)) -> Iterator[Any]:
         if seen.read() is not None:
             return
-        pending = 0
         if self.processing_time is not None:
             pt.set(Timestamp.now() + self.processing_time)
-            pending += 1
         if self.event_time is not None:
             # state ends with the window anyway: a timer never needs to outlive it
             et.set(min(ts + self.event_time, w.max_timestamp()))
-            pending += 1
-        seen.write(pending)
+        seen.write(True)
         yield element
 
-    def _expire(self, seen: Any) -> None:
-        left = (seen.read() or 1) - 1
-        if left > 0:
-            seen.write(left)
-        else:
-            seen.clear()
+    @staticmethod
+    def _expire(seen: Any, pt: Any, et: Any) -> None:
+        """Forgets the key: the first expiry ends its duration, the other timer is cancelled."""
+        seen.clear()
+        pt.clear()
+        et.clear()
 
     @on_timer(PT_EXPIRY)
-    def on_processing_time_expiry(self, seen: Any = DoFn.StateParam(SEEN)) -> None:
+    def on_processing_time_expiry(self, seen: Any = DoFn.StateParam(SEEN),
+                                  pt: Any = DoFn.TimerParam(PT_EXPIRY),
+                                  et: Any = DoFn.TimerParam(ET_EXPIRY)) -> None:
         """The processing-time duration passed."""
-        self._expire(seen)
+        self._expire(seen, pt, et)
 
     @on_timer(ET_EXPIRY)
-    def on_event_time_expiry(self, seen: Any = DoFn.StateParam(SEEN)) -> None:
+    def on_event_time_expiry(self, seen: Any = DoFn.StateParam(SEEN),
+                             pt: Any = DoFn.TimerParam(PT_EXPIRY),
+                             et: Any = DoFn.TimerParam(ET_EXPIRY)) -> None:
         """The event-time duration passed."""
-        self._expire(seen)
+        self._expire(seen, pt, et)
 
 
 class DeduplicatePerKey(PTransform):
     """Keeps the first (key, value) of each key per window, dropping the key's later elements
     for `processing_time_duration` (processing time) and/or `event_time_duration` (event time
-    after the first one's timestamp); give at least one."""
+    after the first one's timestamp): with both, until the first of the two passes (Beam's
+    rule); give at least one."""
 
     def __init__(self, processing_time_duration: Any = None, event_time_duration: Any = None) -> None:
         super().__init__()

@@ -132,6 +132,35 @@ def test_deduplicate_forgets_after_the_event_time_duration_on_a_stream(make_pipe
         assert_that(out, equal_to([("x", 1.0), ("y", 2.0), ("x", 21.0), ("y", 22.0)]))
 
 
+def test_deduplicate_with_both_durations_forgets_at_the_first_to_pass(make_pipeline):
+    # Beam's rule: either timer ends the duration. The processing time of the first stream
+    # never moves (its timer is pending until the end), yet x and y return once event time has
+    # passed their 10 s; in the second, processing time passes its 3 s while the watermark
+    # has not moved, and z returns
+    by_event_time = (TestStream()
+                     .add_elements([TV("x", 1), TV("y", 2)])
+                     .add_elements([TV("x", 5)])
+                     .advance_watermark_to(20)
+                     .add_elements([TV("x", 21), TV("y", 22), TV("y", 23)])
+                     .advance_watermark_to_infinity())
+    by_processing_time = (TestStream()
+                          .add_elements([TV("z", 1)])
+                          .add_elements([TV("z", 2)])        # within both durations: dropped
+                          .advance_processing_time(5)
+                          .add_elements([TV("z", 3)])        # 3 s of processing time passed
+                          .advance_watermark_to_infinity())
+    with make_pipeline() as p:
+        first = (p | "Events" >> by_event_time
+                 | "Dedup1" >> Deduplicate(processing_time_duration=3600, event_time_duration=10)
+                 | "Stamp1" >> beam.ParDo(_Stamp()))
+        second = (p | "Clock" >> by_processing_time
+                  | "Dedup2" >> Deduplicate(processing_time_duration=3, event_time_duration=3600)
+                  | "Stamp2" >> beam.ParDo(_Stamp()))
+        assert_that(first, equal_to([("x", 1.0), ("y", 2.0), ("x", 21.0), ("y", 22.0)]),
+                    label="ByEventTime")
+        assert_that(second, equal_to([("z", 1.0), ("z", 3.0)]), label="ByProcessingTime")
+
+
 class _Stamp(beam.DoFn):
     def process(self, e, ts=beam.DoFn.TimestampParam):
         yield e, float(ts)
