@@ -148,3 +148,10 @@ class ArrowRows(IndexedRecords, ArrowBatchSource):
 
     def records_of(self, batch: Any) -> List[Any]:
         return [beam.Row(**r) for r in batch.to_pylist()]
+
+
+def property_settings(runner: str) -> Any:
+    """Hypothesis settings for a property test on `runner`: 30 examples on the local runner,
+    10 on a Spark master (each example is a Spark job; the local runner checks the model)."""
+    from hypothesis import settings
+    return settings(max_examples=30 if runner == "LocalRunner" else 10, deadline=None)

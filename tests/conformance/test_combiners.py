@@ -9,7 +9,7 @@ import collections
 import math
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 import headrace as beam
@@ -17,6 +17,7 @@ from headrace import combiners
 from headrace.errors import PipelineConstructionError
 from headrace.testing.util import BeamAssertException, assert_that, equal_to, is_empty
 from headrace.transforms import window
+from tests._support import property_settings
 
 TV = beam.TimestampedValue
 
@@ -316,13 +317,17 @@ def test_distinct(make_pipeline):
 # properties
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(pairs=st.lists(st.tuples(st.sampled_from("abcde"), st.integers(-1000, 1000)), max_size=60),
-       bundle_size=st.integers(1, 8))
-def test_property_combine_per_key_sum_matches_plain_python(make_pipeline, pairs, bundle_size):
-    with make_pipeline(bundle_size=bundle_size) as p:
-        pc = p | beam.Create(pairs)
-        assert_that(pc | "Sum" >> beam.CombinePerKey(sum), equal_to(list(_sums(pairs).items())),
-                    label="sum")
-        assert_that(pc | "Count" >> combiners.Count.PerKey(),
-                    equal_to(list(collections.Counter(k for k, _ in pairs).items())), label="count")
+def test_property_combine_per_key_sum_matches_plain_python(make_pipeline, runner):
+    @property_settings(runner)
+    @given(pairs=st.lists(st.tuples(st.sampled_from("abcde"), st.integers(-1000, 1000)),
+                          max_size=60),
+           bundle_size=st.integers(1, 8))
+    def check(pairs, bundle_size):
+        with make_pipeline(bundle_size=bundle_size) as p:
+            pc = p | beam.Create(pairs)
+            assert_that(pc | "Sum" >> beam.CombinePerKey(sum),
+                        equal_to(list(_sums(pairs).items())), label="sum")
+            assert_that(pc | "Count" >> combiners.Count.PerKey(),
+                        equal_to(list(collections.Counter(k for k, _ in pairs).items())),
+                        label="count")
+    check()

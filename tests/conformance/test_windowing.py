@@ -15,7 +15,7 @@ from __future__ import annotations
 import collections
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 import headrace as beam
@@ -23,6 +23,7 @@ from headrace.testing import util as test_util
 from headrace.testing.util import assert_that, equal_to
 from headrace.transforms import window
 from headrace.transforms.window import IntervalWindow, NonMergingWindowFn, TimestampCombiner, WindowFn
+from tests._support import property_settings
 
 TV = beam.TimestampedValue
 US = 1_000_000
@@ -93,22 +94,24 @@ def test_sliding_windows_window_param_and_counts(make_pipeline):
         assert_that(out, equal_to(expected))
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(stamps=st.lists(st.integers(-500, 500), min_size=1, max_size=20),
-       size=st.integers(1, 60), period=st.integers(1, 90), offset=st.integers(0, 200))
-def test_property_sliding_windows_assignment(make_pipeline, stamps, size, period, offset):
-    # every window [offset + k * period, ... + size) that contains t, found by enumeration
-    expected = []
-    for t in stamps:
-        for k in range((t - size - offset) // period - 1, (t - offset) // period + 2):
-            s = offset + k * period
-            if s <= t < s + size:
-                expected.append((t, float(s), float(s + size), t * US))
-    with make_pipeline() as p:
-        out = (p | beam.Create([TV(t, t) for t in stamps])
-               | beam.WindowInto(window.SlidingWindows(size, period, offset))
-               | beam.ParDo(WindowOf()))
-        assert_that(out, equal_to(expected))
+def test_property_sliding_windows_assignment(make_pipeline, runner):
+    @property_settings(runner)
+    @given(stamps=st.lists(st.integers(-500, 500), min_size=1, max_size=20),
+           size=st.integers(1, 60), period=st.integers(1, 90), offset=st.integers(0, 200))
+    def check(stamps, size, period, offset):
+        # every window [offset + k * period, ... + size) that contains t, found by enumeration
+        expected = []
+        for t in stamps:
+            for k in range((t - size - offset) // period - 1, (t - offset) // period + 2):
+                s = offset + k * period
+                if s <= t < s + size:
+                    expected.append((t, float(s), float(s + size), t * US))
+        with make_pipeline() as p:
+            out = (p | beam.Create([TV(t, t) for t in stamps])
+                   | beam.WindowInto(window.SlidingWindows(size, period, offset))
+                   | beam.ParDo(WindowOf()))
+            assert_that(out, equal_to(expected))
+    check()
 
 
 def test_sliding_windows_keyed_sum(make_pipeline):
@@ -216,18 +219,20 @@ def _expected_sessions(events, gap):
     return out
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(events=st.lists(st.tuples(st.sampled_from("xyz"), st.integers(0, 99), st.integers(0, 300)),
-                       min_size=1, max_size=40),
-       gap=st.integers(1, 40), bundle_size=st.integers(1, 5))
-def test_property_sessions_match_plain_python(make_pipeline, events, gap, bundle_size):
-    with make_pipeline(bundle_size=bundle_size) as p:
-        out = (p | beam.Create([TV((k, v), t) for k, v, t in events])
-               | beam.WindowInto(window.Sessions(gap))
-               | beam.GroupByKey()
-               | beam.Map(lambda kv, w=beam.DoFn.WindowParam:
-                          (kv[0], sorted(kv[1]), int(w.start), int(w.end))))
-        assert_that(out, equal_to(_expected_sessions(events, gap)))
+def test_property_sessions_match_plain_python(make_pipeline, runner):
+    @property_settings(runner)
+    @given(events=st.lists(st.tuples(st.sampled_from("xyz"), st.integers(0, 99),
+                                     st.integers(0, 300)), min_size=1, max_size=40),
+           gap=st.integers(1, 40), bundle_size=st.integers(1, 5))
+    def check(events, gap, bundle_size):
+        with make_pipeline(bundle_size=bundle_size) as p:
+            out = (p | beam.Create([TV((k, v), t) for k, v, t in events])
+                   | beam.WindowInto(window.Sessions(gap))
+                   | beam.GroupByKey()
+                   | beam.Map(lambda kv, w=beam.DoFn.WindowParam:
+                              (kv[0], sorted(kv[1]), int(w.start), int(w.end))))
+            assert_that(out, equal_to(_expected_sessions(events, gap)))
+    check()
 
 
 # ---------------------------------------------------------------------------------------
