@@ -43,9 +43,11 @@ class _BatchesFn(DoFn):
     WINDOW_END = TimerSpec("window_end", TimeDomain.WATERMARK)
     BUFFERING = TimerSpec("buffering", TimeDomain.REAL_TIME)
 
-    def __init__(self, batch_size: int, max_buffering_duration_secs: Optional[float]) -> None:
+    def __init__(self, batch_size: int, max_buffering_duration_secs: Optional[float],
+                 clock: Any = None) -> None:
         self.batch_size = batch_size
         self.max_buffering = max_buffering_duration_secs
+        self.clock = clock
 
     def process(self, element: Any, w: Any = DoFn.WindowParam,
                 buffer: Any = DoFn.StateParam(BUFFER), count: Any = DoFn.StateParam(COUNT),
@@ -55,7 +57,8 @@ class _BatchesFn(DoFn):
         if count.read() == 0:
             window_end.set(w.max_timestamp())
             if self.max_buffering is not None:
-                buffering.set(Timestamp.now() + self.max_buffering)
+                now = Timestamp.now() if self.clock is None else Timestamp.of(self.clock())
+                buffering.set(now + self.max_buffering)
         buffer.add(value)
         count.add(1)
         if count.read() >= self.batch_size:
@@ -87,19 +90,25 @@ class _BatchesFn(DoFn):
 class GroupIntoBatches(PTransform):
     """Batches a keyed PCollection's values: (key, [values]) per key and window, at most
     `batch_size` values each; a partial batch is emitted at the window's end, or once it has
-    waited `max_buffering_duration_secs` of processing time (when given). `clock` (Beam's) is
-    not used: processing time is the runner's."""
+    waited `max_buffering_duration_secs` of processing time (when given). The buffering timer is
+    set at `clock()` (seconds) plus that duration, as in Beam; without a clock, at the runner's
+    processing time (a TestStream's virtual clock on the local runner)."""
 
     def __init__(self, batch_size: int, max_buffering_duration_secs: Optional[float] = None,
                  clock: Any = None) -> None:
         super().__init__()
         _check(batch_size, max_buffering_duration_secs)
+        if clock is not None and not callable(clock):
+            raise InvalidArgumentError(
+                f"GroupIntoBatches(clock={clock!r}) needs a function returning the time in seconds, "
+                "such as time.time, or None for the runner's processing time")
         self.batch_size = batch_size
         self.max_buffering_duration_secs = max_buffering_duration_secs
+        self.clock = clock
 
     def expand(self, pcoll: Any) -> Any:
         return pcoll | "GroupIntoBatches" >> ParDo(
-            _BatchesFn(self.batch_size, self.max_buffering_duration_secs))
+            _BatchesFn(self.batch_size, self.max_buffering_duration_secs, self.clock))
 
     @staticmethod
     def with_sharded_key(batch_size: int, max_buffering_duration_secs: Optional[float] = None,

@@ -89,9 +89,32 @@ def test_group_into_batches_flushes_after_max_buffering_duration(make_pipeline):
         assert_that(out, equal_to([("a", [1, 3]), ("b", [2]), ("a", [4, 5, 6])]))
 
 
+def _far_future_clock():
+    return 1e9
+
+
+def test_group_into_batches_sets_its_buffering_timer_by_its_clock(make_pipeline):
+    # Beam's clock= : the buffering timer is set at clock() + the duration, here far after the
+    # stream's processing time, so only full batches and the window's end flush
+    stream = (TestStream()
+              .add_elements([TV(("a", 1), 1), TV(("b", 2), 1)])
+              .advance_processing_time(1)
+              .add_elements([TV(("a", 3), 2)])
+              .advance_processing_time(2)
+              .add_elements([TV(("a", 4), 3), TV(("a", 5), 3), TV(("a", 6), 3)])
+              .advance_watermark_to_infinity())
+    with make_pipeline() as p:
+        out = (p | stream
+               | GroupIntoBatches(3, max_buffering_duration_secs=2.5, clock=_far_future_clock)
+               | beam.MapTuple(lambda k, batch: (k, sorted(batch))))
+        assert_that(out, equal_to([("a", [1, 3, 4]), ("a", [5, 6]), ("b", [2])]))
+
+
 def test_group_into_batches_checks_its_arguments():
     with pytest.raises(InvalidArgumentError, match="batch_size"):
         GroupIntoBatches(0)
+    with pytest.raises(InvalidArgumentError, match="clock"):
+        GroupIntoBatches(3, clock=5)
     with pytest.raises(InvalidArgumentError, match="max_buffering_duration_secs"):
         GroupIntoBatches(10, max_buffering_duration_secs=-1)
 
