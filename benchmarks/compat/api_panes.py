@@ -79,32 +79,29 @@ def _stream():
     return ts.advance_watermark_to_infinity()
 
 
+def _early_and_late_windows(mode):
+    """Minute windows firing early every 3 elements and late per element, 2 minutes' lateness."""
+    return beam.WindowInto(
+        window.FixedWindows(60),
+        trigger=trigger.AfterWatermark(early=trigger.AfterCount(3), late=trigger.AfterCount(1)),
+        accumulation_mode=mode,
+        allowed_lateness=120,
+    )
+
+
 def build(p, inputs):
     """The panes of accumulating and discarding windows over a TestStream of JSON records."""
     records = p | "Stream" >> _stream()
     pairs = records | "Pairs" >> beam.Map(lambda d: (d["key"], d["v"]))
-    trig = trigger.AfterWatermark(early=trigger.AfterCount(3), late=trigger.AfterCount(1))
     acc = (
         pairs
-        | "AccWindows"
-        >> beam.WindowInto(
-            window.FixedWindows(60),
-            trigger=trig,
-            accumulation_mode=trigger.AccumulationMode.ACCUMULATING,
-            allowed_lateness=120,
-        )
+        | "AccWindows" >> _early_and_late_windows(trigger.AccumulationMode.ACCUMULATING)
         | "Group" >> beam.GroupByKey()
         | "ShowAcc" >> beam.ParDo(ShowPane("acc"))
     )
     dis = (
         pairs
-        | "DisWindows"
-        >> beam.WindowInto(
-            window.FixedWindows(60),
-            trigger=trig,
-            accumulation_mode=trigger.AccumulationMode.DISCARDING,
-            allowed_lateness=120,
-        )
+        | "DisWindows" >> _early_and_late_windows(trigger.AccumulationMode.DISCARDING)
         | "Sum" >> beam.CombinePerKey(sum)
         | "ShowDis" >> beam.ParDo(ShowPane("dis"))
     )
