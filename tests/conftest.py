@@ -136,10 +136,10 @@ class _TestRunner:
 
     def run_pipeline(self, pipeline, options):
         from headrace.runners import create_runner
-        from headrace.runners.spark.runner import _is_streaming
+        from headrace.runners.spark.runner import is_streaming
         from headrace.testing.test_stream import TestStream
         if self.name == "SparkRunner" and not self.nodeid.startswith(ALONE) and _batched():
-            streaming = _is_streaming(pipeline, options)
+            streaming = is_streaming(pipeline, options)
             # only scripted streams share a query: a live source's processing time is the wall
             # clock, a TestStream's is its script's (one clock per query)
             scripted = streaming and all(isinstance(n.transform, TestStream)

@@ -361,7 +361,7 @@ def test_the_kit_imports_no_engine_and_no_runner(path):
         f"{module} imports an engine or a runner; the kit is shared by every runner")
 
 
-@pytest.mark.parametrize("source", ["import pyspark", "from headrace.runners.spark import tasks",
+@pytest.mark.parametrize("source", ["import pyspark", "from headrace.runners.spark.worker import env",
                                     "def f():\n    import numpy as np",
                                     "from ..local import units"])
 def test_the_kit_check_catches_engine_and_runner_imports(source):

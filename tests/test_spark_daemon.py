@@ -1,4 +1,4 @@
-"""The Python daemon of headrace's Spark sessions (headrace/runners/spark_daemon.py)."""
+"""The Python daemon of headrace's Spark sessions (headrace/runners/spark/worker/daemon.py)."""
 
 from __future__ import annotations
 
@@ -8,14 +8,14 @@ import sys
 
 import pyspark
 
-from headrace.runners.spark_daemon import drop_spark_archives
+from headrace.runners.spark.worker.daemon import drop_spark_archives
 
 
 def test_preloading_starts_no_thread_and_leaves_pyarrow_and_pandas_to_the_workers():
     # PySpark's daemon forks its workers; a module that starts a thread must not be imported
     # before the fork (the child has only the forking thread).
     code = ("import os, sys, threading\n"
-            "from headrace.runners import spark_daemon\n"
+            "from headrace.runners.spark.worker import daemon as spark_daemon\n"
             "spark_daemon.preload()\n"
             "missing = [m for m in spark_daemon.PRELOAD if m not in sys.modules]\n"
             "assert not missing, missing\n"
@@ -43,7 +43,7 @@ def test_dropped_archives_leave_no_finder_for_invalidate_caches_to_reread():
     # The finder Python cached for an archive on the path outlives the path entry; each task's
     # importlib.invalidate_caches() re-read the archive's directory through it.
     code = ("import sys\n"
-            "from headrace.runners import spark_daemon\n"
+            "from headrace.runners.spark.worker import daemon as spark_daemon\n"
             "zips = [p for p in sys.path if p.endswith('.zip') and os.path.basename(p)\n"
             "        .startswith(('pyspark', 'py4j'))]\n"
             "assert len(zips) == 2 and all(sys.path_importer_cache.get(z) for z in zips), zips\n"
@@ -69,7 +69,7 @@ def test_jars_without_python_files_leave_the_path_with_their_finders(tmp_path):
     other = str(tmp_path / "other")
     assert drop_spark_archives([str(java), other, str(py)]) == [other, str(py)]
     code = ("import sys, zipimport\n"
-            "from headrace.runners import spark_daemon\n"
+            "from headrace.runners.spark.worker import daemon as spark_daemon\n"
             f"java = {str(java)!r}\n"
             "sys.path.append(java)\n"
             "sys.path_importer_cache[java] = zipimport.zipimporter(java)\n"

@@ -17,7 +17,7 @@ import headrace as beam
 from headrace.errors import PipelineExecutionError
 from headrace.model.window import FixedWindows, IntervalWindow, Windowing
 from headrace.runners.kit.grouping import GroupingCore
-from headrace.runners.spark import tasks
+from headrace.runners.spark.batch import reduce_side
 from headrace.runners.spark.session import effective_master, parse_conf
 from headrace.testing.util import assert_that, equal_to
 from headrace.transforms import trigger, window
@@ -112,7 +112,7 @@ def test_reduce_streams_a_sorted_key_without_reading_it_all():
             win = IntervalWindow._of(t - t % 10_000_000, t - t % 10_000_000 + 10_000_000)
             yield (b"k", t, False), ("k", t, t, win)
 
-    out = tasks._reduce_all(grouping, records(), 5, True)
+    out = reduce_side._reduce_all(grouping, records(), 5, True)
     first = next(out)
     assert first.value == ("k", list(range(0, 10_000_000, 1_000_000)))
     assert len(read) < 20, f"read {len(read)} records before the first pane"

@@ -17,8 +17,8 @@ import pytest
 import headrace as beam
 from headrace.io.iobase import Read
 from headrace.options.pipeline_options import PipelineOptions
-from headrace.runners.spark import tasks
-from headrace.runners.spark.tasks import TaskFailure
+from headrace.runners.spark.worker.env import WorkerEnv
+from headrace.runners.spark.worker.failures import TaskFailure
 from headrace.runners.spark.streaming import rows, stages
 from headrace.runners.spark.streaming.runner import build_plan
 from headrace.transforms import trigger, window
@@ -89,7 +89,7 @@ def _run_level(spec, tmp_path, start, end, w_prev_ms):
          "bundle": [0, 1 << 20], "seq": [0, 0],
          "payload": [rows.dumps(ctl), rows.dumps((0, start, end))]},
         schema=stages._arrow_schema())
-    env = tasks.TaskEnv(None, None, spec.bundle_size, 3, str(tmp_path / "failures"))
+    env = WorkerEnv(spec.bundle_size, 3, str(tmp_path / "failures"))
     out = {}
     for b in stages.level_fn(spec, env)(iter([batch])):
         for kind, payload in zip(b.column("kind").to_pylist(), b.column("payload").to_pylist()):

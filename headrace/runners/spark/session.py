@@ -119,7 +119,7 @@ def _startup_conf(so: Any, conf: List[Tuple[str, str]]) -> List[Tuple[str, str]]
            ("spark.executorEnv.PYSPARK_PYTHON", os.environ["PYSPARK_PYTHON"]),
            ("spark.task.maxFailures", str(int(so.spark_task_max_failures))),
            # workers forked with pyspark's and headrace's modules imported (see the module)
-           ("spark.python.daemon.module", "headrace.runners.spark_daemon")]
+           ("spark.python.daemon.module", "headrace.runners.spark.worker.daemon")]
     java_options = _LOG_OPTION
     for k, v in conf:
         if k == "spark.driver.extraJavaOptions":

@@ -1,5 +1,5 @@
 """The Spark batch runner's fast paths for `Read -> plain element-wise steps -> lifted
-CombinePerKey` (`runners/spark/tasks.columnar_partial_fn`): a bundle runs on the first of these
+CombinePerKey` (`batch/map_side.columnar_partial_fn`): a bundle runs on the first of these
 that can run it exactly as the per-element path (`FusedStage`) would, and on that path otherwise.
 
 * `columnar`: a bundle as parallel lists (values, timestamps, windows), each plain Map /

@@ -39,13 +39,13 @@ from headrace.model.window import side_input_window
 from headrace.model.window import Windowing
 from headrace.model.windowed import WindowedValue
 from headrace.runners.kit.grouping import GroupingCore, grouping_errors, pane_element
-from headrace.runners.kit.side_inputs import SideInputReader
 from headrace.runners.kit.stateful import (
     StatefulCore, StatefulSpec, StatefulStep, UserKeyState, keyed_elements,
 )
 from headrace.runners.spark.streaming import rows
 from headrace.runners.spark.streaming.coordinator import to_clock
-from headrace.runners.spark.tasks import SideStub, pack
+from headrace.runners.spark.worker.packing import pack
+from headrace.runners.spark.worker.sides import combiner_arguments, side_reader
 
 MAX = MAX_TIMESTAMP_MICROS
 
@@ -206,8 +206,7 @@ def processor(specs: Dict[int, Any], forward_key: bytes, env: Any) -> Any:
                 combiner = self.combiners[g] = coders.loads(spec.side_combiner)
                 combiner.setup()
             contents = self.side_cache.get(g, {})
-            combiner.reader = SideInputReader({v: contents.get(v.index, {})
-                                               for v in _views(combiner)})
+            combiner.reader = side_reader(contents, combiner_arguments(combiner))
             side_wms = ctl.s.get(str(g), [])
             out: List[WindowedValue] = []
             still = []
@@ -666,12 +665,6 @@ def _window_ready(sides: Tuple[Tuple[int, int, Any], ...], side_wms: List[int], 
         if wm != MAX and wm < side_input_window(windowfn, window).end_us:
             return False
     return True
-
-
-def _views(combiner: Any) -> List[Any]:
-    """The portable side-input views among a SideInputCombiner's arguments."""
-    return [a for a in list(combiner.args) + list(combiner.kwargs.values())
-            if isinstance(getattr(a, "pvalue", None), SideStub)]
 
 
 _ROW: Any = None

@@ -54,7 +54,9 @@ from headrace.runners.kit.side_inputs import SideInputCombiner, replace_views
 from headrace.runners.kit.stateful import StatefulSpec
 from headrace.pipeline.userstate import get_dofn_specs
 from headrace.runners.spark import session as sessions
-from headrace.runners.spark import tasks
+from headrace.runners.spark.worker.env import WorkerEnv
+from headrace.runners.spark.worker.failures import pipeline_error
+from headrace.runners.spark.worker.sides import portable_views
 from headrace.runners.spark.streaming import rows
 from headrace.runners.spark.streaming.coordinator import (
     GROUPING, PASS, SIDE_STEP, SOURCE, STAGE, TEST_STREAM, UNBOUNDED, Coordinator, Node,
@@ -109,12 +111,8 @@ def build_plan(pipeline: Pipeline, bundle_size: int, max_attempts: int, partitio
         if isinstance(u, planning.Stage) and u.side_inputs:
             # The stage runs one level up, after a side step (`processor`) that holds its main
             # input back until the side inputs' windows are complete.
-            portable: Dict[int, Any] = {}
-            sides: List[Tuple[int, int, Any]] = []
-            for view in u.side_inputs:
-                if id(view) not in portable:
-                    portable[id(view)] = tasks.portable_side(view, len(portable))
-                    sides.append((len(sides), view.pvalue._id, view.pvalue.windowing.windowfn))
+            portable, views = portable_views(u.side_inputs)
+            sides = _side_specs(views)
             root = u.root._id
             lv = max([level_of[root]] + [level_of[pc] for _, pc, _ in sides]) + 1
             g = n_groupings
@@ -192,12 +190,8 @@ def build_plan(pipeline: Pipeline, bundle_size: int, max_attempts: int, partitio
                 # a combine with side inputs: the core groups values; each pane is combined with
                 # its window's side inputs once they are complete (`processor`)
                 assert isinstance(t, CombinePerKey)
-                portable_g: Dict[int, Any] = {}
-                for view in node.side_inputs:
-                    if id(view) not in portable_g:
-                        portable_g[id(view)] = tasks.portable_side(view, len(portable_g))
-                        g_sides.append((len(g_sides), view.pvalue._id,
-                                        view.pvalue.windowing.windowfn))
+                portable_g, g_views = portable_views(node.side_inputs)
+                g_sides = _side_specs(g_views)
                 args, kwargs = replace_views(t.args, t.kwargs, lambda v: portable_g[id(v)])
                 combiner = coders.dumps(SideInputCombiner(u.label, t.combine_fn, args, kwargs))
                 fn = None
@@ -286,6 +280,11 @@ def build_plan(pipeline: Pipeline, bundle_size: int, max_attempts: int, partitio
 #: keeps a bucket's keys in one state value, so a micro-batch costs a few state calls (each a
 #: round trip to the JVM) per bucket visited, not per key; more buckets, smaller values
 #: rewritten when few keys are active.
+def _side_specs(views: List[Any]) -> List[Tuple[int, int, Any]]:
+    """(index, PCollection id, WindowFn) of each distinct side-input view, in index order."""
+    return [(i, view.pvalue._id, view.pvalue.windowing.windowfn) for i, view in enumerate(views)]
+
+
 BUCKETS_PER_PARTITION = 8
 STATE_LAYOUT = "keys in buckets, v1"
 
@@ -556,19 +555,7 @@ def _last_batch(files: RunFiles) -> int:
 
 def _pipeline_error(exc: BaseException) -> BaseException:
     """A failed query's error as the step's PipelineExecutionError (decoded from the task's)."""
-    if isinstance(exc, PipelineExecutionError):
-        return exc
-    payload = tasks.decode_failure(str(exc))
-    if payload is None:
-        missing = _missing_module(exc)
-        if missing is not None:
-            return missing
-        text = str(exc).strip().splitlines()
-        return PipelineExecutionError(
-            f"the streaming query failed: {type(exc).__name__}: {text[0] if text else ''}")
-    cls = payload.get("type", PipelineExecutionError)
-    return cls(payload["message"], step=payload["step"], element=payload["element"],  # type: ignore[no-any-return]
-               attempts=payload["attempts"])
+    return pipeline_error(exc, "streaming query", _missing_module)
 
 
 _NO_MODULE = re.compile(r"No module named '([^']+)'")
@@ -681,8 +668,8 @@ class SparkStreamingRunner:
     def __init__(self, spark: Any) -> None:
         self.spark = spark
 
-    def run(self, pipeline: Pipeline, options: Any, *, wait: bool = True) -> StreamingPipelineResult:
-        """Builds and starts the query; with `wait`, runs it to the end of its input."""
+    def run_pipeline(self, pipeline: Pipeline, options: Any) -> StreamingPipelineResult:
+        """Builds and starts the query, and runs it to the end of its input (or until cancelled)."""
         spark = self.spark
         connect = sessions.is_connect(spark)
         so = options.view_as(SparkRunnerOptions)
@@ -729,8 +716,7 @@ class SparkStreamingRunner:
                 spark.conf.unset(_FILE_MANAGER)
         result = StreamingPipelineResult(query, files, plan.coordinator.n_groupings, checkpoint,
                                          bool(plan.coordinator.unbounded))
-        if wait:
-            result.wait_until_finish()
+        result.wait_until_finish()
         return result
 
     def _start(self, plan: StreamPlan, checkpoint: str, keys: Tuple[bytes, ...], max_attempts: int,
@@ -747,8 +733,7 @@ class SparkStreamingRunner:
             # control row goes to each of them (`SourcePlan.spread_keys`).
             df = df.repartition(len(plan.spread_keys), "kind", "key")
         schema = rows.spark_schema()
-        env = tasks.TaskEnv(None, None, plan.bundle_size, max_attempts,
-                            os.path.join(checkpoint, "headrace", "failures"))
+        env = WorkerEnv(plan.bundle_size, max_attempts, os.path.join(checkpoint, "headrace", "failures"))
         for lv, spec in enumerate(plan.levels):
             if lv > 0:
                 df = df.groupBy("kind", "key").transformWithState(

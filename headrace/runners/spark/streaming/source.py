@@ -27,7 +27,8 @@ from headrace.model.window import GLOBAL_WINDOWS_TUPLE
 from headrace.runners.kit.sources import read_bundles, read_unbounded, to_windowed_value
 from headrace.runners.spark.streaming import rows
 from headrace.runners.spark.streaming.coordinator import BatchState, script_elements
-from headrace.runners.spark.tasks import pack, task_failure
+from headrace.runners.spark.worker.failures import task_failure
+from headrace.runners.spark.worker.packing import pack
 
 SOURCE_NAME = "headrace_stream"
 _EPOCH = datetime.datetime(1970, 1, 1)

@@ -39,7 +39,8 @@ from headrace.runners.kit.sources import range_failure, read_unbounded, to_windo
 from headrace.runners.kit.stage import FusedStage
 from headrace.runners.spark.fastpath import VectorCombiner, vector_chain, vector_combiner
 from headrace.runners.spark.streaming import rows
-from headrace.runners.spark.tasks import SideStub, pack
+from headrace.runners.spark.worker.packing import pack
+from headrace.runners.spark.worker.sides import side_reader, stage_arguments
 
 _SPREAD = 64   # keys a side step's main input is spread over
 
@@ -397,9 +398,7 @@ _VECTOR_ROWS = 65536   # rows per Arrow batch of a vectorised read (a multiple o
 def _side_reader(unit: LevelUnit, contents: Dict[int, Dict[Any, list]]) -> SideInputReader:
     """The side inputs of a stage, from the contents its side step sent to this partition."""
     assert unit.stage is not None
-    views = [a for step in unit.stage.steps for a in list(step.args) + list((step.kwargs or {}).values())
-             if isinstance(getattr(a, "pvalue", None), SideStub)]
-    return SideInputReader({v: contents.get(v.index, {}) for v in views})
+    return side_reader(contents, stage_arguments(unit.stage))
 
 
 def _run_unit(spec: LevelSpec, unit: LevelUnit, buffers: Dict[int, List[Item]],

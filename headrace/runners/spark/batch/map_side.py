@@ -1,0 +1,302 @@
+"""The map side of the batch runner's shuffles: a grouping's input as shuffle records (keyed
+elements, or partial accumulators of a lifted combine, also read straight from a columnar
+source), and a stateful ParDo's input keyed per window."""
+
+from __future__ import annotations
+
+import contextlib
+import zlib
+from itertools import repeat
+from typing import Any, Callable, Iterable, Iterator, List, Optional, Tuple
+
+from headrace.errors import PipelineExecutionError
+from headrace.io.iobase import ArrowBatchSource, batched
+from headrace.metrics.metric import MetricsContainer, metrics_scope, set_current_step
+from headrace.model import coders
+from headrace.model.window import Windowing
+from headrace.model.windowed import WindowedValue
+from headrace.runners.kit.grouping import grouping_errors, grouping_key_bytes, key_of
+from headrace.runners.kit.partial import PartialCombiner
+from headrace.runners.kit.side_inputs import SideInputCombiner
+from headrace.runners.kit.sources import read_failure
+from headrace.runners.kit.stage import FusedStage
+from headrace.runners.kit.stateful import keyed_elements
+from headrace.runners.spark.batch.env import TaskEnv, guarded
+from headrace.runners.spark.fastpath import (Columns, VectorBundle, columnar_chain, vector_chain,
+                                             vector_combiner)
+from headrace.runners.spark.worker.sides import combiner_arguments, side_reader
+
+
+def read_parts(env: TaskEnv, label: str, source: Any, parts: Iterator[Any],
+                batch: int = 0, arrow: bool = False) -> Iterator[Any]:
+    """The records of the parts (in lists of about `batch` records when `batch` is given, as
+    Arrow record batches when `arrow`)."""
+    for part in parts:
+        try:
+            if arrow:
+                yield from source.read_arrow(part, batch)
+            else:
+                yield from (source.read_batches(part, batch) if batch else source.read(part))
+        except Exception as exc:
+            raise env.fail(read_failure(label, part, exc)) from exc
+
+
+_VECTOR_ROWS = 65536  # rows per Arrow batch on the vectorised path (no DoFn sees these bundles)
+
+
+def _bundles_of(source: Any, batches: Iterator[Any], vchain: Any, size: int) -> Iterator[Any]:
+    """VectorBundles of the Arrow batches `vchain` can evaluate; record lists of at most `size`
+    (the bundles of the per-element path) for the rest, and for sources without Arrow batches."""
+    for batch in batches:
+        if isinstance(batch, list):
+            yield batch
+            continue
+        bundle = vchain.run(batch)
+        if bundle is not None:
+            yield bundle
+            continue
+        for start in range(0, batch.num_rows, size):
+            yield source.records_of(batch.slice(start, size))
+
+
+def partition_of(key: Tuple[bytes, int, bool]) -> int:
+    """Spark partitioner of grouping records: a stable hash of the key bytes only."""
+    return zlib.crc32(key[0])
+
+
+def _sort_time(merging: bool, ts: int, window: Any) -> int:
+    # Records reach the core in this order and the watermark follows it. For a merging
+    # WindowFn a window must not close before every record whose window may merge with it has
+    # arrived, so the order is by window start (elements are never before their window start).
+    if merging:
+        start = getattr(window, "start_us", ts)
+        return start if start < ts else ts
+    return ts
+
+
+class MapSide:
+    """A grouping's map side: turns a partition's elements into its shuffle records, records
+    ((key bytes, sort time, retraction), (key, value, timestamp, window)). Picklable; a task
+    calls `start` (a fresh copy for the partition), `add` per batch of elements and `finish`."""
+
+    label: str
+
+    def start(self, committed: MetricsContainer) -> "MapSide":
+        """A copy for one partition; metrics of the grouping's own code go to `committed`."""
+        raise NotImplementedError
+
+    def add(self, elements: Columns) -> List[Any]:
+        """The records of these elements to send now."""
+        raise NotImplementedError
+
+    def finish(self) -> List[Any]:
+        """The records to send at the end of the partition."""
+        return []
+
+
+class KeySide(MapSide):
+    """GroupByKey / unlifted CombinePerKey: each element keyed, once per window."""
+
+    def __init__(self, label: str, merging: bool) -> None:
+        self.label = label
+        self.merging = merging
+
+    def start(self, committed: MetricsContainer) -> "KeySide":
+        return self
+
+    def add(self, elements: Columns) -> List[Any]:
+        label, merging = self.label, self.merging
+        out = []
+        retractions = elements.retractions or repeat(False)
+        for kv, ts, windows, r in zip(elements.values, elements.ts, elements.windows, retractions):
+            k, v, kb = key_of(label, kv)
+            for w in windows:
+                out.append(((kb, _sort_time(merging, ts, w), r), (k, v, ts, w)))
+        return out
+
+
+class PartialSide(MapSide):
+    """Lifted CombinePerKey: one partial accumulator per key and window of the partition
+    (`kit.partial.PartialCombiner`), sent at the end; the CombineFn is set up and torn down
+    around the partition and its failures name the grouping."""
+
+    def __init__(self, label: str, windowing: Windowing, combine_fn_bytes: bytes) -> None:
+        self.label = label
+        self.windowing = windowing
+        self.combine_fn_bytes = combine_fn_bytes
+        self.partial: Optional[PartialCombiner] = None
+        self.committed: Optional[MetricsContainer] = None
+
+    def start(self, committed: MetricsContainer) -> "PartialSide":
+        side = PartialSide(self.label, self.windowing, self.combine_fn_bytes)
+        side.committed = committed
+        combine_fn = coders.loads(self.combine_fn_bytes)
+        with _combining(self.label, committed):
+            combine_fn.setup()
+        side.partial = PartialCombiner(self.label, combine_fn, self.windowing)
+        return side
+
+    def add(self, elements: Columns) -> List[Any]:
+        assert self.partial is not None
+        with _combining(self.label, self.committed):
+            self.partial.add_all(zip(elements.values, elements.ts, elements.windows))
+        return []
+
+    def finish(self) -> List[Any]:
+        assert self.partial is not None
+        partial = self.partial
+        with _combining(self.label, self.committed):
+            out = list(partial.emit(_partial_record(self.windowing.windowfn.is_merging())))
+            partial.combine_fn.teardown()
+        return out
+
+
+def _partial_record(merging: bool) -> Callable[[bytes, Any, Any, int, Any], tuple]:
+    """The shuffle record of a partial accumulator (a `PartialCombiner.emit` record function)."""
+    def record(kb: bytes, k: Any, a: Any, ts: int, w: Any) -> tuple:
+        return ((kb, _sort_time(merging, ts, w), False), (k, a, ts, w))
+    return record
+
+
+@contextlib.contextmanager
+def _combining(label: str, committed: Optional[MetricsContainer]) -> Iterator[None]:
+    """Runs a grouping's own code under its label's metrics; a failure there is the grouping's
+    error (`kit.grouping.grouping_failure`)."""
+    with metrics_scope(committed, label), grouping_errors(label, "combining"):
+        yield
+
+
+def map_side_fn(env: TaskEnv, side: MapSide) -> Callable[[Iterator[WindowedValue]], Iterator[Any]]:
+    """A grouping's map side over a partition of elements (see `MapSide`)."""
+    def run(it: Iterator[WindowedValue]) -> Iterator[Any]:
+        env.check_earlier_attempt()
+        committed = MetricsContainer()
+        try:
+            mine = side.start(committed)
+            for bundle in batched(it, env.bundle_size):
+                yield from mine.add(Columns.of_elements(bundle))
+            yield from mine.finish()
+        except PipelineExecutionError as exc:
+            raise env.fail(exc) from exc
+        env.report(committed, committed)
+    return run
+
+
+def side_partial_combine_fn(env: TaskEnv, label: str, windowing: Windowing, combiner_bytes: bytes,
+                            sides: Any) -> Callable[[Iterator[WindowedValue]], Iterator[Any]]:
+    """Lifted CombinePerKey with side inputs, map side: one accumulator per key and window of the
+    partition, made by the CombineFn with the side inputs of that window (`SideInputCombiner`).
+    Only for non-merging windows, which are final here. Records as `PartialSide`'s."""
+    def run(it: Iterator[WindowedValue]) -> Iterator[Any]:
+        env.check_earlier_attempt()
+        combiner = side_combiner(combiner_bytes, sides)
+        partial = PartialCombiner(label, combiner.combine_fn, windowing, bound=combiner.bound)
+        committed = MetricsContainer()
+        yield from guarded(env, label, "combining", _side_partial(label, it, combiner, partial, committed))
+        env.report(committed, committed)
+    return run
+
+
+def side_combiner(combiner_bytes: bytes, sides: Any) -> SideInputCombiner:
+    """A SideInputCombiner unpickled, reading the broadcast side inputs `sides`."""
+    combiner = coders.loads(combiner_bytes)
+    combiner.reader = side_reader(sides.value, combiner_arguments(combiner))
+    return combiner
+
+
+def _side_partial(label: str, it: Iterator[WindowedValue], combiner: SideInputCombiner,
+                  partial: PartialCombiner, committed: MetricsContainer) -> Iterator[Any]:
+    with metrics_scope(committed, label):
+        combiner.setup()
+        partial.add_all((wv.value, wv.timestamp_us, wv.windows) for wv in it)
+        yield from partial.emit(lambda kb, k, a, ts, w: ((kb, ts, False), (k, a, ts, w)))
+        combiner.teardown()
+
+
+def columnar_partial_fn(env: TaskEnv, read_label: str, source: Any, stage: FusedStage,
+                        label: str, windowing: Windowing,
+                        combine_fn_bytes: bytes) -> Callable[[Iterator[Any]], Iterator[Any]]:
+    """Read -> a chain of plain element-wise steps -> lifted CombinePerKey, in one pass; the
+    RDD's records are the source's parts. Each bundle takes the first path that can run it:
+    vectorised over Arrow batches (fastpath.evaluate and fastpath.combine), columnar lists
+    (fastpath.columnar), or the fused stage element by element."""
+    out_pc = stage.materialized[0]
+
+    def triples(parts: Iterator[Any]) -> Iterator[Any]:
+        chain = columnar_chain(stage.steps, stage.root)
+        assert chain is not None
+        vchain = (vector_chain(stage.steps, stage.root, source.row_attributes)
+                  if isinstance(source, ArrowBatchSource) else None)
+        committed, attempted = MetricsContainer(), MetricsContainer()
+        try:
+            arrow = vchain is not None
+            size = max(env.bundle_size, _VECTOR_ROWS) if arrow else env.bundle_size
+            batches = read_parts(env, read_label, source, parts, size, arrow)
+            for records in _bundles_of(source, batches, vchain, env.bundle_size):
+                if type(records) is VectorBundle:
+                    yield records
+                    continue
+                cols = Columns.of_records(records)
+                out = chain.run(cols, committed, attempted)
+                if out is not None:
+                    yield zip(out.values, out.ts, out.windows)
+                    continue
+                outs = stage.process_bundle(cols.elements(), None, env.max_attempts, committed, attempted)
+                yield ((wv.value, wv.timestamp_us, wv.windows) for wv in outs[out_pc])
+        finally:
+            stage.teardown()
+        env.report(committed, attempted)
+    return _partial(env, label, windowing, combine_fn_bytes, triples)
+
+
+def _partial(env: TaskEnv, label: str, windowing: Windowing, combine_fn_bytes: bytes,
+             batches: Callable[[Iterator[Any]], Iterator[Iterable[tuple]]]
+             ) -> Callable[[Iterator[Any]], Iterator[Any]]:
+    def run(it: Iterator[Any]) -> Iterator[Any]:
+        env.check_earlier_attempt()
+        combine_fn = coders.loads(combine_fn_bytes)
+        committed = MetricsContainer()
+        yield from guarded(env, label, "combining", _combine_partition(
+            label, it, batches, combine_fn, windowing, committed))
+        env.report(committed, committed)
+    return run
+
+
+def _combine_partition(label: str, it: Iterator[Any],
+                       batches: Callable[[Iterator[Any]], Iterator[Iterable[tuple]]], combine_fn: Any,
+                       windowing: Windowing, committed: MetricsContainer) -> Iterator[Any]:
+    merging = windowing.windowfn.is_merging()
+    with metrics_scope(committed, label):
+        combine_fn.setup()
+        partial = PartialCombiner(label, combine_fn, windowing)
+        vector = vector_combiner(combine_fn, windowing)
+        for batch in batches(it):
+            set_current_step(label)
+            if type(batch) is VectorBundle:
+                if vector is not None and vector.accepts(batch):
+                    vector.add(batch)
+                    continue
+                batch = zip(batch.values(), batch.ts_array().tolist(), batch.window_tuples())
+            partial.add_all(batch)
+
+        record = _partial_record(merging)
+        yield from partial.emit(record)
+        if vector is not None:
+            yield from vector.emit(lambda k: grouping_key_bytes(label, k, k),
+                                   lambda kb, k, a, ts, w: record(kb, k, combine_fn.compact(a), ts, w))
+        combine_fn.teardown()
+
+
+class StatefulSide(MapSide):
+    """A stateful ParDo's map side: each element keyed, once per window, to be sorted by time."""
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+
+    def start(self, committed: MetricsContainer) -> "StatefulSide":
+        return self
+
+    def add(self, elements: Columns) -> List[Any]:
+        label = self.label
+        return [((grouping_key_bytes(label, k, wv.value), wv.timestamp_us, False), (k, wv))
+                for k, wv in keyed_elements(label, elements.elements())]

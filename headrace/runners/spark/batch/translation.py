@@ -1,0 +1,381 @@
+"""The Spark batch runner: a bounded pipeline as Spark jobs over RDDs.
+
+`BatchTranslation` plans the pipeline (`kit.plan`) and builds one RDD per PCollection: fused
+stages run per partition in bundles (`tasks.stage_fn`), groupings are a shuffle of key bytes
+sorted by event time (`map_side` before it, `reduce_side` after it), side inputs are collected
+and broadcast, Flatten is a union, Reshuffle a real shuffle, and metrics come back through
+accumulators (`env.TaskEnv`). `headrace.runners.spark.runner.SparkRunner` chooses it for a
+bounded pipeline on a classic (non-Connect) SparkSession.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import tempfile
+from typing import Any, Dict, List, Optional, Tuple
+
+from headrace.errors import PipelineExecutionError
+from headrace.io.iobase import Read, batched
+from headrace.metrics.metric import MetricResults, MetricsContainer
+from headrace.model import coders
+from headrace.options.pipeline_options import LocalRunnerOptions, SparkRunnerOptions
+from headrace.pipeline.pipeline import AppliedPTransform, Pipeline, PipelineResult, PipelineState
+from headrace.pipeline.pvalue import PCollection
+from headrace.runners.kit import plan as planning
+from headrace.runners.kit.side_inputs import SideInputCombiner, replace_views
+from headrace.runners.kit.stage import FusedStage
+from headrace.runners.kit.stateful import StatefulSpec
+from headrace.runners.spark import pyspark_compat
+from headrace.runners.spark.batch import tasks
+from headrace.runners.spark.batch.env import MetricsParam, TaskEnv
+from headrace.runners.spark.batch.map_side import (KeySide, MapSide, PartialSide, StatefulSide,
+                                                   columnar_partial_fn, map_side_fn, partition_of,
+                                                   side_partial_combine_fn)
+from headrace.runners.spark.batch.reduce_side import reduce_fn, stateful_fn
+from headrace.runners.spark.worker.failures import pipeline_error
+from headrace.runners.spark.worker.packing import FastPickleSerializer, unpack
+from headrace.runners.spark.worker.sides import portable_views
+from headrace.runners.spark.fastpath import columnar_chain
+from headrace.transforms.core import CombinePerKey, Create, Reshuffle
+
+_log = logging.getLogger(__name__)
+
+_KINDS = planning.ALL_KINDS - {planning.TEST_STREAM, planning.UNBOUNDED}
+_UNBOUNDED_WHY = ("an unbounded source runs as a Spark Structured Streaming query, not as a batch "
+                  "job; run the pipeline with SparkRunner().run_pipeline, which chooses")
+_WHY_NOT = {planning.TEST_STREAM: _UNBOUNDED_WHY, planning.UNBOUNDED: _UNBOUNDED_WHY}
+
+
+class BatchTranslation:
+    """Builds the RDDs of one bounded pipeline run and runs them (`run`)."""
+
+    def __init__(self, spark: Any, pipeline: Pipeline, options: Any) -> None:
+        self.spark = spark
+        self.sc = spark.sparkContext
+        self.pipeline = pipeline
+        so = options.view_as(SparkRunnerOptions)
+        lo = options.view_as(LocalRunnerOptions)
+        self.parallelism = max(1, int(so.spark_parallelism or self.sc.defaultParallelism))
+        self.bundle_size = max(1, int(lo.bundle_size))
+        self.committed = self.sc.accumulator(MetricsContainer(), MetricsParam())
+        self.attempted = self.sc.accumulator(MetricsContainer(), MetricsParam())
+        self.temp_dir = tempfile.mkdtemp(prefix="headrace-spark-")
+        self.env = TaskEnv(self.committed, self.attempted, self.bundle_size,
+                                 max(1, int(lo.max_bundle_attempts)), self.temp_dir)
+        self.rdds: Dict[PCollection, Any] = {}
+        self.uses: Dict[PCollection, int] = {}
+        self.consumers: Dict[PCollection, List[planning.Unit]] = {}
+        self.keyed: Dict[PCollection, Any] = {}  # a grouping's input -> its shuffle records, made upstream
+        self.persisted: List[Any] = []
+        self.broadcasts: List[Any] = []
+        self.current_label = ""
+        self.reads: Dict[PCollection, Tuple[Any, str, Any]] = {}    # Read output -> parts RDD, ...
+        self.stages: Dict[PCollection, Tuple[FusedStage, PCollection]] = {}  # output -> stage, root
+        self.labels = pyspark_compat.StepLabels(self.sc)
+
+    # ---- building --------------------------------------------------------------------
+
+    def _label(self, label: str) -> None:
+        """Names the Spark RDDs and stages created next after the pipeline step (Spark UI)."""
+        self.current_label = label
+        self.labels.set(label)
+
+    def _set(self, pc: PCollection, rdd: Any) -> None:
+        rdd.setName(self.current_label)
+        if self.uses.get(pc, 0) > 1:  # computed once, read by several consumers
+            rdd = self._materialize(rdd)
+        self.rdds[pc] = rdd
+
+    def _materialize(self, rdd: Any) -> Any:
+        """Persists an RDD that several consumers read and computes it now, in a job of its own.
+
+        Persisting alone would not do: consumers running at the same time on different
+        executors would each miss the cache and compute it again (running its DoFns twice).
+        """
+        rdd = rdd.persist(_memory_and_disk())
+        self.persisted.append(rdd)
+        self._run(lambda: rdd.foreachPartition(tasks.drain))
+        return rdd
+
+    def _count_uses(self, units: List[planning.Unit]) -> None:
+        for u in units:
+            for pc in list(u.inputs) + [s.pvalue for s in u.side_inputs]:
+                self.uses[pc] = self.uses.get(pc, 0) + 1
+                self.consumers.setdefault(pc, []).append(u)
+
+    def build(self) -> List[Any]:
+        units = planning.plan(self.pipeline, "Spark runner", _KINDS, _WHY_NOT)
+        self._count_uses(units)
+        for u in units:
+            if isinstance(u, planning.Stage):
+                self._build_stage(u)
+                continue
+            node = u.node
+            self._label(node.full_label)
+            if u.kind == planning.SOURCE:
+                if isinstance(node.transform, Create):
+                    self._build_create(node)
+                else:
+                    self._build_read(node)
+            elif u.kind == planning.GROUPING:
+                if isinstance(node.transform, CombinePerKey):
+                    self._build_combineperkey(node)
+                else:
+                    self._build_grouping(node, None)
+            elif u.kind == planning.STATEFUL:
+                self._build_stateful(node)
+            elif u.kind == planning.FLATTEN:
+                self._build_flatten(node)
+            else:
+                self._build_reshuffle(node)
+        return [rdd for pc, rdd in self.rdds.items() if pc not in self.uses]
+
+    def _build_create(self, node: AppliedPTransform) -> None:
+        t = node.transform
+        assert isinstance(t, Create)
+        values = t.values
+        size = self.bundle_size
+        chunks = list(batched(values, size))  # one record per bundle
+        rdd = self.sc.parallelize(chunks, max(1, min(len(chunks), self.parallelism)))
+        self._set(node.outputs[None], rdd.mapPartitions(tasks.create_fn(self.env)))
+
+    def _build_read(self, node: AppliedPTransform) -> None:
+        t = node.transform
+        assert isinstance(t, Read)
+        source = t.source
+        try:
+            parts = source.split(self.parallelism)
+        except Exception as exc:
+            raise PipelineExecutionError(
+                f"step {node.full_label!r} could not split its source: {type(exc).__name__}: {exc}",
+                step=node.full_label) from exc
+        # One partition per core: a partition reads several parts in turn, and a lifted combine
+        # then has fewer, fuller partial accumulators to shuffle.
+        rdd = self.sc.parallelize(parts, max(1, min(len(parts), self.parallelism)))
+        out = node.outputs[None]
+        self.reads[out] = (rdd, node.full_label, source)
+        self._set(out, rdd.mapPartitions(tasks.read_fn(self.env, node.full_label, source)))
+
+    def _build_flatten(self, node: AppliedPTransform) -> None:
+        inputs = [self.rdds[pc] for pc in node.inputs]
+        rdd = self.sc.union(inputs) if inputs else self.sc.parallelize([], 1)
+        self._set(node.outputs[None], rdd)
+
+    def _build_reshuffle(self, node: AppliedPTransform) -> None:
+        n = self.parallelism
+        t = node.transform
+        assert isinstance(t, Reshuffle)
+        buckets = t.num_buckets or n
+        rdd = (self.rdds[node.inputs[0]].mapPartitionsWithIndex(tasks.reshuffle_key_fn(buckets))
+               .partitionBy(n, lambda k: k).values())
+        self._set(node.outputs[None], rdd)
+
+    def _build_combineperkey(self, node: AppliedPTransform) -> None:
+        if node.side_inputs:
+            self._build_side_input_combine(node)
+        else:
+            t = node.transform
+            assert isinstance(t, CombinePerKey)
+            self._build_grouping(node, t.combine_fn)
+
+    def _build_side_input_combine(self, node: AppliedPTransform) -> None:
+        """CombinePerKey with side inputs: the core groups by window and each pane is combined with
+        the side inputs of its window (broadcast). Lifted, with partial accumulators made with
+        the side inputs of each element's window, when that window is final (a watermark-only
+        trigger, no retractions, a non-merging WindowFn)."""
+        t = node.transform
+        assert isinstance(t, CombinePerKey)
+        windowing = node.inputs[0].windowing
+        lifted = (windowing.trigger.watermark_only and not node.inputs[0].may_contain_retractions
+                  and not windowing.windowfn.is_merging())
+        sides, portable = self._broadcast_sides(node.side_inputs)
+        args, kwargs = replace_views(t.args, t.kwargs, lambda view: portable[id(view)])
+        combiner = SideInputCombiner(node.full_label, t.combine_fn, args, kwargs)
+        self._label(node.full_label)
+        self._build_grouping(node, None, (coders.dumps(combiner), sides, lifted))
+
+    def _broadcast_sides(self, side_inputs: Any) -> Tuple[Any, Dict[int, Any]]:
+        """Collects side inputs and broadcasts them as {index: {window: [values]}}; also returns
+        their portable stand-ins (`worker.sides.portable_views`) by id of the original view."""
+        portable, views = portable_views(side_inputs)
+        sides = {i: self._collect_side(view.pvalue) for i, view in enumerate(views)}
+        bcast = None
+        if sides:
+            bcast = self.sc.broadcast(sides)
+            self.broadcasts.append(bcast)
+        return bcast, portable
+
+    def _build_grouping(self, node: AppliedPTransform, combine_fn: Any,
+                        side_combine: Optional[Tuple[bytes, Any, bool]] = None) -> None:
+        label = node.full_label
+        source = node.inputs[0]
+        windowing = source.windowing
+        retractions = source.may_contain_retractions
+        fn_bytes = coders.dumps(combine_fn) if combine_fn is not None else None
+        lifted = fn_bytes is not None and self._lifted(node)
+        upstream: Any = self.rdds.get(source)  # None when the shuffle records come from `self.keyed`
+        columnar = self._columnar_source(source) if lifted else None
+        if source in self.keyed:  # the producing stage made the shuffle records (`_map_sides`)
+            keyed = self.keyed[source]
+        elif side_combine is not None:
+            combiner_bytes, sides, side_lifted = side_combine
+            if side_lifted:
+                side = side_partial_combine_fn(self.env, label, windowing, combiner_bytes, sides)
+            else:
+                side = map_side_fn(self.env, KeySide(label, windowing.windowfn.is_merging()))
+            keyed = upstream.mapPartitions(side)
+        elif columnar is not None:
+            assert fn_bytes is not None  # columnar only when lifted
+            parts, read_label, bounded, fused = columnar
+            keyed = parts.mapPartitions(columnar_partial_fn(
+                self.env, read_label, bounded, fused, label, windowing, fn_bytes))
+        else:
+            keyed = upstream.mapPartitions(map_side_fn(self.env, self._map_side(node)))
+        grouped = keyed.repartitionAndSortWithinPartitions(self.parallelism, partition_of)
+        late_tag = getattr(node.transform, "late_tag", None)
+        late_pc = node.outputs.get(late_tag) if late_tag else None
+        out = grouped.mapPartitions(reduce_fn(self.env, label, windowing, fn_bytes, lifted, retractions,
+                                                    late_pc is not None, side_combine))
+        if late_pc is None:
+            self._set(node.outputs[None], out)
+        else:
+            self._set_outputs(out, [(node.outputs[None], 0), (late_pc, 1)])
+
+    def _build_stateful(self, node: AppliedPTransform) -> None:
+        """A stateful ParDo: its input keyed per window, shuffled by key and sorted by time, then
+        each key run through the DoFn (`stateful_fn`)."""
+        spec = StatefulSpec.of(node)
+        source = node.inputs[0]
+        keyed = self.rdds[source].mapPartitions(map_side_fn(self.env, StatefulSide(spec.label)))
+        grouped = keyed.repartitionAndSortWithinPartitions(self.parallelism, partition_of)
+        outs = sorted({pc._id: pc for pc in node.outputs.values()}.values(), key=lambda pc: pc._id)
+        if len(outs) == 1:
+            self._set(outs[0], grouped.mapPartitions(stateful_fn(self.env, spec, None)))
+            return
+        index = {pc._id: i for i, pc in enumerate(outs)}
+        rdd = grouped.mapPartitions(stateful_fn(self.env, spec, index))
+        self._set_outputs(rdd, [(pc, index[pc._id]) for pc in outs], packed=True)
+
+    @staticmethod
+    def _lifted(node: AppliedPTransform) -> bool:
+        """Whether a grouping is a combine lifted before its shuffle: a CombinePerKey without
+        side inputs, with a watermark-only trigger and no retractions coming in (the map side
+        then sends partial accumulators, and the reduce side takes them as such)."""
+        source = node.inputs[0]
+        return (isinstance(node.transform, CombinePerKey) and not node.side_inputs
+                and source.windowing.trigger.watermark_only and not source.may_contain_retractions)
+
+    def _map_side(self, node: AppliedPTransform) -> MapSide:
+        """The map side of a grouping without side inputs: partial accumulators when its
+        combine is lifted, else keyed elements."""
+        windowing = node.inputs[0].windowing
+        t = node.transform
+        if self._lifted(node):
+            assert isinstance(t, CombinePerKey)
+            return PartialSide(node.full_label, windowing, coders.dumps(t.combine_fn))
+        return KeySide(node.full_label, windowing.windowfn.is_merging())
+
+    def _map_sides(self, outs: List[PCollection]) -> Dict[int, MapSide]:
+        """The map sides that a multi-output stage runs for outputs a grouping alone reads (by
+        output id): the persisted stage output then holds the grouping's shuffle records, and
+        partial accumulators rather than elements for a lifted combine."""
+        sides: Dict[int, MapSide] = {}
+        for pc in outs:
+            users = self.consumers.get(pc, [])
+            if len(users) != 1 or not isinstance(users[0], planning.Primitive):
+                continue
+            u = users[0]
+            if u.kind == planning.GROUPING and not u.node.side_inputs:
+                sides[pc._id] = self._map_side(u.node)
+        return sides
+
+    def _columnar_source(self, pc: PCollection) -> Optional[Tuple[Any, str, Any, FusedStage]]:
+        """(parts RDD, read label, source, stage) when `pc` is Read -> plain steps (read once)."""
+        if pc not in self.stages or self.uses.get(pc, 0) != 1:
+            return None
+        fused, root = self.stages[pc]
+        if root not in self.reads or self.uses.get(root, 0) != 1:
+            return None
+        if columnar_chain(fused.steps, fused.root) is None:
+            return None
+        parts, read_label, source = self.reads[root]
+        return parts, read_label, source, fused
+
+    def _set_outputs(self, rdd: Any, outputs: List[Tuple[PCollection, int]], packed: bool = False,
+                     keyed: Tuple[int, ...] = ()) -> None:
+        """Splits an RDD of (index, element) records, or of (index, pack(elements)) when
+        `packed`, into one RDD per output PCollection; the outputs whose ids are in `keyed` hold
+        their grouping's shuffle records (`self.keyed`)."""
+        rdd = self._materialize(rdd)
+        for pc, i in outputs:
+            mine = rdd.filter(lambda r, i=i: r[0] == i)
+            mine = mine.flatMap(unpack) if packed else mine.map(lambda r: r[1])
+            if pc._id in keyed:
+                self.keyed[pc] = mine
+            else:
+                self._set(pc, mine)
+
+    def _build_stage(self, stage: planning.Stage) -> None:
+        label = stage.label
+        self._label(label)
+        bcast, portable = self._broadcast_sides(stage.side_inputs)
+        fused = stage.fused(lambda view: portable[id(view)])
+        outs = list(stage.outputs)
+        self._label(label)
+        upstream = self.rdds[stage.root]
+        if len(outs) == 1:
+            if bcast is None:
+                self.stages[outs[0]] = (fused, stage.root)
+            self._set(outs[0], upstream.mapPartitions(tasks.stage_fn(self.env, fused, bcast, None)))
+        else:
+            index = {pc._id: i for i, pc in enumerate(outs)}
+            sides = self._map_sides(outs)
+            rdd = upstream.mapPartitions(tasks.stage_fn(self.env, fused, bcast, index, sides))
+            self._set_outputs(rdd, [(pc, index[pc._id]) for pc in outs], packed=True, keyed=tuple(sides))
+
+    def _collect_side(self, pc: PCollection) -> Dict[Any, list]:
+        """Materialises a side input on the driver as {window: [values]} (to broadcast)."""
+        records = self._run(lambda: self.rdds[pc].mapPartitions(tasks.side_records).collect())
+        contents: Dict[Any, list] = {}
+        for w, v in records:
+            contents.setdefault(w, []).append(v)
+        return contents
+
+    # ---- running ---------------------------------------------------------------------
+
+    def _run(self, action: Any) -> Any:
+        """Runs a Spark action; a task's failure is re-raised as the step's PipelineExecutionError."""
+        try:
+            return action()
+        except Exception as exc:
+            raise pipeline_error(exc, "Spark job")  # the step's error, or the job's caused by exc
+
+    def run(self) -> PipelineResult:
+        """Builds and runs the pipeline; returns its result with the metrics of every task."""
+        sc = self.sc
+        # The serializer of the RDDs built below (PySpark reads it from the context when an RDD
+        # is created), put back when the last pipeline running on this context ends, so a
+        # user's own RDDs in the same session are untouched (see pyspark_compat).
+        with pyspark_compat.record_serializer(sc, FastPickleSerializer):
+            try:
+                sc.setJobGroup(f"headrace-{id(self)}",
+                               f"headrace pipeline ({len(self.pipeline.primitives())} steps)")
+                leaves = self.build()
+                self._label(f"run pipeline ({len(leaves)} outputs)")
+                if leaves:
+                    job = leaves[0] if len(leaves) == 1 else sc.union(leaves)
+                    self._run(lambda: job.foreachPartition(tasks.drain))
+            finally:
+                for rdd in self.persisted:
+                    rdd.unpersist()
+                for b in self.broadcasts:
+                    b.destroy()
+                self.labels.release()
+                shutil.rmtree(self.temp_dir, ignore_errors=True)
+        return PipelineResult(PipelineState.DONE, MetricResults(self.committed.value, self.attempted.value))
+
+
+def _memory_and_disk() -> Any:
+    from pyspark import StorageLevel
+    return StorageLevel.MEMORY_AND_DISK
