@@ -1,6 +1,7 @@
-"""Sources as every runner reads them: a record becomes an element, a bounded source's part
-(an unbounded source's range of positions) is read in bundles, and a read failure names the
-step and the part."""
+"""Sources as every runner reaches them: a bounded source split into parts, a record becomes an
+element, a part (an unbounded source's range of positions) is read in bundles, an unbounded
+source asked for its watermark and how far it can be read; every failure names the step (and
+the part or position). Runners call sources only through these functions."""
 
 from __future__ import annotations
 
@@ -18,6 +19,16 @@ def to_windowed_value(v: Any) -> WindowedValue:
     if type(v) is TimestampedValue:
         return WindowedValue(v.value, v.timestamp_us, GLOBAL_WINDOWS_TUPLE)
     return WindowedValue(v, MIN_TIMESTAMP_MICROS, GLOBAL_WINDOWS_TUPLE)
+
+
+def split_source(label: str, source: BoundedSource, desired: int) -> List[Any]:
+    """The parts of a bounded source for about `desired` readers; an error names the step."""
+    try:
+        return list(source.split(max(1, desired)))
+    except Exception as exc:
+        raise PipelineExecutionError(
+            f"step {label!r}: splitting {source.display_name()} failed: {type(exc).__name__}: {exc}",
+            step=label) from exc
 
 
 def read_failure(label: str, part: Any, exc: BaseException) -> PipelineExecutionError:

@@ -15,7 +15,6 @@ import shutil
 import tempfile
 from typing import Any, Dict, List, Optional, Tuple
 
-from headrace.errors import PipelineExecutionError
 from headrace.io.iobase import Read, batched
 from headrace.metrics.metric import MetricResults, MetricsContainer
 from headrace.model import coders
@@ -23,6 +22,7 @@ from headrace.options.pipeline_options import LocalRunnerOptions, SparkRunnerOpt
 from headrace.pipeline.pipeline import AppliedPTransform, Pipeline, PipelineResult, PipelineState
 from headrace.pipeline.pvalue import PCollection
 from headrace.runners.kit import plan as planning
+from headrace.runners.kit.sources import split_source
 from headrace.runners.kit.side_inputs import SideInputCombiner, replace_views
 from headrace.runners.kit.stage import FusedStage
 from headrace.runners.kit.stateful import StatefulSpec
@@ -144,12 +144,7 @@ class BatchTranslation:
         t = node.transform
         assert isinstance(t, Read)
         source = t.source
-        try:
-            parts = source.split(self.parallelism)
-        except Exception as exc:
-            raise PipelineExecutionError(
-                f"step {node.full_label!r} could not split its source: {type(exc).__name__}: {exc}",
-                step=node.full_label) from exc
+        parts = split_source(node.full_label, source, self.parallelism)
         # One partition per core: a partition reads several parts in turn, and a lifted combine
         # then has fewer, fuller partial accumulators to shuffle.
         rdd = self.sc.parallelize(parts, max(1, min(len(parts), self.parallelism)))
