@@ -1,5 +1,8 @@
 """Columnar bundles: a fused stage run breadth-first, each step over a whole list at once.
 
+(The one columnar executor of headrace: the Spark runner's vectorised evaluation over Arrow
+batches, `spark/fastpath`, takes over only chains of `plain_steps`, and falls back to this.)
+
 A bundle is held as parallel lists (`Columns`: values, timestamps in microseconds, window
 tuples, and panes and retraction flags when they are not all the defaults) instead of one
 WindowedValue per element. `StagePlan` runs a `kit.stage.FusedStage`'s steps in order, each
@@ -35,7 +38,8 @@ from headrace.model.window import GLOBAL_WINDOWS_TUPLE
 from headrace.model.windowed import PANE_INFO_UNKNOWN, PaneInfo, TimestampedValue, WindowedValue
 from headrace.pipeline.dofn import _CallableWrapperDoFn
 from headrace.pipeline.pvalue import TaggedOutput
-from headrace.runners.kit.dofn_runner import AssignWindowsRunner, ParDoRunner, start_bundle
+from headrace.model import coders
+from headrace.runners.kit.dofn_runner import AssignWindowsRunner, ParDoRunner, special_params, start_bundle
 
 #: Whether fused stages try the columnar run first (tests and benchmarks switch it off).
 COLUMNAR = os.environ.get("HEADRACE_COLUMNAR", "1") != "0"
@@ -326,3 +330,33 @@ def _run_dofn(runner: Any, elements: Iterable[WindowedValue],
         process(wv)
     runner.finish_bundle()
     return captured
+
+
+#: The functions a plain chain may hold (`plain_steps`): what the Spark runner's vectorised
+#: evaluation (`spark/fastpath`) can run over Arrow batches.
+_PLAIN_KINDS = ("map", "maptuple", "flatmap", "filter")
+
+def plain_steps(steps: Sequence[Any], root: int) -> Optional[List[Tuple[str, Any, str]]]:
+    """(kind, function or WindowFn, label) of each step when `steps` are a linear chain from
+    `root` of Map / MapTuple / FlatMap / Filter steps ("window" for WindowInto) fully described
+    by their function (no side inputs, extra arguments, DoFn parameters or dead letters)."""
+    out: List[Tuple[str, Any, str]] = []
+    current = root
+    for spec in steps:
+        if spec.input != current:
+            return None
+        if spec.windowfn is not None:
+            out.append(("window", spec.windowfn, spec.label))
+        else:
+            if spec.args or spec.kwargs or spec.dead_letter is not None or spec.main_tag is not None:
+                return None
+            if len(spec.outputs) != 1 or spec.outputs[0][0] is not None:
+                return None
+            dofn = coders.loads(spec.dofn or b"")
+            if not isinstance(dofn, _CallableWrapperDoFn) or dofn.kind not in _PLAIN_KINDS:
+                return None
+            if special_params(dofn.fn):
+                return None
+            out.append((dofn.kind, dofn.fn, spec.label))
+        current = spec.outputs[0][1]
+    return out

@@ -22,7 +22,8 @@ from headrace.runners.kit.sources import read_failure
 from headrace.runners.kit.stage import FusedStage
 from headrace.runners.kit.stateful import keyed_elements
 from headrace.runners.spark.batch.env import TaskEnv, guarded
-from headrace.runners.spark.fastpath import (Columns, VectorBundle, columnar_chain, vector_chain,
+from headrace.runners.kit.columnar import Columns
+from headrace.runners.spark.fastpath import (VectorBundle, vector_chain,
                                              vector_combiner)
 from headrace.runners.spark.worker.sides import combiner_arguments, side_reader
 
@@ -218,13 +219,11 @@ def columnar_partial_fn(env: TaskEnv, read_label: str, source: Any, stage: Fused
                         combine_fn_bytes: bytes) -> Callable[[Iterator[Any]], Iterator[Any]]:
     """Read -> a chain of plain element-wise steps -> lifted CombinePerKey, in one pass; the
     RDD's records are the source's parts. Each bundle takes the first path that can run it:
-    vectorised over Arrow batches (fastpath.evaluate and fastpath.combine), columnar lists
-    (fastpath.columnar), or the fused stage element by element."""
+    vectorised over Arrow batches (fastpath.evaluate and fastpath.combine), or the fused stage
+    (columnar lists, `kit.columnar`, else element by element)."""
     out_pc = stage.materialized[0]
 
     def triples(parts: Iterator[Any]) -> Iterator[Any]:
-        chain = columnar_chain(stage.steps, stage.root)
-        assert chain is not None
         vchain = (vector_chain(stage.steps, stage.root, source.row_attributes)
                   if isinstance(source, ArrowBatchSource) else None)
         committed, attempted = MetricsContainer(), MetricsContainer()
@@ -236,13 +235,9 @@ def columnar_partial_fn(env: TaskEnv, read_label: str, source: Any, stage: Fused
                 if type(records) is VectorBundle:
                     yield records
                     continue
-                cols = Columns.of_records(records)
-                out = chain.run(cols, committed, attempted)
-                if out is not None:
-                    yield zip(out.values, out.ts, out.windows)
-                    continue
-                outs = stage.process_bundle(cols.elements(), None, env.max_attempts, committed, attempted)
-                yield ((wv.value, wv.timestamp_us, wv.windows) for wv in outs[out_pc])
+                out = stage.process_columns(Columns.of_records(records), None, env.max_attempts,
+                                            committed, attempted)[out_pc]
+                yield zip(out.values, out.ts, out.windows)
         finally:
             stage.teardown()
         env.report(committed, attempted)

@@ -21,7 +21,7 @@ from headrace.runners.kit.sources import to_windowed_value
 from headrace.runners.kit.stage import FusedStage
 from headrace.runners.spark.batch.env import TaskEnv
 from headrace.runners.spark.batch.map_side import MapSide, read_parts
-from headrace.runners.spark.fastpath import Columns
+from headrace.runners.kit.columnar import Columns
 from headrace.runners.spark.worker.packing import pack
 from headrace.runners.spark.worker.sides import side_reader, stage_arguments
 

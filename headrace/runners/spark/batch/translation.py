@@ -23,6 +23,7 @@ from headrace.pipeline.pipeline import AppliedPTransform, Pipeline, PipelineResu
 from headrace.pipeline.pvalue import PCollection
 from headrace.runners.kit import plan as planning
 from headrace.runners.kit.sources import split_source
+from headrace.runners.kit.columnar import plain_steps
 from headrace.runners.kit.side_inputs import SideInputCombiner, replace_views
 from headrace.runners.kit.stage import FusedStage
 from headrace.runners.kit.stateful import StatefulSpec
@@ -36,7 +37,6 @@ from headrace.runners.spark.batch.reduce_side import reduce_fn, stateful_fn
 from headrace.runners.spark.worker.failures import pipeline_error
 from headrace.runners.spark.worker.packing import FastPickleSerializer, unpack
 from headrace.runners.spark.worker.sides import portable_views
-from headrace.runners.spark.fastpath import columnar_chain
 from headrace.transforms.core import CombinePerKey, Create, Reshuffle
 
 _log = logging.getLogger(__name__)
@@ -292,7 +292,7 @@ class BatchTranslation:
         fused, root = self.stages[pc]
         if root not in self.reads or self.uses.get(root, 0) != 1:
             return None
-        if columnar_chain(fused.steps, fused.root) is None:
+        if not plain_steps(fused.steps, fused.root):
             return None
         parts, read_label, source = self.reads[root]
         return parts, read_label, source, fused

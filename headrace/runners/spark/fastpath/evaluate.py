@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 from headrace.model.time import MIN_TIMESTAMP_MICROS
 from headrace.model.window import GLOBAL_WINDOWS_TUPLE, FixedWindows, GlobalWindows, Sessions
 from headrace.runners.kit.stage import StepSpec
-from headrace.runners.spark.fastpath.columnar import plain_steps
+from headrace.runners.kit.columnar import plain_steps
 from headrace.runners.spark.fastpath.tracer import (_I64_MAX, _I64_MIN, _TV, _GiveUp, _proxy, _shape,
                                                     _trace, _Unsupported)
 
