@@ -15,6 +15,7 @@ from __future__ import annotations
 import ast
 import pathlib
 import sys
+import textwrap
 from typing import Dict, List, Optional, Set, Tuple
 
 import pytest
@@ -366,3 +367,145 @@ def test_the_kit_imports_no_engine_and_no_runner(path):
                                     "from ..local import units"])
 def test_the_kit_check_catches_engine_and_runner_imports(source):
     assert kit_violations(source, "headrace.runners.kit.grouping")
+
+
+# ---- the Spark runners as siblings ---------------------------------------------------------------
+# runners/spark/ holds two runners side by side, batch/ (RDDs) and streaming/ (one Structured
+# Streaming query), over what both run inside Spark tasks (worker/), the vectorised path
+# (fastpath/) and the session code; runner.py's SparkRunner chooses between them. Neither runner
+# imports the other, and the shared parts import neither, so each has one obvious place for
+# what only it does. Sizes are bounded so that each module keeps to one idea.
+
+SPARK_DIR = PACKAGE_DIR / "runners" / "spark"
+RUNNERS_DIR = PACKAGE_DIR / "runners"
+SPARK = "headrace.runners.spark"
+#: What each part of runners/spark may import of runners/spark (besides itself).
+SPARK_MAY_IMPORT = {
+    "batch": ("worker", "fastpath", "session", "pyspark_compat", "logs"),
+    "streaming": ("worker", "fastpath", "session", "pyspark_compat", "logs"),
+    "worker": (),
+    "fastpath": (),
+}
+MAX_SPARK_MODULE_LINES = 500
+MAX_RUNNER_FUNCTION_LINES = 80
+#: Functions of runners/ allowed to be longer, each with the reason (the per-key hot loops).
+LONG_FUNCTIONS: Dict[str, str] = {}
+
+
+def spark_part(module: str) -> Optional[str]:
+    """The part of runners/spark a module belongs to ('batch', 'worker', 'runner', ...), or None."""
+    if not _within(module, SPARK):
+        return None
+    rest = module[len(SPARK) + 1:].split(".")
+    return rest[0] if rest and rest[0] else "__init__"
+
+
+def sibling_violations(source: str, module: str) -> List[str]:
+    """The imports of runners/spark modules that `module`'s part may not make, as 'line: name'."""
+    part = spark_part(module)
+    if part not in SPARK_MAY_IMPORT:
+        return []
+    allowed = SPARK_MAY_IMPORT[part] + (part,)
+    bad = []
+    for line, name in imported_modules(source, module):
+        target = spark_part(name)
+        # `from headrace.runners.spark import X` names the package and then X: judged by X
+        if target is not None and target != "__init__" and target not in allowed:
+            bad.append(f"{line}: {name}")
+    return bad
+
+
+SPARK_FILES = sorted(SPARK_DIR.rglob("*.py"))
+
+
+def _spark_id(path: pathlib.Path) -> str:
+    return path.relative_to(SPARK_DIR).as_posix()
+
+
+def test_runners_spark_has_the_sibling_layout():
+    parts = {p.name for p in SPARK_DIR.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    assert {"batch", "streaming", "worker", "fastpath"} <= parts
+    assert not (SPARK_DIR / "tasks.py").exists() and not (RUNNERS_DIR / "spark_daemon.py").exists()
+
+
+@pytest.mark.parametrize("path", SPARK_FILES, ids=_spark_id)
+def test_spark_parts_import_only_what_they_may(path):
+    module = module_name(path)
+    bad = sibling_violations(path.read_text(encoding="utf-8"), module)
+    assert not bad, (f"{module} imports {bad}; the batch and streaming runners never import each "
+                     f"other, and worker/ and fastpath/ import neither (see SPARK_MAY_IMPORT): move "
+                     "what both need into worker/ or the kit")
+
+
+@pytest.mark.parametrize("source, module", [
+    ("from headrace.runners.spark.tasks import SideStub, pack", "headrace.runners.spark.streaming.processor"),
+    ("from headrace.runners.spark import tasks", "headrace.runners.spark.streaming.runner"),
+    ("from headrace.runners.spark.streaming import rows", "headrace.runners.spark.batch.tasks"),
+    ("from ..streaming.offsets import Offset", "headrace.runners.spark.batch.translation"),
+    ("from headrace.runners.spark.batch.env import TaskEnv", "headrace.runners.spark.worker.env"),
+    ("def f():\n    from headrace.runners.spark.runner import SparkRunner",
+     "headrace.runners.spark.worker.sides"),
+    ("from headrace.runners.spark import SparkRunner", "headrace.runners.spark.batch.tasks"),
+])
+def test_the_sibling_check_catches_cross_imports(source, module):
+    assert sibling_violations(source, module)
+
+
+@pytest.mark.parametrize("source, module", [
+    ("from headrace.runners.spark.worker.packing import pack", "headrace.runners.spark.streaming.stages"),
+    ("from headrace.runners.spark.fastpath import vector_chain", "headrace.runners.spark.batch.map_side"),
+    ("from . import rows", "headrace.runners.spark.streaming.__init__"),
+    ("from headrace.runners.kit.plan import plan", "headrace.runners.spark.worker.env"),
+    ("from headrace.runners.spark.batch.translation import BatchTranslation",
+     "headrace.runners.spark.runner"),
+])
+def test_the_sibling_check_allows_the_layering(source, module):
+    assert not sibling_violations(source, module)
+
+
+@pytest.mark.parametrize("path", SPARK_FILES, ids=_spark_id)
+def test_no_spark_module_is_over_500_lines(path):
+    n = len(path.read_text(encoding="utf-8").splitlines())
+    assert n <= MAX_SPARK_MODULE_LINES, (
+        f"{path.relative_to(PACKAGE_DIR)} has {n} lines: split it by idea (at most "
+        f"{MAX_SPARK_MODULE_LINES} lines a module in runners/spark)")
+
+
+def long_functions(source: str, limit: int = MAX_RUNNER_FUNCTION_LINES) -> List[Tuple[str, int]]:
+    """(qualified name, lines) of every function in `source` longer than `limit` lines (nested
+    functions and methods too; a function's lines include those of what it nests)."""
+    found: List[Tuple[str, int]] = []
+
+    def visit(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                name = f"{prefix}{child.name}"
+                if not isinstance(child, ast.ClassDef):
+                    n = (child.end_lineno or child.lineno) - child.lineno + 1
+                    if n > limit:
+                        found.append((name, n))
+                visit(child, name + ".")
+            else:
+                visit(child, prefix)
+
+    visit(ast.parse(source), "")
+    return found
+
+
+RUNNER_FILES = sorted(RUNNERS_DIR.rglob("*.py"))
+
+
+@pytest.mark.parametrize("path", RUNNER_FILES, ids=lambda p: p.relative_to(RUNNERS_DIR).as_posix())
+def test_no_runner_function_is_over_80_lines(path):
+    module = module_name(path)
+    long = [(name, n) for name, n in long_functions(path.read_text(encoding="utf-8"))
+            if f"{module}:{name}" not in LONG_FUNCTIONS]
+    assert not long, (f"{module}: functions over {MAX_RUNNER_FUNCTION_LINES} lines {long}; split "
+                      "them (or, for a per-key hot loop, list it in LONG_FUNCTIONS with the reason)")
+
+
+def test_long_functions_counts_nested_functions():
+    body = "".join(f"    x{i} = {i}\n" for i in range(85))
+    source = f"def outer():\n    def inner():\n{textwrap.indent(body, '    ')}    return inner\n"
+    assert [name for name, _ in long_functions(source)] == ["outer", "outer.inner"]
+    assert long_functions("def short():\n    return 1\n") == []
