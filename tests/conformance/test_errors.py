@@ -190,6 +190,26 @@ def test_user_exception_fails_pipeline_naming_step_and_element(make_pipeline):
     assert "KeyError" in str(info.value)
 
 
+class _UnsplittableSource(beam.io.iobase.BoundedSource):
+    """A bounded source whose split fails (a listing that cannot be made, say)."""
+
+    def split(self, desired_parallelism):
+        raise OSError("cannot list the input")
+
+    def read(self, part):
+        return iter(())
+
+
+def test_a_source_that_cannot_be_split_fails_naming_the_step_and_the_source(make_pipeline):
+    p = make_pipeline()
+    p | "ReadLogs" >> beam.io.Read(_UnsplittableSource()) | beam.Map(lambda x: x)
+    with pytest.raises(PipelineExecutionError) as info:
+        p.run()
+    assert info.value.step == "ReadLogs"
+    assert str(info.value) == ("step 'ReadLogs': splitting _UnsplittableSource failed: "
+                               "OSError: cannot list the input")
+
+
 # ---------------------------------------------------------------------------------------
 # with_exception_handling: dead-letter outputs
 
