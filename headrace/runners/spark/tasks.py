@@ -32,7 +32,8 @@ from headrace.metrics.metric import MetricsContainer, metrics_scope, set_current
 from headrace.model import coders, typecoders
 from headrace.model.reduce import Element, KeyState
 from headrace.model.time import MAX_TIMESTAMP_MICROS, MIN_TIMESTAMP_MICROS
-from headrace.model.window import Sessions, Windowing
+from headrace.model.window import Sessions
+from headrace.model.strategy import Windowing
 from headrace.model.windowed import WindowedValue
 from headrace.runners.kit.grouping import (GroupingCore, grouping_errors, grouping_failure,
                                            grouping_key_bytes, key_of)
