@@ -12,7 +12,7 @@ from headrace.errors import HeadraceError
 from headrace.io import ReadFromText, WriteToText
 from headrace.metrics import Metrics
 from headrace.model.combine import CombineFn
-from headrace.model.window import TimestampCombiner
+from headrace.model.strategy import TimestampCombiner
 from headrace.model.windowed import TimestampedValue, PaneInfo, PaneInfoTiming
 from headrace.options.pipeline_options import PipelineOptions
 from headrace.pipeline.dofn import DoFn
@@ -28,7 +28,7 @@ from headrace.transforms.util import (
     BatchElements, Distinct, GroupIntoBatches, LogElements, Regex, Reify, RemoveDuplicates, Tee,
     ToString,
 )
-from headrace.model.window import Windowing
+from headrace.model.strategy import Windowing
 from headrace.pipeline.userstate import TimeDomain
 from headrace.io.iobase import Read
 from headrace.runners.local import LocalRunner

@@ -6,7 +6,8 @@ from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, List, Optional, Protocol, runtime_checkable
 
 from headrace.errors import InvalidArgumentError, PipelineConstructionError
-from headrace.model.window import GlobalWindows, Windowing
+from headrace.model.window import GlobalWindows
+from headrace.model.strategy import Windowing
 from headrace.pipeline.ptransform import PTransform
 from headrace.pipeline.pvalue import PBegin, PCollection
 

@@ -95,7 +95,8 @@ from headrace.model.time import MAX_TIMESTAMP_MICROS, MIN_TIMESTAMP_MICROS
 from headrace.model.trigger import (
     AccumulationMode, ClosingBehavior, OnTimeBehavior, TriggerContext,
 )
-from headrace.model.window import BoundedWindow, TimestampCombiner, Windowing
+from headrace.model.window import BoundedWindow
+from headrace.model.strategy import TimestampCombiner, Windowing
 from headrace.model.windowed import PaneInfo, PaneInfoTiming
 
 _WINDOW_ORDER = attrgetter("end_us", "start_us")

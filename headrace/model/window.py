@@ -9,13 +9,14 @@ An element in n windows is n elements (the paper's AssignWindows duplicates it),
 tuple is a multiset: re-windowing maps each copy on its own, and an element in the three
 windows of a `SlidingWindows` put into `FixedWindows` is in the same fixed window three times
 (an element in zero windows stays in none).
+
+The windowing strategy that carries a WindowFn with its trigger (`Windowing`,
+`TimestampCombiner`) is in `headrace.model.strategy`, above this module and the triggers.
 """
 
 from __future__ import annotations
 
-import enum
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple, Type, cast
 
 from headrace.errors import InvalidArgumentError
@@ -27,11 +28,6 @@ from headrace.model.time import (
     duration_micros,
     to_micros,
 )
-from headrace.model.strategy import (
-    AccumulationMode, ClosingBehavior, OnTimeBehavior, check_accumulation_mode, check_enum,
-)
-from headrace.model.triggers.algebra import TriggerFn, check_trigger
-from headrace.model.triggers.sugar import DefaultTrigger
 from headrace.model.windowed import PANE_INFO_UNKNOWN, PaneInfo, WindowedValue
 
 
@@ -193,15 +189,6 @@ class GlobalWindow(BoundedWindow):
 
 GLOBAL_WINDOW = GlobalWindow()
 GLOBAL_WINDOWS_TUPLE: Tuple[BoundedWindow, ...] = (GLOBAL_WINDOW,)
-
-
-class TimestampCombiner(enum.Enum):
-    """How the output timestamp of a grouped pane is chosen from its inputs."""
-
-    OUTPUT_AT_EOW = "OUTPUT_AT_EOW"
-    OUTPUT_AT_EARLIEST = "OUTPUT_AT_EARLIEST"
-    OUTPUT_AT_LATEST = "OUTPUT_AT_LATEST"
-    OUTPUT_AT_EARLIEST_TRANSFORMED = "OUTPUT_AT_EARLIEST_TRANSFORMED"
 
 
 class WindowFn(ABC):
@@ -553,72 +540,6 @@ def side_input_window(side_window_fn: WindowFn, main_window: BoundedWindow) -> B
     # several (sliding) windows hold the main window's end: as Beam (Java's SlidingWindows
     # mapping, Python's map_via_end), the earliest of them
     return min(cast(List[IntervalWindow], list(windows)), key=lambda w: (w.start_us, w.end_us))
-
-
-@dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
-class Windowing:
-    """A PCollection's windowing strategy: window function, trigger, accumulation, lateness, timestamps.
-
-    An immutable value: a frozen dataclass whose constructor validates and normalises its
-    arguments (Beam's spellings: `allowed_lateness` in seconds or a Duration, None for the
-    defaults). Equality is identity (`eq=False`), as it was before it became a dataclass.
-    """
-
-    windowfn: WindowFn
-    trigger: TriggerFn
-    accumulation_mode: AccumulationMode
-    timestamp_combiner: TimestampCombiner
-    allowed_lateness_us: int
-    closing_behavior: ClosingBehavior
-    on_time_behavior: OnTimeBehavior
-    _explicit_trigger: bool
-
-    def __init__(self, windowfn: WindowFn, trigger: Any = None, accumulation_mode: Any = None,
-                 timestamp_combiner: Optional[TimestampCombiner] = None,
-                 allowed_lateness: Any = 0, closing_behavior: Any = None,
-                 on_time_behavior: Any = None) -> None:
-        if not isinstance(windowfn, WindowFn):
-            raise InvalidArgumentError(
-                f"a windowing strategy needs a WindowFn (FixedWindows, SlidingWindows, Sessions, "
-                f"GlobalWindows or a WindowFn subclass), got {type(windowfn).__name__} {windowfn!r}")
-        checked_trigger = DefaultTrigger() if trigger is None else check_trigger(trigger)
-        mode = (AccumulationMode.DISCARDING if accumulation_mode is None
-                else check_accumulation_mode(accumulation_mode))
-        if timestamp_combiner is None:
-            timestamp_combiner = TimestampCombiner.OUTPUT_AT_EOW
-        if not isinstance(timestamp_combiner, TimestampCombiner):
-            raise InvalidArgumentError(
-                f"timestamp_combiner must be a TimestampCombiner (e.g. "
-                f"TimestampCombiner.OUTPUT_AT_EOW), got {timestamp_combiner!r}")
-        try:
-            lateness = duration_micros(allowed_lateness)
-        except TypeError:
-            raise InvalidArgumentError(
-                f"allowed_lateness must be seconds or a Duration, got {allowed_lateness!r}") from None
-        if lateness < 0:
-            raise InvalidArgumentError(f"allowed_lateness must not be negative, got {allowed_lateness!r}")
-        closing = check_enum("closing_behavior", closing_behavior, ClosingBehavior.FIRE_IF_NON_EMPTY)
-        on_time = check_enum("on_time_behavior", on_time_behavior, OnTimeBehavior.FIRE_ALWAYS)
-        init = object.__setattr__  # frozen: the fields are set through object
-        init(self, "windowfn", windowfn)
-        init(self, "trigger", checked_trigger)
-        init(self, "accumulation_mode", mode)
-        init(self, "timestamp_combiner", timestamp_combiner)
-        init(self, "allowed_lateness_us", lateness)
-        init(self, "closing_behavior", closing)
-        init(self, "on_time_behavior", on_time)
-        init(self, "_explicit_trigger", trigger is not None)
-
-    def is_default(self) -> bool:
-        """True for global windows with the default trigger and settings."""
-        return (isinstance(self.windowfn, GlobalWindows) and not self._explicit_trigger
-                and self.allowed_lateness_us == 0)
-
-    def __repr__(self) -> str:
-        return (f"Windowing({self.windowfn!r}, trigger={self.trigger!r}, "
-                f"accumulation_mode={self.accumulation_mode!r}, "
-                f"timestamp_combiner={self.timestamp_combiner.name}, "
-                f"allowed_lateness={_fmt(self.allowed_lateness_us)}s)")
 
 
 def windows_of(windows: Sequence[BoundedWindow]) -> Tuple[BoundedWindow, ...]:

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, Dict, Iterator, Optional, Tuple
 from headrace.errors import InvalidArgumentError, PipelineConstructionError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from headrace.model.window import Windowing
+    from headrace.model.strategy import Windowing
     from headrace.pipeline.pipeline import AppliedPTransform, Pipeline
 
 

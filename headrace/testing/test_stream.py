@@ -30,7 +30,8 @@ from headrace.errors import InvalidArgumentError, PipelineConstructionError
 from headrace.model.time import (
     MAX_TIMESTAMP_MICROS, MIN_TIMESTAMP_MICROS, Duration, Timestamp, duration_micros, to_micros,
 )
-from headrace.model.window import GlobalWindows, Windowing
+from headrace.model.window import GlobalWindows
+from headrace.model.strategy import Windowing
 from headrace.model.windowed import TimestampedValue, WindowedValue
 from headrace.pipeline.ptransform import PTransform
 from headrace.pipeline.pvalue import PBegin, PCollection

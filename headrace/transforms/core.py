@@ -16,7 +16,8 @@ from headrace.model.combine import BoundCombineFn, CombineFn, as_combine_fn, com
 from headrace.model.time import Duration
 from headrace.model.trigger import AccumulationMode, DefaultTrigger
 from headrace.model.typecoders import registry as coder_registry
-from headrace.model.window import GlobalWindows, Windowing, WindowFn
+from headrace.model.window import GlobalWindows, WindowFn
+from headrace.model.strategy import Windowing
 from headrace.model.windowed import TimestampedValue
 from headrace.pipeline import userstate as _userstate
 from headrace.pipeline.dofn import DoFn, _CallableWrapperDoFn, positional_slots, side_input_params

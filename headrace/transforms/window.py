@@ -3,8 +3,9 @@
 from headrace.model.time import MAX_TIMESTAMP, MIN_TIMESTAMP, Duration, Timestamp
 from headrace.model.window import (
     BoundedWindow, FixedWindows, GlobalWindow, GlobalWindows, IntervalWindow, NonMergingWindowFn,
-    Sessions, SlidingWindows, TimestampCombiner, WindowFn, Windowing,
+    Sessions, SlidingWindows, WindowFn,
 )
+from headrace.model.strategy import TimestampCombiner, Windowing
 from headrace.model.windowed import TimestampedValue
 
 __all__ = ["BoundedWindow", "Duration", "FixedWindows", "GlobalWindow", "GlobalWindows",

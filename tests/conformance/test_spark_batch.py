@@ -15,7 +15,8 @@ import pytest
 
 import headrace as beam
 from headrace.errors import PipelineExecutionError
-from headrace.model.window import FixedWindows, IntervalWindow, Windowing
+from headrace.model.window import FixedWindows, IntervalWindow
+from headrace.model.strategy import Windowing
 from headrace.runners.kit.grouping import GroupingCore
 from headrace.runners.spark.batch import reduce_side
 from headrace.runners.spark.session import effective_master, parse_conf

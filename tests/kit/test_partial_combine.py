@@ -12,7 +12,8 @@ from __future__ import annotations
 from hypothesis import given, settings, strategies as st
 
 import headrace as beam
-from headrace.model.window import IntervalWindow, Sessions, TimestampCombiner, Windowing
+from headrace.model.window import IntervalWindow, Sessions
+from headrace.model.strategy import TimestampCombiner, Windowing
 from headrace.runners.kit.partial import PartialCombiner
 
 

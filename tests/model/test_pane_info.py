@@ -28,9 +28,8 @@ from hypothesis import strategies as st
 
 from headrace.model.reduce import Element, KeyState, Pane, ReduceFnRunner
 from headrace.model.time import MAX_TIMESTAMP_MICROS, MIN_TIMESTAMP_MICROS
-from headrace.model.window import (
-    GLOBAL_WINDOWS_TUPLE, IntervalWindow, Sessions, TimestampCombiner, Windowing,
-)
+from headrace.model.window import GLOBAL_WINDOWS_TUPLE, IntervalWindow, Sessions
+from headrace.model.strategy import TimestampCombiner, Windowing
 from headrace.model.windowed import PaneInfo, PaneInfoTiming
 from headrace.transforms.trigger import (
     AccumulationMode, AfterCount, AfterWatermark, Always, DefaultTrigger, Repeatedly,

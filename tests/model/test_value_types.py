@@ -21,8 +21,9 @@ from headrace.model.combine import CombineFn
 from headrace.model.triggers.algebra import LeafTrigger, TriggerFn
 from headrace.model.window import (
     GLOBAL_WINDOW, BoundedWindow, FixedWindows, GlobalWindow, GlobalWindows, IntervalWindow,
-    NonMergingWindowFn, Sessions, TimestampCombiner, WindowFn, Windowing,
+    NonMergingWindowFn, Sessions, WindowFn,
 )
+from headrace.model.strategy import TimestampCombiner, Windowing
 from headrace.model.windowed import PANE_INFO_UNKNOWN, PaneInfo, PaneInfoTiming
 from headrace.pipeline.dofn import DoFn
 from headrace.transforms.trigger import AccumulationMode, AfterCount, Repeatedly

@@ -23,8 +23,10 @@ from headrace.model.combine import (CombineFn, CountCombineFn, MaxCombineFn, Mea
                                     SumCombineFn)
 from headrace.model.reduce import Element, KeyState, ReduceFnRunner
 from headrace.model.time import MAX_TIMESTAMP_MICROS, MIN_TIMESTAMP_MICROS
-from headrace.model.window import (GLOBAL_WINDOWS_TUPLE, FixedWindows, GlobalWindow, GlobalWindows,
-                                   Sessions, SlidingWindows, TimestampCombiner, Windowing)
+from headrace.model.window import (
+    GLOBAL_WINDOWS_TUPLE, FixedWindows, GlobalWindow, GlobalWindows, Sessions, SlidingWindows,
+)
+from headrace.model.strategy import TimestampCombiner, Windowing
 from headrace.runners.spark.fastpath.combine import vector_combiner
 from headrace.runners.spark.fastpath.evaluate import compile_chain
 

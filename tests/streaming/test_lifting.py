@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from headrace.model.window import FixedWindows, Sessions, SlidingWindows, TimestampCombiner, Windowing
+from headrace.model.window import FixedWindows, Sessions, SlidingWindows
+from headrace.model.strategy import TimestampCombiner, Windowing
 from headrace.runners.spark.streaming.runner import LIFT_ALL, LIFT_SPLIT, lift_mode
 from headrace.transforms.trigger import (
     AfterAll, AfterAny, AfterCount, AfterProcessingTime, AfterWatermark, AtPeriod, DefaultTrigger,

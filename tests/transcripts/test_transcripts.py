@@ -30,8 +30,8 @@ from headrace.model.time import (
 )
 from headrace.model.window import (
     GLOBAL_WINDOWS_TUPLE, FixedWindows, GlobalWindow, GlobalWindows, Sessions, SlidingWindows,
-    TimestampCombiner, Windowing,
 )
+from headrace.model.strategy import TimestampCombiner, Windowing
 from headrace.model.windowed import TimestampedValue
 from headrace.testing.test_stream import TestStream
 from headrace.transforms import trigger as trigger_module

@@ -27,7 +27,7 @@ from headrace.model import coders
 from headrace.model.combine import CombineFn
 from headrace.model.reduce import Element, KeyState, Pane, ReduceFnRunner, ReduceResult
 from headrace.model.time import MAX_TIMESTAMP_MICROS
-from headrace.model.window import Windowing
+from headrace.model.strategy import Windowing
 from headrace.model.windowed import PANE_INFO_UNKNOWN, WindowedValue
 
 DROPPED_LATE = "dropped_late_elements"

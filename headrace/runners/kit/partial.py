@@ -15,8 +15,8 @@ from operator import itemgetter
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
 from headrace.model.combine import CombineFn
-from headrace.model.window import (BoundedWindow, IntervalWindow, Sessions, TimestampCombiner, WindowFn,
-                                   Windowing)
+from headrace.model.window import BoundedWindow, IntervalWindow, Sessions, WindowFn
+from headrace.model.strategy import TimestampCombiner, Windowing
 from headrace.runners.kit.grouping import grouping_key_bytes, key_of, split_kv
 
 #: `record(key bytes, key, accumulator, timestamp, window)`: what `PartialCombiner.emit` yields.

@@ -38,7 +38,7 @@ from headrace.model.time import (
     END_OF_GLOBAL_WINDOW_MICROS, MAX_TIMESTAMP_MICROS, MIN_TIMESTAMP_MICROS, Timestamp,
     set_processing_time,
 )
-from headrace.model.window import Windowing
+from headrace.model.strategy import Windowing
 from headrace.model.windowed import WindowedValue
 from headrace.runners.kit.dofn_runner import ParDoRunner
 from headrace.runners.kit.grouping import DROPPED_LATE, split_kv

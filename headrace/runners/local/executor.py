@@ -10,7 +10,7 @@ unbounded Read likewise reads what its source has now, then the pipeline settles
 from __future__ import annotations
 
 import gc
-from typing import Any, Dict, List, Optional, Union
+from typing import Any, Dict, List, Optional, Sequence, Union
 
 from headrace.errors import PipelineExecutionError
 from headrace.metrics.metric import MetricsContainer
@@ -23,12 +23,12 @@ from headrace.runners.kit.side_inputs import SideInputReader
 from headrace.runners.local.clock import RealClock, VirtualClock
 from headrace.runners.local.units import (
     Bundle, GroupUnit, PassUnit, SourceUnit, StageUnit, StatefulUnit, TagOutput, TestStreamUnit,
-    UnboundedReadUnit, Unit,
+    UnboundedReadUnit, Unit, UnitHost,
 )
 
 
-class Executor:
-    """Runs one pipeline on the local runner (see the module doc)."""
+class Executor(UnitHost):
+    """Runs one pipeline on the local runner (see the module doc); units see it as a `UnitHost`."""
 
     def __init__(self, pipeline: Pipeline, options: Any) -> None:
         lo = options.view_as(LocalRunnerOptions)
@@ -46,7 +46,7 @@ class Executor:
         self.side_pcolls: set = set()
         self._build(pipeline)
         virtual = any(isinstance(u, TestStreamUnit) for u in self.streams)
-        self.clock: Any = VirtualClock() if virtual else RealClock()
+        self.clock: Union[RealClock, VirtualClock] = VirtualClock() if virtual else RealClock()
         self.ptime_units: List[Any] = [
             u for u in self.units
             if (isinstance(u, GroupUnit) and not u.watermark_only) or isinstance(u, StatefulUnit)]
@@ -87,6 +87,7 @@ class Executor:
     # ---- data flow ------------------------------------------------------------------
 
     def emit(self, pc: PCollection, bundle: Bundle) -> None:
+        """Hands a bundle of `pc` to the units that read it (and to its side-input contents)."""
         if pc in self.side_pcolls:
             contents = self.side_contents[pc]
             for wv in bundle:
@@ -97,10 +98,14 @@ class Executor:
             unit.enqueue(bundle, wm)
 
     def watermark(self, pc: PCollection) -> int:
+        """The output watermark of the unit that produces `pc`, in microseconds."""
         return self.producer_unit[pc].output_wm
 
-    def side_input_reader(self, nodes: List[AppliedPTransform]) -> Optional[SideInputReader]:
-        contents = {s: self.side_contents[s.pvalue] for n in nodes for s in n.side_inputs}
+    def side_input_reader(self, nodes: Sequence[AppliedPTransform]) -> Optional[SideInputReader]:
+        """A reader of the side inputs of `nodes` (None when they have none); the contents of a
+        side input are kept from the first time a unit asks for a reader of it."""
+        contents = {s: self.side_contents.setdefault(s.pvalue, {})
+                    for n in nodes for s in n.side_inputs}
         return SideInputReader(contents) if contents else None
 
     def _advance_watermarks(self) -> bool:

@@ -1,7 +1,9 @@
 """The executable units of the local runner, one per planned unit (`runners.kit.plan`).
 
 Each unit has an input queue of bundles, an output watermark, and a hold on it; the executor
-(`executor.py`) asks units to run their queued bundles and moves their watermarks:
+(`executor.py`) asks units to run their queued bundles and moves their watermarks. A unit sees
+the executor only through `UnitHost`, the few settings and calls listed there (this module
+does not import the executor):
 
 * `SourceUnit`: Create / Read, cut into bundles of `--bundle_size`;
 * `TestStreamUnit`: replays a TestStream's script, one event per settled pipeline;
@@ -19,7 +21,7 @@ from __future__ import annotations
 
 import pickle
 import time
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Protocol, Sequence, Tuple, Union
 
 from headrace.io.iobase import Read, batched
 from headrace.metrics.metric import MetricsContainer, metrics_scope
@@ -34,7 +36,7 @@ from headrace.runners.kit.grouping import (
     GroupingCore, grouping_errors, grouping_key_bytes, key_of, pane_element,
 )
 from headrace.runners.kit.plan import Stage
-from headrace.runners.kit.side_inputs import SideInputCombiner
+from headrace.runners.kit.side_inputs import SideInputCombiner, SideInputReader
 from headrace.runners.kit.sources import (
     read_bundles, read_unbounded, split_source, to_windowed_value, unbounded_available,
     unbounded_watermark,
@@ -43,14 +45,39 @@ from headrace.runners.kit.stage import FusedStage
 from headrace.runners.kit.stateful import (
     StatefulCore, StatefulSpec, StatefulStep, UserKeyState, keyed_elements,
 )
-from headrace.runners.local.clock import VirtualClock
+from headrace.runners.local.clock import RealClock, VirtualClock
 from headrace.testing.test_stream import ElementEvent, ProcessingTimeEvent, TestStream, WatermarkEvent
 from headrace.transforms.core import CombinePerKey, Create
 
-if TYPE_CHECKING:
-    from headrace.runners.local.executor import Executor
-
 Bundle = List[WindowedValue]
+
+
+class UnitHost(Protocol):
+    """What a unit needs from the executor that runs it (the executor implements this)."""
+
+    #: Elements per bundle a unit emits (`--bundle_size`).
+    bundle_size: int
+    #: Attempts per bundle before a failure fails the pipeline (`--max_bundle_attempts`).
+    max_attempts: int
+    #: Into how many bundles a bounded source is split.
+    parallelism: int
+    #: Metrics of committed bundle attempts, and of every attempt.
+    committed: MetricsContainer
+    attempted: MetricsContainer
+    #: Processing time: virtual when the pipeline has a TestStream, else the system clock.
+    clock: Union[RealClock, VirtualClock]
+
+    def emit(self, pc: PCollection, bundle: Bundle) -> None:
+        """Hands a bundle of `pc` to the units that read it (and to its side-input contents)."""
+        ...
+
+    def watermark(self, pc: PCollection) -> int:
+        """The output watermark of the unit that produces `pc`, in microseconds."""
+        ...
+
+    def side_input_reader(self, nodes: Sequence[AppliedPTransform]) -> Optional[SideInputReader]:
+        """A reader of the side inputs of `nodes` (None when they have none)."""
+        ...
 
 
 class Unit:
@@ -60,7 +87,7 @@ class Unit:
     side_pcolls: Tuple[PCollection, ...] = ()
     outputs: Tuple[PCollection, ...] = ()
 
-    def __init__(self, ex: "Executor", label: str) -> None:
+    def __init__(self, ex: UnitHost, label: str) -> None:
         self.ex = ex
         self.label = label
         self.queue: List[Bundle] = []
@@ -102,7 +129,7 @@ class Unit:
 class SourceUnit(Unit):
     """Create and Read: emits the source's elements in bundles, then releases its watermark."""
 
-    def __init__(self, ex: "Executor", node: AppliedPTransform) -> None:
+    def __init__(self, ex: UnitHost, node: AppliedPTransform) -> None:
         super().__init__(ex, node.full_label)
         self.node = node
         self.outputs = (node.outputs[None],)
@@ -140,7 +167,7 @@ class UnboundedReadUnit(Unit):
 
     POLL_SECONDS = 0.02
 
-    def __init__(self, ex: "Executor", node: AppliedPTransform) -> None:
+    def __init__(self, ex: UnitHost, node: AppliedPTransform) -> None:
         super().__init__(ex, node.full_label)
         t = node.transform
         assert isinstance(t, Read)
@@ -184,7 +211,7 @@ class TagOutput:
 class TestStreamUnit(Unit):
     """Replays a TestStream script one event at a time (the executor settles between events)."""
 
-    def __init__(self, ex: "Executor", node: AppliedPTransform) -> None:
+    def __init__(self, ex: UnitHost, node: AppliedPTransform) -> None:
         super().__init__(ex, node.full_label)
         t = node.transform
         assert isinstance(t, TestStream)
@@ -225,7 +252,7 @@ class TestStreamUnit(Unit):
             clock.advance(event.advance_by.micros)
 
 
-def _side_inputs_ready(ex: "Executor", sides: Tuple[Any, ...], window: Any) -> bool:
+def _side_inputs_ready(ex: UnitHost, sides: Tuple[Any, ...], window: Any) -> bool:
     """Whether every side input's watermark has passed the end of the side window `window` reads."""
     for s in sides:
         wm = ex.watermark(s.pvalue)
@@ -239,7 +266,7 @@ def _side_inputs_ready(ex: "Executor", sides: Tuple[Any, ...], window: Any) -> b
 class StageUnit(Unit):
     """A fused tree of element-wise steps rooted at one input PCollection (a `FusedStage`)."""
 
-    def __init__(self, ex: "Executor", planned: Stage) -> None:
+    def __init__(self, ex: UnitHost, planned: Stage) -> None:
         super().__init__(ex, planned.label)
         self.root = planned.root
         self.inputs = (planned.root,)
@@ -348,7 +375,7 @@ class GroupUnit(Unit):
     processing-time wakeup is due are called back on every settling cycle (`on_processing_time`).
     """
 
-    def __init__(self, ex: "Executor", node: AppliedPTransform) -> None:
+    def __init__(self, ex: UnitHost, node: AppliedPTransform) -> None:
         super().__init__(ex, node.full_label)
         self.node = node
         source = node.inputs[0]
@@ -369,8 +396,6 @@ class GroupUnit(Unit):
         if combine_fn is not None and node.side_inputs:
             assert isinstance(t, CombinePerKey)
             self.side_combiner = SideInputCombiner(self.label, combine_fn, t.args, t.kwargs)
-            for side in node.side_inputs:
-                ex.side_contents.setdefault(side.pvalue, {})
             self.side_combiner.reader = ex.side_input_reader([node])
             self.side_pcolls = tuple({s.pvalue: None for s in node.side_inputs})
             combine_fn = None
@@ -579,7 +604,7 @@ class StatefulUnit(Unit):
     timers a watermark or processing-time advance makes due, is one bundle of the DoFn: if it
     fails, its outputs and the state changes it made are dropped and it is retried whole."""
 
-    def __init__(self, ex: "Executor", node: AppliedPTransform) -> None:
+    def __init__(self, ex: UnitHost, node: AppliedPTransform) -> None:
         super().__init__(ex, node.full_label)
         self.inputs = (node.inputs[0],)
         spec = StatefulSpec.of(node)
@@ -686,7 +711,7 @@ class StatefulUnit(Unit):
 class PassUnit(Unit):
     """Flatten and Reshuffle: pass bundles on (Reshuffle re-bundles them)."""
 
-    def __init__(self, ex: "Executor", node: AppliedPTransform) -> None:
+    def __init__(self, ex: UnitHost, node: AppliedPTransform) -> None:
         super().__init__(ex, node.full_label)
         self.inputs = tuple(node.inputs)
         self.outputs = (node.outputs[None],)

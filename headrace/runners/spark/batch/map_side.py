@@ -13,7 +13,7 @@ from headrace.errors import PipelineExecutionError
 from headrace.io.iobase import ArrowBatchSource, batched
 from headrace.metrics.metric import MetricsContainer, metrics_scope, set_current_step
 from headrace.model import coders
-from headrace.model.window import Windowing
+from headrace.model.strategy import Windowing
 from headrace.model.windowed import WindowedValue
 from headrace.runners.kit.grouping import grouping_errors, grouping_key_bytes, key_of
 from headrace.runners.kit.partial import PartialCombiner

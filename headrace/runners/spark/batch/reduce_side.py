@@ -11,7 +11,8 @@ from headrace.metrics.metric import MetricsContainer, metrics_scope
 from headrace.model import coders
 from headrace.model.reduce import Element, KeyState
 from headrace.model.time import MAX_TIMESTAMP_MICROS, MIN_TIMESTAMP_MICROS
-from headrace.model.window import Sessions, Windowing
+from headrace.model.strategy import Windowing
+from headrace.model.window import Sessions
 from headrace.model.windowed import WindowedValue
 from headrace.runners.kit.grouping import GroupingCore
 from headrace.runners.kit.stateful import StatefulCore, StatefulSpec, StatefulStep, UserKeyState

@@ -24,8 +24,8 @@ import pyarrow.compute as pc
 
 from headrace.model.combine import (CountCombineFn, MaxCombineFn, MeanCombineFn, MinCombineFn,
                                     SumCombineFn)
-from headrace.model.window import (GLOBAL_WINDOW, FixedWindows, GlobalWindows, IntervalWindow,
-                                   Sessions, Windowing)
+from headrace.model.window import GLOBAL_WINDOW, FixedWindows, GlobalWindows, IntervalWindow, Sessions
+from headrace.model.strategy import Windowing
 from headrace.runners.kit.partial import keeps_latest
 from headrace.runners.spark.fastpath.evaluate import (_FLOAT, _INT, _STR, _TIME_GUARD, _WINDOWFNS, _V,
                                                       VectorBundle)

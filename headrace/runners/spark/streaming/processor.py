@@ -36,7 +36,7 @@ from headrace.model import coders
 from headrace.model.reduce import Element, KeyState
 from headrace.model.time import MAX_TIMESTAMP_MICROS, MIN_TIMESTAMP_MICROS
 from headrace.model.window import side_input_window
-from headrace.model.window import Windowing
+from headrace.model.strategy import Windowing
 from headrace.model.windowed import WindowedValue
 from headrace.runners.kit.grouping import GroupingCore, grouping_errors, pane_element
 from headrace.runners.kit.stateful import (

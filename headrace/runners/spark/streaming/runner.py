@@ -46,7 +46,8 @@ from headrace.model import coders
 from headrace.model.triggers.algebra import (
     AfterAll, AfterEach, AfterFirst, EndOfWindow, Never, OrFinally, Repeat, SinceEarliestElem,
 )
-from headrace.model.window import Sessions, TimestampCombiner, Windowing
+from headrace.model.window import Sessions
+from headrace.model.strategy import TimestampCombiner, Windowing
 from headrace.options.pipeline_options import LocalRunnerOptions, SparkRunnerOptions
 from headrace.pipeline.pipeline import Pipeline, PipelineResult, PipelineState
 from headrace.runners.kit import plan as planning

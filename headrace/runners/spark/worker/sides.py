@@ -6,7 +6,7 @@ from __future__ import annotations
 import copy
 from typing import Any, Dict, Iterable, List, Mapping, Tuple
 
-from headrace.model.window import Windowing
+from headrace.model.strategy import Windowing
 from headrace.runners.kit.side_inputs import SideInputReader
 
 
