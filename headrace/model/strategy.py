@@ -81,7 +81,7 @@ class Windowing:
 
     An immutable value: a frozen dataclass whose constructor validates and normalises its
     arguments (Beam's spellings: `allowed_lateness` in seconds or a Duration, None for the
-    defaults). Equality is identity (`eq=False`), as it was before it became a dataclass.
+    defaults). Equality is identity (`eq=False`): two strategies built alike are still two.
     """
 
     windowfn: WindowFn
