@@ -1,4 +1,4 @@
-"""The trigger algebra by example: the examples of Beam's trigger specification, asserted literally through current().
+"""The trigger algebra by example: Beam's trigger specification's examples, asserted through current().
 
 Times are in seconds in `Run` and `ctx(...)` takes microseconds (`S` = one second). Each
 expected value comes from the spec; the comment above it says which rule gives it.
