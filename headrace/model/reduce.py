@@ -70,8 +70,9 @@ it), Lifetime (when it is cleared).
   delivered (it holds the output watermark too). Style: DIRECT. Merging: a new merge result
   sets its own if it ends after the watermark. Lifetime: until the watermark passes the end.
 * `WindowState.trigger_state`: State: the trigger's state (plain data; the trigger itself is
-  an immutable spec). Style: DIRECT. Merging: `further(rewind(s1), rewind(s2), ...)` (seed
-  000). Lifetime: until the trigger finishes (the window is closed) or garbage collection.
+  an immutable spec). Style: DIRECT. Merging: `further(rewind(s1), rewind(s2), ...)` (Beam's
+  trigger specification). Lifetime: until the trigger finishes (the window is closed) or
+  garbage collection.
 * `WindowState.pane_index`, `nonspec_index`, `last_timing` (the pane tracker): State: the next
   pane's index and non-speculative index, the last pane's timing. Style: DIRECT (Java's
   PaneInfoTracker). Merging: a new merge result starts afresh; a result equal to one of the

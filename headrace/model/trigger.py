@@ -3,8 +3,8 @@
 A re-export, so the rest of headrace (and `headrace.transforms.trigger`, Beam's public
 module) imports triggers from one place. The code is in:
 
-* `headrace.model.triggers.algebra`: the formal trigger algebra of seed 000 (TriggerContext,
-  TriggerFn, LeafTrigger, ElemCount, EndOfWindow, SinceEarliestElem, AtPeriod, Never, Done,
+* `headrace.model.triggers.algebra`: the formal trigger algebra of Beam's trigger specification
+  (TriggerContext, TriggerFn, LeafTrigger, ElemCount, EndOfWindow, SinceEarliestElem, AtPeriod, Never, Done,
   AfterFirst, AfterAll, AfterEach, Repeat, OrFinally, check_trigger);
 * `headrace.model.triggers.sugar`: Beam's names (AfterCount, AfterProcessingTime, AfterAny,
   Repeatedly, AfterWatermark, DefaultTrigger, Always) and the paper's (AtCount, AtWatermark,

@@ -76,7 +76,7 @@ class IntervalWindow(BoundedWindow):
     `__setattr__` on this class costs the same); hash, == and dict lookups are unchanged only
     with these hand-written methods (a dataclass's generated ones take 1.3-2x as long). Frozen
     windows and PaneInfo together cost 3.7% more instructions on benchmarks/windowed_sum.py's
-    sessions pipeline (docs/architecture.md, "Value types and hooks").
+    sessions pipeline (docs/design/value-types-and-hooks.md).
     """
 
     __slots__ = ("start_us", "_hash")

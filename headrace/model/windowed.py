@@ -25,8 +25,8 @@ class PaneInfo:
     per pane unpickled), and a frozen class's constructor cannot use plain attribute stores:
     170 ns as written, 360-390 ns frozen with the slots set through their descriptors, 530 ns
     through `object.__setattr__`, 600 ns with the generated `__init__` (CPython 3.11, timeit),
-    2.4% more instructions on benchmarks/windowed_sum.py (docs/architecture.md, "Value types
-    and hooks"). Never assign to its attributes.
+    2.4% more instructions on benchmarks/windowed_sum.py (docs/design/value-types-and-hooks.md).
+    Never assign to its attributes.
     """
 
     __slots__ = ("is_first", "is_last", "timing", "index", "nonspeculative_index")

@@ -1,6 +1,7 @@
 """Helpers for the trigger-algebra tests: contexts, a driver, and the spec's tables written literally.
 
-The spec is Beam's formal trigger specification (seed 000). The reference functions here
+The spec is Beam's formal trigger specification (Kenneth Knowles, "Apache Beam Triggering
+Semantics"). The reference functions here
 (`spec_is_done`, `tombstones`) work on trigger *values* as `current(state)` writes them, so
 they check the implementation against the spec's own tables, not against itself.
 """

@@ -1,4 +1,4 @@
-"""The trigger algebra by example: the spec's (seed 000) examples, asserted literally through current().
+"""The trigger algebra by example: Beam's trigger specification's examples, asserted through current().
 
 Times are in seconds in `Run` and `ctx(...)` takes microseconds (`S` = one second). Each
 expected value comes from the spec; the comment above it says which rule gives it.
@@ -27,7 +27,7 @@ AE = AfterEach(R1, R2, R3)
 
 
 def test_after_each_merge_example_from_written_states():
-    # seed 000: AfterEach(R1, R2, R3) ⊕ AfterEach(<done>, <done>, R3) = AfterEach(<done>, R2', R3):
+    # the spec: AfterEach(R1, R2, R3) ⊕ AfterEach(<done>, <done>, R3) = AfterEach(<done>, R2', R3):
     # merging rewinds (R2 = EndOfWindow comes back, the merged window's end being ahead of
     # the watermark) and `further` moves forward (R1 is done in one of the two).
     fresh = Run(AE, win(20, 30)).elem().state          # R1 has seen one element

@@ -1,4 +1,4 @@
-"""The laws of Beam's trigger specification (seed 000), as properties over random trigger trees.
+"""The laws of Beam's trigger specification, as properties over random trigger trees.
 
 Trees respect the spec's grammar:
 
@@ -193,7 +193,7 @@ def assert_monotone(t, s, window, wm, pt, quiet):
 @LAWS
 @given(t=TRIGGERS_WITH_DONE, window=WINDOWS, history=EVENTS, quiet=QUIET_EVENTS)
 def test_ready_is_monotone(t, window, history, quiet):
-    # seed 000: "PR({e1..en},t) => PR({e1..en..en+k},t+Δ)" and
+    # the spec: "PR({e1..en},t) => PR({e1..en..en+k},t+Δ)" and
     # "readyR(state) => readyR(onElement(state)) and readyR(onTimer(state))"
     s, wm, pt, _ = drive(t, window, history)
     assert_monotone(t, s, window, wm, pt, quiet)
@@ -214,7 +214,7 @@ def test_ready_is_monotone_after_a_merge(case, quiet):
 @MERGE_LAWS
 @given(case=merge_cases(n=3))
 def test_merge_is_commutative(case):
-    # seed 000: "触发器合并需要满足交换律和结合律" (merging must be commutative and associative);
+    # the spec: merging the triggers of merged windows must be commutative and associative;
     # the order in which windows are listed must not matter
     t, (a, b, c), mctx = run_case(case)
     assert t.merge_states([a, b], mctx) == t.merge_states([b, a], mctx)
@@ -244,8 +244,8 @@ def assert_associative(t, a, b, c, mctx):
 @example(case=REWIND_MERGE)
 @given(case=merge_cases(n=3))
 def test_merge_is_associative(case):
-    # seed 000: "触发器合并需要满足交换律和结合律" (merging must be commutative and
-    # associative), whatever the watermark. The explicit example is a regression: when
+    # the spec: merging the triggers of merged windows must be commutative and associative,
+    # whatever the watermark. The explicit example is a regression: when
     # AfterEach.rewind chose the active child before rewinding, merge_states([a, b, c]) gave
     #   AfterEach(EndOfWindow(), Done(ElemCount(1)), ElemCount(1))
     # but merging a with b first, then with c, gave
@@ -271,7 +271,7 @@ def test_an_empty_window_merges_as_the_identity(case):
 @given(t=triggers(counts_only=True), n1=st.integers(0, 6), n2=st.integers(0, 6),
        w1=INTERVAL_WINDOWS, w2=INTERVAL_WINDOWS)
 def test_merged_counts_are_the_counts_of_the_union(t, n1, n2, w1, w2):
-    # seed 000: "ready_{R1⊕R2}(state1 ⊕ state2) ⇔ P_{R1⊕R2}({x1..xn, y1..ym}, t)" with
+    # the spec: "ready_{R1⊕R2}(state1 ⊕ state2) ⇔ P_{R1⊕R2}({x1..xn, y1..ym}, t)" with
     # merge_ElemCount(k)(m, n) = m + n. States that never fired: ElemCount(k) is ready in the
     # merged window exactly when n1 + n2 >= k, as if one window had seen all elements.
     s1, _, _, _ = drive(t, w1, [("elem", 0)] * n1, fire=False)

@@ -1,4 +1,4 @@
-"""The model's value types and extension points (docs/architecture.md, "Value types and hooks").
+"""The model's value types and extension points (docs/design/value-types-and-hooks.md).
 
 Windowing is a frozen dataclass; windows and PaneInfo are hand-written __slots__ classes
 (measured: a frozen dataclass costs their per-element constructors) whose equality, hash,
