@@ -283,8 +283,8 @@ def test_no_import_cycle_between_packages():
     graph = unit_graph(headrace_sources())
     cycle = find_cycle(graph)
     assert cycle is None, (
-        "import cycle between headrace's packages (see 'Dependencies between the packages' in "
-        "docs/architecture.md): " + describe_cycle(graph, cycle))
+        "import cycle between headrace's packages (see 'Layering rules' in docs/architecture.md): "
+        + describe_cycle(graph, cycle))
 
 
 def test_nothing_below_the_runners_imports_them():
