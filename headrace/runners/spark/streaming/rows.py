@@ -76,6 +76,16 @@ def grouping_of(key: bytes) -> int:
     return int(struct.unpack_from(">H", key)[0])
 
 
+def add_items(batches: Dict[int, List[Tuple[int, Any]]],
+              items: List[Tuple[int, int, Any]]) -> None:
+    """Adds a KEYED row's (bundle, place, element) items to {bundle: [(place, element)]}."""
+    for bundle, seq, wv in items:
+        lst = batches.get(bundle)
+        if lst is None:
+            lst = batches[bundle] = []
+        lst.append((seq, wv))
+
+
 def dumps(obj: Any) -> bytes:
     """Pickles a control value or a report."""
     return pickle.dumps(obj, pickle.HIGHEST_PROTOCOL)
