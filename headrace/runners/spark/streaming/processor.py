@@ -57,7 +57,7 @@ def processor(specs: Dict[int, Any], forward_key: bytes, env: Any) -> Any:
             self.stateful = StatefulOperator(self.cell, stateful, env.max_attempts)
 
         def handleInputRows(self, key: Any, rows_: Any, timerValues: Any) -> Iterator[Any]:
-            return _guard(self._input(key, rows_))
+            return _guard(self._input(key, rows_), env)
 
         def handleExpiredTimer(self, key: Any, timerValues: Any, expiredTimerInfo: Any
                                ) -> Iterator[Any]:
@@ -65,9 +65,9 @@ def processor(specs: Dict[int, Any], forward_key: bytes, env: Any) -> Any:
             ctl = self.cell.control()
             expired = expiredTimerInfo.getExpiryTimeInMs()
             if g in side_steps:
-                return _guard(self.side_steps.run(g, ctl, (), expired))
+                return _guard(self.side_steps.run(g, ctl, (), expired), env)
             op = self.stateful if g in stateful else self.groupings
-            return _guard(op.run(g, ctl, {}, expired))
+            return _guard(op.run(g, ctl, {}, expired), env)
 
         def close(self) -> None:
             self.stateful.close()
@@ -107,14 +107,16 @@ def processor(specs: Dict[int, Any], forward_key: bytes, env: Any) -> Any:
             if side_specs:
                 yield from self.store.receive(new_sides)
 
-    def _guard(gen: Iterator[rows.Row]) -> Iterator[Any]:
-        try:
-            for t in gen:
-                yield _as_row(t)
-        except PipelineExecutionError as exc:
-            raise env.fail(exc) from exc
-
     return HeadraceGroupings()
+
+
+def _guard(gen: Iterator[rows.Row], env: Any) -> Iterator[Any]:
+    """`gen`'s rows as pyspark Rows; a pipeline failure recorded (`WorkerEnv.fail`)."""
+    try:
+        for t in gen:
+            yield _as_row(t)
+    except PipelineExecutionError as exc:
+        raise env.fail(exc) from exc
 
 
 _ROW: Any = None

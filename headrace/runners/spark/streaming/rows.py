@@ -27,7 +27,7 @@ from __future__ import annotations
 import pickle
 import struct
 import zlib
-from typing import Any, Dict, List, NamedTuple, Tuple
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 CTL = 0
 KEYED = 1
@@ -56,6 +56,28 @@ def spark_schema() -> Any:
     return StructType([StructField("kind", IntegerType()), StructField("pc", IntegerType()),
                        StructField("key", BinaryType()), StructField("bundle", LongType()),
                        StructField("seq", LongType()), StructField("payload", BinaryType())])
+
+
+class Columns:
+    """The output columns of one partition of a level (`stages`): PASS rows without a key are
+    spread over the next operator's partitions (`ctl_keys`)."""
+
+    def __init__(self, ctl_keys: Optional[Sequence[bytes]]) -> None:
+        self.cols: Dict[str, List[Any]] = {c: [] for c in COLUMNS}
+        self.spread = tuple(ctl_keys) if ctl_keys else (b"",)
+        self.size = 0
+
+    def add(self, kind: int, pc: int, key: Optional[bytes], bundle: int, seq: int,
+            payload: bytes) -> None:
+        """Adds a row (`key` None: the next of the spread keys)."""
+        c = self.cols
+        c["kind"].append(kind)
+        c["pc"].append(pc)
+        c["key"].append(key if key is not None else self.spread[self.size % len(self.spread)])
+        c["bundle"].append(bundle)
+        c["seq"].append(seq)
+        c["payload"].append(payload)
+        self.size += 1
 
 
 def grouping_key(g: int, key_bytes: bytes) -> bytes:
