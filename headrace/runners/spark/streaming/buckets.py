@@ -29,7 +29,7 @@ from headrace.model.time import MAX_TIMESTAMP_MICROS
 from headrace.model.windowed import WindowedValue
 from headrace.runners.spark.streaming import rows
 from headrace.runners.spark.streaming.coordinator import to_clock
-from headrace.runners.spark.streaming.rows import Control
+from headrace.runners.spark.streaming.offsets import Control
 from headrace.runners.spark.worker.packing import pack
 
 MAX = MAX_TIMESTAMP_MICROS

@@ -30,7 +30,7 @@ from headrace.runners.spark.streaming import rows
 from headrace.runners.spark.streaming.buckets import (
     MAX, BucketOperator, KeyCell, KeyRecord, Outputs, wakeup_clock,
 )
-from headrace.runners.spark.streaming.rows import Control
+from headrace.runners.spark.streaming.offsets import Control
 from headrace.runners.spark.streaming.side_steps import SideInputStore, Sides, window_ready
 from headrace.runners.spark.worker.sides import combiner_arguments, side_reader
 
@@ -100,7 +100,8 @@ class GroupingOperator(BucketOperator):
             batches, partials = got, None
         core = self._core(g)
         rec = recs.get(kb)
-        prev, cur, pt = ctl.w_prev[g], ctl.w[g], ctl.pt[g]
+        prev, cur = ctl.input_watermarks_before[g], ctl.input_watermarks[g]
+        pt = ctl.processing_times[g]
         out: List[WindowedValue] = []
         late: Optional[List[WindowedValue]] = [] if spec.late_pc is not None else None
         with metrics_scope(metrics, spec.label), grouping_errors(spec.label):
@@ -128,9 +129,9 @@ class GroupingOperator(BucketOperator):
         _settle(g, core, recs, kb, rec, ctl, wakeup)
         # Output made before the watermark moved and output made after are two bundles, as
         # they are two settle passes of the local runner (a batch may hold both, `coordinator`).
-        for pc, lst, bundle in ((spec.main_pc, out[:split], 2 * ctl.n),
-                                (spec.main_pc, out[split:], 2 * ctl.n + 1),
-                                (spec.late_pc, late, 2 * ctl.n)):
+        for pc, lst, bundle in ((spec.main_pc, out[:split], 2 * ctl.batch),
+                                (spec.main_pc, out[split:], 2 * ctl.batch + 1),
+                                (spec.late_pc, late, 2 * ctl.batch)):
             if lst:
                 have = outs.get((pc, bundle))   # type: ignore[arg-type]
                 if have is None:
@@ -176,7 +177,7 @@ class GroupingOperator(BucketOperator):
             combiner.setup()
         contents = self.store.contents.get(g, {})
         combiner.reader = side_reader(contents, combiner_arguments(combiner))
-        side_wms = ctl.s.get(str(g), [])
+        side_wms = ctl.side_input_watermarks.get(g, [])
         out: List[WindowedValue] = []
         still = []
         for p in rec.waiting:
@@ -250,7 +251,7 @@ def _settle(g: int, core: GroupingCore, recs: Dict[bytes, KeyRecord], kb: bytes,
     """Notes a key's hold, processing-time wakeup and next wakeup of its bucket's Spark timer
     (`BucketOperator.run` registers and reports them), or forgets the key."""
     state = rec.state
-    cur, pt = ctl.w[g], ctl.pt[g]
+    cur, pt = ctl.input_watermarks[g], ctl.processing_times[g]
     if state.is_empty():
         hold = ptime = MAX
         timer = None

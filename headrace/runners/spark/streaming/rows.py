@@ -27,7 +27,7 @@ from __future__ import annotations
 import pickle
 import struct
 import zlib
-from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 CTL = 0
 KEYED = 1
@@ -116,32 +116,3 @@ def dumps(obj: Any) -> bytes:
 def loads(data: bytes) -> Any:
     """Unpickles what `dumps` made."""
     return pickle.loads(data)
-
-
-class Control(NamedTuple):
-    """What every operator of one micro-batch must know, from the batch's offset (replay-stable):
-    batch number `n`, the groupings' input watermarks before (`w_prev`) and in (`w`) this batch,
-    their output watermarks (`o`), their processing times `pt` (one per grouping: each island of
-    the pipeline has its own, see `coordinator`), the Spark clock of this batch
-    (`clock`, Spark's watermark in it) and of the next (`stamp`), and the watermarks of the
-    side inputs of each side step (`s`, by step index), and the output watermarks in the
-    previous batch (`o_prev`: what the next level's input watermark was then)."""
-
-    n: int
-    w_prev: List[int]
-    w: List[int]
-    o: List[int]
-    pt: List[int]
-    clock: int
-    stamp: int
-    s: Dict[str, List[int]]
-    o_prev: List[int]
-
-    @classmethod
-    def between(cls, start: Dict[str, Any], end: Dict[str, Any]) -> "Control":
-        """The control values of the batch from offset `start` to offset `end`."""
-        gpt = end.get("gpt")
-        if gpt is None:  # an offset written before islands: one processing time for all
-            gpt = [end["pt"]] * len(end["w"])
-        return cls(end["n"], list(start["w"]), list(end["w"]), list(end["o"]), list(gpt),
-                   end["clock"], end["stamp"], dict(end.get("s", {})), list(start["o"]))

@@ -23,7 +23,7 @@ from headrace.model.window import side_input_window
 from headrace.model.windowed import WindowedValue
 from headrace.runners.spark.streaming import rows
 from headrace.runners.spark.streaming.buckets import KeyCell
-from headrace.runners.spark.streaming.rows import Control
+from headrace.runners.spark.streaming.offsets import Control
 from headrace.runners.spark.worker.packing import pack
 
 MAX = MAX_TIMESTAMP_MICROS
@@ -128,12 +128,12 @@ class SideStepOperator:
         step = self.steps[g]
         rec: Any = self.cell.load() or SideRecord()
         waiting: List[Tuple[int, WindowedValue]] = list(rec.waiting)
-        came = ctl.w_prev[g]
+        came = ctl.input_watermarks_before[g]
         for _, wv in _arrived(rows_):
             waiting.append((came, wv))
         released, kept = self._release(step, ctl, waiting)
         if released:
-            yield (rows.PASS, step.released, b"", ctl.n, 0, pack(released))
+            yield (rows.PASS, step.released, b"", ctl.batch, 0, pack(released))
         hold = MAX
         for arrived, wv in kept:
             h = wv.timestamp_us if wv.timestamp_us > arrived else arrived
@@ -152,9 +152,9 @@ class SideStepOperator:
                  ) -> Tuple[List[WindowedValue], List[Tuple[int, WindowedValue]]]:
         """The waiting elements to release now, and those to keep."""
         # Released into the next level, an element is judged there against the watermark
-        # that level saw before this batch: this step's output watermark then (`o_prev`).
-        out_wm = ctl.o_prev[step.ref]
-        side_wms = ctl.s.get(str(step.ref), [])
+        # that level saw before this batch: this step's output watermark then.
+        out_wm = ctl.output_watermarks_before[step.ref]
+        side_wms = ctl.side_input_watermarks.get(step.ref, [])
         released: List[WindowedValue] = []
         kept: List[Tuple[int, WindowedValue]] = []
         for arrived, wv in waiting:

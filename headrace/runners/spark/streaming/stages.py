@@ -171,7 +171,7 @@ class _Partition:
         combines only the inputs not behind its grouping's), if a split lift needs them."""
         if self.control is None or not any(split for _, _, split in self.spec.lifted.values()):
             return None
-        return rows.loads(self.control).w_prev  # type: ignore[no-any-return]
+        return rows.loads(self.control).input_watermarks_before  # type: ignore[no-any-return]
 
     def _emit(self, w_prev: Optional[List[int]]) -> rows.Columns:
         """The partition's output rows."""

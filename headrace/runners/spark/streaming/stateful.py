@@ -19,7 +19,7 @@ from headrace.runners.kit.stateful import (
 from headrace.runners.spark.streaming.buckets import (
     MAX, BucketOperator, KeyCell, KeyRecord, Outputs, wakeup_clock,
 )
-from headrace.runners.spark.streaming.rows import Control
+from headrace.runners.spark.streaming.offsets import Control
 
 
 class StatefulStepSpec(NamedTuple):
@@ -55,13 +55,14 @@ class StatefulOperator(BucketOperator):
             if not batches:
                 return
             k = batches[min(batches)][0][1].value[0]
-            rec = recs[kb] = KeyRecord(k, UserKeyState(), ctl.w_prev[g])
+            rec = recs[kb] = KeyRecord(k, UserKeyState(), ctl.input_watermarks_before[g])
         assert isinstance(rec.state, UserKeyState)
         arrived = [wv for bundle in sorted(batches)
                    for _, wv in sorted(batches[bundle], key=lambda x: x[0])]
         elements = [one for _, one in keyed_elements(self.specs[g].label, arrived)]
-        arrive, advance = _bundles(rec, elements, ctl.w_prev[g], ctl.w[g], ctl.pt[g])
-        for body, bundle in ((arrive, 2 * ctl.n), (advance, 2 * ctl.n + 1)):
+        arrive, advance = _bundles(rec, elements, ctl.input_watermarks_before[g],
+                                   ctl.input_watermarks[g], ctl.processing_times[g])
+        for body, bundle in ((arrive, 2 * ctl.batch), (advance, 2 * ctl.batch + 1)):
             self._run_bundle(step, rec, body, metrics, outs, bundle)
         core = step.core()
         state = rec.state
