@@ -5,6 +5,8 @@ Pure Python (no Spark): the coordinator decides, after each batch, what the next
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from headrace.model.time import MAX_TIMESTAMP_MICROS as MAX, MIN_TIMESTAMP_MICROS as MIN
 from headrace.runners.spark.streaming.coordinator import (
     CLOCK_MAX_MS, GROUPING, SOURCE, STAGE, TEST_STREAM, BatchState, Coordinator, Node, to_clock,
@@ -59,11 +61,12 @@ def schedule(c, st, off=None):
         nxt = c.next_offset(off, st, wall_us=0)
         if nxt is None:
             return seen
-        assert nxt["n"] == off["n"] + 1
-        assert nxt["stamp"] > nxt["clock"]       # the Spark clock grows every batch
-        if nxt["n"] > 0:                         # (the first batch runs at Spark's initial 0)
-            assert nxt["clock"] >= to_clock(max(nxt["w"]))   # and wakes every due timer
-        seen.append((nxt["pos"][0], nxt["w"], nxt["pt"][0]))   # one island here
+        assert nxt.batch == off.batch + 1
+        assert nxt.next_clock > nxt.clock       # the Spark clock grows every batch
+        if nxt.batch > 0:                         # (the first batch runs at Spark's initial 0)
+            assert nxt.clock >= to_clock(max(nxt.input_watermarks))   # and wakes every due timer
+        # one island here
+        seen.append((nxt.positions[0], nxt.input_watermarks, nxt.island_processing_times[0]))
         off = nxt
 
 
@@ -96,7 +99,7 @@ def test_a_processing_time_advance_that_wakes_a_key_is_a_batch_of_its_own():
     st = BatchState(1)
     st.apply("pt", 0, MAX, 5 * US)               # a key waits for processing time 5 s
     first = c.next_offset(c.initial_offset(), st, wall_us=0)
-    assert first is not None and first["pos"] == [2] and first["pt"] == [5 * US]
+    assert first is not None and first.positions == [2] and first.island_processing_times == [5 * US]
     st.apply("pt", 0, 5 * US, MAX)               # it fired
     # the elements and the last watermark; the final step changes nothing and joins
     assert schedule(c, st, first) == [(5, [MAX], 5 * US)]
@@ -106,28 +109,30 @@ def test_a_hold_released_in_a_batch_makes_a_round_that_delivers_the_watermark():
     c = Coordinator(NODES, [script()], 2)
     st = BatchState(2)
     st.apply("hold", 0, MAX, 3 * US)             # grouping 0 holds grouping 1 back at 3 s
-    off = c.next_offset(dict(c.initial_offset(), n=1, pos=[1]), st, wall_us=0)
+    off = c.next_offset(replace(c.initial_offset(), batch=1, positions=[1]), st, wall_us=0)
     # grouping 0's output stays at or below its input watermark before the batch (input it
     # gets in the batch may set holds the driver learns of only after it)
-    assert off is not None and off["pos"] == [2] and off["w"] == [10 * US, MIN]
+    assert off is not None and off.positions == [2] and off.input_watermarks == [10 * US, MIN]
     off = c.next_offset(off, st, wall_us=0)      # a round: now the hold counts
-    assert off is not None and off["pos"] == [2] and off["w"] == [10 * US, 3 * US]
+    assert off is not None and off.positions == [2] and off.input_watermarks == [10 * US, 3 * US]
     st.apply("hold", 0, 3 * US, MAX)             # the batch fired the window: hold released
     nxt = c.next_offset(off, st, wall_us=0)
-    assert nxt is not None and nxt["pos"] == [2] and nxt["w"] == [10 * US, 10 * US]
+    assert nxt is not None and nxt.positions == [2] and nxt.input_watermarks == [10 * US, 10 * US]
 
 
 def test_a_due_processing_time_wakeup_makes_a_round():
     c = Coordinator(NODES, [script()], 2)
     st = BatchState(2)
-    off = dict(c.initial_offset(), n=3, pos=[3], pt=5 * US, w=[10 * US] * 2, o=[10 * US] * 2,
-               clock=to_clock(10 * US), stamp=to_clock(MAX))
+    off = replace(c.initial_offset(), batch=3, positions=[3], island_processing_times=[5 * US],
+                  input_watermarks=[10 * US] * 2, output_watermarks=[10 * US] * 2,
+                  output_watermarks_before=[10 * US] * 2, clock=to_clock(10 * US),
+                  next_clock=to_clock(MAX))
     st.apply("pt", 1, MAX, 5 * US)
     nxt = c.next_offset(off, st, wall_us=0)
-    assert nxt is not None and nxt["pos"] == [3]     # a round: the source waits
+    assert nxt is not None and nxt.positions == [3]     # a round: the source waits
     st.apply("pt", 1, 5 * US, 9 * US)
     nxt = c.next_offset(off, st, wall_us=0)
-    assert nxt is not None and nxt["pos"] == [4]     # not due: the stream moves on
+    assert nxt is not None and nxt.positions == [4]     # not due: the stream moves on
 
 
 def test_bounded_sources_emit_in_the_first_batch_and_their_watermark_then_jumps():
@@ -136,10 +141,10 @@ def test_bounded_sources_emit_in_the_first_batch_and_their_watermark_then_jumps(
     st = BatchState(1)
     first = c.next_offset(c.initial_offset(), st, wall_us=0)
     # elements are judged at the watermark before the batch (MIN), then it moves to +infinity
-    assert first is not None and first["pos"] == [1] and first["w"] == [MAX]
+    assert first is not None and first.positions == [1] and first.input_watermarks == [MAX]
     # the first batch runs at Spark's initial clock 0; no key existed before it, so no timer
     # waits for a round, and the source is done
-    assert first["clock"] == 0 and first["stamp"] >= to_clock(MAX)
+    assert first.clock == 0 and first.next_clock >= to_clock(MAX)
     assert c.next_offset(first, st, wall_us=0) is None
 
 
@@ -175,12 +180,14 @@ def test_independent_parts_of_a_pipeline_advance_together_each_on_its_own_schedu
     # the query takes as many batches as the longer script alone, not the sum of both
     assert len(both) == max(len(a) for a in alone)
     for k, mine in enumerate(alone):
-        seen = [(b["pos"][k], b["w"][2 * k:2 * k + 2], b["pt"][k]) for b in both]
+        seen = [(b.positions[k], b.input_watermarks[2 * k:2 * k + 2], b.island_processing_times[k])
+                for b in both]
         # each part goes through exactly its own schedule (then stays where it ended)
         assert seen[:len(mine)] == mine
         assert all(s == mine[-1] for s in seen[len(mine):])
         # each grouping sees its own island's processing time
-        assert all(b["gpt"][2 * k] == b["gpt"][2 * k + 1] == b["pt"][k] for b in both)
+        assert all(b.processing_times[2 * k] == b.processing_times[2 * k + 1]
+                   == b.island_processing_times[k] for b in both)
 
 
 def test_a_processing_time_wakeup_in_one_part_does_not_hold_the_other_back():
@@ -188,4 +195,4 @@ def test_a_processing_time_wakeup_in_one_part_does_not_hold_the_other_back():
     st = BatchState(4)
     st.apply("pt", 0, MAX, 0)                    # a key of island 0 is due now: a round there
     first = c.next_offset(c.initial_offset(), st, wall_us=0)
-    assert first["pos"] == [0, 1]                # island 1 moved on meanwhile
+    assert first.positions == [0, 1]                # island 1 moved on meanwhile

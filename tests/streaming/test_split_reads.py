@@ -10,12 +10,18 @@ import pytest
 from headrace.errors import PipelineExecutionError
 from headrace.io.iobase import UnboundedSource
 from headrace.io.periodicsequence import _ImpulseSource
+from headrace.runners.spark.streaming.offsets import Offset
 from headrace.runners.spark.streaming.source import SourcePlan
 
 
 def _source_of(n):
     """PeriodicImpulse's source: n impulses, one a second from 0."""
     return _ImpulseSource(0, n * 1_000_000, 1_000_000, None)
+
+
+def _at(pos):
+    """An offset at source positions `pos` (the rest does not matter to split reads)."""
+    return Offset(0, list(pos), list(pos), [0], [0], [], [], [], [], 0, 0, {})
 
 
 def _plan(*sources, parts=3):
@@ -39,7 +45,7 @@ def test_periodic_impulse_cuts_a_range_into_parts_that_read_as_the_whole(start, 
 
 def test_split_ranges_give_each_partition_one_range_of_each_source():
     plan = _plan(_source_of(100), _source_of(100))
-    ranges = plan.split_ranges({"pos": [0, 50]}, {"pos": [9, 50]})
+    ranges = plan.split_ranges(_at([0, 50]), _at([9, 50]))
     assert ranges == [{0: (0, 3)}, {0: (3, 6)}, {0: (6, 9)}]
 
 
@@ -73,7 +79,7 @@ class _Failing(_Whole):
 
 
 def test_a_source_that_gives_no_cuts_is_read_whole_by_the_first_partition():
-    assert _plan(_Whole()).split_ranges({"pos": ["a"]}, {"pos": ["b"]}) == [{0: ("a", "b")}, {}, {}]
+    assert _plan(_Whole()).split_ranges(_at(["a"]), _at(["b"])) == [{0: ("a", "b")}, {}, {}]
 
 
 @pytest.mark.parametrize("source, fragment", [
@@ -84,5 +90,5 @@ def test_a_source_that_gives_no_cuts_is_read_whole_by_the_first_partition():
 
 def test_a_bad_cut_names_the_step(source, fragment):
     with pytest.raises(PipelineExecutionError) as info:
-        _plan(source).split_ranges({"pos": [0]}, {"pos": [10]})
+        _plan(source).split_ranges(_at([0]), _at([10]))
     assert "'Read0'" in str(info.value) and fragment in str(info.value)

@@ -20,6 +20,7 @@ from headrace.options.pipeline_options import PipelineOptions
 from headrace.runners.spark.worker.env import WorkerEnv
 from headrace.runners.spark.worker.failures import TaskFailure
 from headrace.runners.spark.streaming import rows, stages
+from headrace.runners.spark.streaming.offsets import Control
 from headrace.runners.spark.streaming.runner import build_plan
 from headrace.transforms import trigger, window
 from tests._support import ArrowRows, IndexedRecords
@@ -83,7 +84,7 @@ def _run_level(spec, tmp_path, start, end, w_prev_ms):
     """The level's output for one micro-batch reading positions start..end in one range, with
     the grouping's input watermark before the batch at w_prev_ms: {key: (cells by window,
     inputs behind)} merged over the KEYED rows."""
-    ctl = rows.Control(3, [1000 * w_prev_ms], [1000 * w_prev_ms + 1], [0], [0], 0, 0, {}, [0])
+    ctl = Control(3, [1000 * w_prev_ms], [1000 * w_prev_ms + 1], [0], [0], 0, 0, {}, [0])
     batch = pa.RecordBatch.from_pydict(
         {"kind": [rows.CTL, rows.PASS], "pc": [rows.CTL_PC, rows.READ_PC], "key": [b"", b""],
          "bundle": [0, 1 << 20], "seq": [0, 0],

@@ -2,7 +2,7 @@
 
 Spark gives a streaming query one global watermark and no per-key holds, so the streaming
 runner does not use Spark's watermark for semantics. This module, pure Python and run on the
-driver, owns every watermark instead (seed 002; the local runner's executor does the same in
+driver, owns every watermark instead (the local runner's executor does the same in
 one process):
 
 * each source reports its own watermark, a function of its position (a TestStream's script
@@ -14,11 +14,12 @@ one process):
   from the deltas the stateful operators report after each micro-batch (a key reports its
   hold when it changes), so the minimum is known without visiting the keys.
 
-Every micro-batch's offset (Spark's offset log) carries the watermarks the batch must use
-(`w`, the groupings' input watermarks at the batch's new source positions; the previous
-batch's `w` is the watermark its input is judged against), the processing time (`pt`), the
-Spark clock during the batch (`clock`) and the value stamped on its rows (`stamp`). A
-replayed batch reads its offset back from the log, so it sees exactly the same values.
+Every micro-batch's offset (`offsets.Offset`, in Spark's offset log) carries the watermarks
+the batch must use (`input_watermarks`, the groupings' input watermarks at the batch's new
+source positions; the previous batch's are the watermarks its input is judged against), the
+processing times, the Spark clock during the batch (`clock`) and the value stamped on its rows
+(`next_clock`). A replayed batch reads its offset back from the log, so it sees exactly the
+same values.
 
 Scheduling follows the local runner's settle loop: after a batch, if a grouping's input
 watermark would move, or a key's processing-time wakeup is due, the next batch is a *round*
@@ -35,7 +36,7 @@ A grouping's output watermark stays at or below its input watermark of the previ
 over one round per level.
 
 The Spark clock: stateful operators wake keys with Spark event-time timers, which fire when
-Spark's watermark passes them. The source stamps every row with `stamp` (a column Spark
+Spark's watermark passes them. The source stamps every row with `next_clock` (a column Spark
 watermarks with zero delay), so in batch n+1 Spark's watermark is batch n's stamp. The stamp
 is at least the largest watermark any grouping can see in batch n+1, without holds, with
 every TestStream one step further and every unbounded source at its reservation (so a key
@@ -52,6 +53,7 @@ from collections import Counter
 from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 from headrace.model.time import MAX_TIMESTAMP_MICROS, MIN_TIMESTAMP_MICROS, to_micros
+from headrace.runners.spark.streaming.offsets import Offset
 from headrace.testing.test_stream import ElementEvent, ProcessingTimeEvent, WatermarkEvent
 
 MIN = MIN_TIMESTAMP_MICROS
@@ -198,81 +200,86 @@ class Coordinator:
         self._island_streams = [[i for i in self._streams if source_island[i] == k]
                                 for k in range(self.n_islands)]
 
-    def _per_island(self, offset: Dict[str, Any], field: str) -> List[int]:
-        """An offset's per-island values (`pt`, `rr`); an int (a checkpoint written before
-        islands) stands for every island."""
-        v = offset[field]
-        return list(v) if isinstance(v, list) else [v] * self.n_islands
-
     # ---- offsets ----------------------------------------------------------------------
 
-    def initial_offset(self) -> Dict[str, Any]:
+    def initial_offset(self) -> Offset:
         """The offset before the first batch (nothing read, every watermark at the start)."""
         g = self.n_groupings
         pos = [self.unbounded[i].initial_position() if i in self.unbounded else 0
                for i in range(len(self.scripts))]
-        return {"n": -1, "pos": pos, "next": list(pos), "pt": [0] * self.n_islands,
-                "rr": [0] * self.n_islands, "gpt": [0] * g,
-                "w": [MIN] * g, "o": [MIN] * g, "clock": 0, "stamp": 0,
-                "s": {str(node.ref): [MIN] * len(node.sides) for node in self.nodes if node.sides}}
+        return Offset(batch=-1, positions=pos, reserved=list(pos),
+                      island_processing_times=[0] * self.n_islands,
+                      round_robin=[0] * self.n_islands, processing_times=[0] * g,
+                      input_watermarks=[MIN] * g, output_watermarks=[MIN] * g,
+                      output_watermarks_before=[MIN] * g, clock=0, next_clock=0,
+                      side_input_watermarks={node.ref: [MIN] * len(node.sides)
+                                             for node in self.nodes if node.sides})
 
-    def finished(self, offset: Dict[str, Any]) -> bool:
+    def finished(self, offset: Offset) -> bool:
         """True when every source has ended and every grouping's input watermark is at +infinity
         after the batch that ended at `offset` (nothing is left to do)."""
-        return (all(w == MAX for w in offset["w"])
-                and all(w == MAX for w in self.source_watermarks(offset["pos"]).values()))
+        return (all(w == MAX for w in offset.input_watermarks)
+                and all(w == MAX for w in self.source_watermarks(offset.positions).values()))
 
-    def next_offset(self, start: Dict[str, Any], state: BatchState, wall_us: int
-                    ) -> Optional[Dict[str, Any]]:
+    def next_offset(self, start: Offset, state: BatchState, wall_us: int) -> Optional[Offset]:
         """The end offset of the next batch after the batch that ended at `start` (whose
         reports made `state`), or None when there is nothing to do (the stream is idle, or
         finished).
 
-        The batch's groupings use watermarks `w` (computed at the new source positions with
-        the holds after the previous batch); its elements were read while the watermarks were
-        the previous batch's, and are judged against those."""
-        pos = list(start["pos"])
-        reserved = list(start.get("next", pos))
-        in_wm, out_wm = self.watermarks(pos, state, start["o"], start["w"])
-        sides = self.side_watermarks(pos, state, start["o"], start["w"])
-        pts = [p if self.virtual_time else max(p, wall_us) for p in self._per_island(start, "pt")]
-        rrs = self._per_island(start, "rr")
-        # a timer due at the last batch's watermarks that Spark's clock did not reach yet (only
-        # keys that existed before that batch have such timers: none before batch 0)
-        lagging = start["n"] > 0 and to_clock(max(start["w"], default=MIN)) > start["clock"]
-        # an island whose watermarks would move, or whose keys are due at its processing time,
-        # or whose side step released what waited for its output watermark (one batch after it
-        # moved: the next level judges lateness against the watermark before the batch), has a
-        # round (no new input); the others may move their sources on
-        busy = [lagging] * self.n_islands
-        op = start.get("op", start["o"])
-        for g in range(self.n_groupings):
-            k = self._g_island[g]
-            if (in_wm[g] != start["w"][g] or state.min_ptime(g) <= pts[k]
-                    or (g in self._side_steps and start["o"][g] != op[g])):
-                busy[k] = True
-        old_sides = start.get("s", {})
-        for ref, ws in sides.items():
-            if ws != old_sides.get(ref):
-                busy[self._g_island[int(ref)]] = True
+        The batch's groupings use watermarks `input_watermarks` (computed at the new source
+        positions with the holds after the previous batch); its elements were read while the
+        watermarks were the previous batch's, and are judged against those."""
+        pos = list(start.positions)
+        reserved = list(start.reserved)
+        prev_in, prev_out = start.input_watermarks, start.output_watermarks
+        in_wm, out_wm = self.watermarks(pos, state, prev_out, prev_in)
+        sides = self.side_watermarks(pos, state, prev_out, prev_in)
+        pts = [p if self.virtual_time else max(p, wall_us) for p in start.island_processing_times]
+        rrs = list(start.round_robin)
+        busy = self._busy(start, state, in_wm, sides, pts)
         moved = False
         for k in range(self.n_islands):
             if not busy[k] and self._advance(k, pos, pts, rrs, state, reserved):
                 moved = True
         if moved:
-            in_wm, out_wm = self.watermarks(pos, state, start["o"], start["w"])
-            sides = self.side_watermarks(pos, state, start["o"], start["w"])
+            in_wm, out_wm = self.watermarks(pos, state, prev_out, prev_in)
+            sides = self.side_watermarks(pos, state, prev_out, prev_in)
         elif not any(busy) and self._reserve(pos, wall_us) == reserved:
             # idle, unless an unbounded source has new records: a batch without input then
             # reserves them for the next one
             return None
         nxt = self._reserve(pos, wall_us)
-        end = {"n": start["n"] + 1, "pos": pos, "next": nxt, "pt": pts, "rr": rrs,
-               "gpt": [pts[self._g_island[g]] for g in range(self.n_groupings)], "w": in_wm,
-               "o": out_wm, "op": list(start["o"]), "clock": start["stamp"], "s": sides}
-        end["stamp"] = min(max(to_clock(self._bound(nxt, out_wm)), end["clock"] + 1),
-                           _CLOCK_LIMIT_MS)
-        return end
+        clock = start.next_clock
+        return Offset(batch=start.batch + 1, positions=pos, reserved=nxt,
+                      island_processing_times=pts, round_robin=rrs,
+                      processing_times=[pts[self._g_island[g]] for g in range(self.n_groupings)],
+                      input_watermarks=in_wm, output_watermarks=out_wm,
+                      output_watermarks_before=list(prev_out), clock=clock,
+                      next_clock=min(max(to_clock(self._bound(nxt, out_wm)), clock + 1),
+                                     _CLOCK_LIMIT_MS),
+                      side_input_watermarks=sides)
+
+    def _busy(self, start: Offset, state: BatchState, in_wm: List[int],
+              sides: Dict[int, List[int]], pts: List[int]) -> List[bool]:
+        """Per island, whether the batch after `start` must be a round (no new input): its
+        watermarks would move, or its keys are due at its processing time, or its side step
+        released what waited for its output watermark (one batch after it moved: the next level
+        judges lateness against the watermark before the batch)."""
+        # a timer due at the last batch's watermarks that Spark's clock did not reach yet (only
+        # keys that existed before that batch have such timers: none before batch 0)
+        lagging = (start.batch > 0
+                   and to_clock(max(start.input_watermarks, default=MIN)) > start.clock)
+        busy = [lagging] * self.n_islands
+        before = start.output_watermarks_before
+        for g in range(self.n_groupings):
+            k = self._g_island[g]
+            if (in_wm[g] != start.input_watermarks[g] or state.min_ptime(g) <= pts[k]
+                    or (g in self._side_steps and start.output_watermarks[g] != before[g])):
+                busy[k] = True
+        for ref, ws in sides.items():
+            if ws != start.side_input_watermarks.get(ref):
+                busy[self._g_island[ref]] = True
+        return busy
 
     def _reserve(self, pos: List[Any], wall_us: int) -> List[Any]:
         """The positions the next advance of the unbounded sources reads up to: what they have
@@ -391,11 +398,11 @@ class Coordinator:
 
     def side_watermarks(self, pos: Sequence[Any], state: Optional[BatchState],
                         prev_out: Sequence[int], prev_in: Optional[Sequence[int]] = None
-                        ) -> Dict[str, List[int]]:
+                        ) -> Dict[int, List[int]]:
         """The watermark of each side input of each side step and each combine with side inputs
-        (by index, as a str: the offset is JSON), under the same assumptions as `watermarks`."""
+        (by index), under the same assumptions as `watermarks`."""
         wm = self._compute(pos, state, prev_out, prev_in)[2]
-        return {str(node.ref): [wm[pc] for pc in node.sides] for node in self.nodes if node.sides}
+        return {node.ref: [wm[pc] for pc in node.sides] for node in self.nodes if node.sides}
 
     def _compute(self, pos: Sequence[Any], state: Optional[BatchState], prev_out: Sequence[int],
                  prev_in: Optional[Sequence[int]]) -> Tuple[List[int], List[int], Dict[int, int]]:

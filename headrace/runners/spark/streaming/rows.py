@@ -27,7 +27,7 @@ from __future__ import annotations
 import pickle
 import struct
 import zlib
-from typing import Any, Dict, List, NamedTuple, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 CTL = 0
 KEYED = 1
@@ -58,6 +58,28 @@ def spark_schema() -> Any:
                        StructField("seq", LongType()), StructField("payload", BinaryType())])
 
 
+class Columns:
+    """The output columns of one partition of a level (`stages`): PASS rows without a key are
+    spread over the next operator's partitions (`ctl_keys`)."""
+
+    def __init__(self, ctl_keys: Optional[Sequence[bytes]]) -> None:
+        self.cols: Dict[str, List[Any]] = {c: [] for c in COLUMNS}
+        self.spread = tuple(ctl_keys) if ctl_keys else (b"",)
+        self.size = 0
+
+    def add(self, kind: int, pc: int, key: Optional[bytes], bundle: int, seq: int,
+            payload: bytes) -> None:
+        """Adds a row (`key` None: the next of the spread keys)."""
+        c = self.cols
+        c["kind"].append(kind)
+        c["pc"].append(pc)
+        c["key"].append(key if key is not None else self.spread[self.size % len(self.spread)])
+        c["bundle"].append(bundle)
+        c["seq"].append(seq)
+        c["payload"].append(payload)
+        self.size += 1
+
+
 def grouping_key(g: int, key_bytes: bytes) -> bytes:
     """The `key` column of an element for grouping `g` (its index, then the key's bytes)."""
     return struct.pack(">H", g) + key_bytes
@@ -76,6 +98,16 @@ def grouping_of(key: bytes) -> int:
     return int(struct.unpack_from(">H", key)[0])
 
 
+def add_items(batches: Dict[int, List[Tuple[int, Any]]],
+              items: List[Tuple[int, int, Any]]) -> None:
+    """Adds a KEYED row's (bundle, place, element) items to {bundle: [(place, element)]}."""
+    for bundle, seq, wv in items:
+        lst = batches.get(bundle)
+        if lst is None:
+            lst = batches[bundle] = []
+        lst.append((seq, wv))
+
+
 def dumps(obj: Any) -> bytes:
     """Pickles a control value or a report."""
     return pickle.dumps(obj, pickle.HIGHEST_PROTOCOL)
@@ -84,32 +116,3 @@ def dumps(obj: Any) -> bytes:
 def loads(data: bytes) -> Any:
     """Unpickles what `dumps` made."""
     return pickle.loads(data)
-
-
-class Control(NamedTuple):
-    """What every operator of one micro-batch must know, from the batch's offset (replay-stable):
-    batch number `n`, the groupings' input watermarks before (`w_prev`) and in (`w`) this batch,
-    their output watermarks (`o`), their processing times `pt` (one per grouping: each island of
-    the pipeline has its own, see `coordinator`), the Spark clock of this batch
-    (`clock`, Spark's watermark in it) and of the next (`stamp`), and the watermarks of the
-    side inputs of each side step (`s`, by step index), and the output watermarks in the
-    previous batch (`o_prev`: what the next level's input watermark was then)."""
-
-    n: int
-    w_prev: List[int]
-    w: List[int]
-    o: List[int]
-    pt: List[int]
-    clock: int
-    stamp: int
-    s: Dict[str, List[int]]
-    o_prev: List[int]
-
-    @classmethod
-    def between(cls, start: Dict[str, Any], end: Dict[str, Any]) -> "Control":
-        """The control values of the batch from offset `start` to offset `end`."""
-        gpt = end.get("gpt")
-        if gpt is None:  # an offset written before islands: one processing time for all
-            gpt = [end["pt"]] * len(end["w"])
-        return cls(end["n"], list(start["w"]), list(end["w"]), list(end["o"]), list(gpt),
-                   end["clock"], end["stamp"], dict(end.get("s", {})), list(start["o"]))

@@ -62,6 +62,7 @@ from headrace.runners.spark.streaming import rows
 from headrace.runners.spark.streaming.coordinator import (
     GROUPING, PASS, SIDE_STEP, SOURCE, STAGE, TEST_STREAM, UNBOUNDED, Coordinator, Node,
 )
+from headrace.runners.spark.streaming.offsets import Control
 from headrace.runners.spark.streaming.processor import (
     GroupingSpec, SideStepSpec, StatefulStepSpec, processor,
 )
@@ -616,7 +617,7 @@ def make_sink(run_dir: str, n_groupings: int) -> Any:
 
     def sink(df: Any, batch_id: int) -> None:
         got = df.collect()
-        ctl: Optional[rows.Control] = None
+        ctl: Optional[Control] = None
         reports = []
         for r in got:
             if r.pc == rows.CTL_PC:
@@ -626,13 +627,13 @@ def make_sink(run_dir: str, n_groupings: int) -> Any:
         if ctl is None:
             raise PipelineExecutionError(
                 f"headrace streaming: batch {batch_id} carried no control row (a bug in the runner)")
-        prev = files.batch_state(ctl.n - 1, n_groupings)
+        prev = files.batch_state(ctl.batch - 1, n_groupings)
         if prev is None:
             raise PipelineExecutionError(
-                f"headrace streaming: the driver's state after batch {ctl.n - 1} is missing from "
+                f"headrace streaming: the driver's state after batch {ctl.batch - 1} is missing from "
                 f"{files.batches}; the checkpoint directory is incomplete")
         state = prev
-        state.n = ctl.n
+        state.n = ctl.batch
         committed, attempted = state.metrics or (MetricsContainer(), MetricsContainer())
         for rep in reports:
             if rep[0] == "metrics":
@@ -642,7 +643,7 @@ def make_sink(run_dir: str, n_groupings: int) -> Any:
                 kind, g, old, new = rep
                 state.apply(kind, g, old, new)
         state.metrics = (committed, attempted)
-        files.write_batch_state(ctl.n, state)
+        files.write_batch_state(ctl.batch, state)
 
     return sink
 

@@ -27,6 +27,7 @@ from headrace.model.window import GLOBAL_WINDOWS_TUPLE
 from headrace.runners.kit.sources import read_bundles, read_unbounded, to_windowed_value
 from headrace.runners.spark.streaming import rows
 from headrace.runners.spark.streaming.coordinator import BatchState, script_elements
+from headrace.runners.spark.streaming.offsets import Control, Offset
 from headrace.runners.spark.worker.failures import task_failure
 from headrace.runners.spark.worker.packing import pack
 
@@ -115,7 +116,7 @@ def data_source_class() -> Any:
         row and the j-th range of each unbounded source (and, for j = 0, the other sources'
         elements)."""
 
-        def __init__(self, start: Dict[str, Any], end: Dict[str, Any],
+        def __init__(self, start: Offset, end: Offset,
                      part: Optional[Tuple[int, int]] = None,
                      split: Optional[Tuple[int, Dict[int, Tuple[Any, Any]]]] = None) -> None:
             self.start = start
@@ -131,31 +132,33 @@ def data_source_class() -> Any:
             self.plan = self.files.read_plan()
 
         def initialOffset(self) -> Dict[str, Any]:
-            return self.plan.coordinator.initial_offset()  # type: ignore[no-any-return]
+            return self.plan.coordinator.initial_offset().to_json()  # type: ignore[no-any-return]
 
-        def latestOffset(self, start: Optional[Dict[str, Any]] = None, limit: Any = None
+        def latestOffset(self, start_json: Optional[Dict[str, Any]] = None, limit: Any = None
                          ) -> Dict[str, Any]:
-            if start is None:
-                start = self.initialOffset()
+            if start_json is None:
+                start_json = self.initialOffset()
+            start = Offset.from_json(start_json)
             coord = self.plan.coordinator
-            state = self.files.batch_state(start["n"], coord.n_groupings)
+            state = self.files.batch_state(start.batch, coord.n_groupings)
             if state is None:  # the previous batch's sink has not written its state
-                return start
+                return start_json
             try:
                 end = coord.next_offset(start, state, time.time_ns() // 1000)
             except PipelineExecutionError as exc:  # a source failed: the driver names the step
                 raise task_failure(exc) from exc
             if end is None:
                 if coord.finished(start):
-                    self.files.mark_finished(start["n"])
-                return start
-            return end
+                    self.files.mark_finished(start.batch)
+                return start_json
+            return end.to_json()  # type: ignore[no-any-return]
 
         def prepareForTriggerAvailableNow(self) -> None:
             pass  # the sources here end by themselves (TestStream scripts, bounded sources)
 
-        def partitions(self, start: Dict[str, Any], end: Dict[str, Any]) -> List[Any]:
+        def partitions(self, start_json: Dict[str, Any], end_json: Dict[str, Any]) -> List[Any]:
             plan = self.plan
+            start, end = Offset.from_json(start_json), Offset.from_json(end_json)
             if plan.split_reads:
                 try:
                     ranges = plan.split_ranges(start, end)
@@ -174,7 +177,7 @@ def data_source_class() -> Any:
 
         def _read(self, partition: Any) -> Iterator[Tuple[Any, ...]]:
             start, end = partition.start, partition.end
-            clock = clock_timestamp(end["stamp"])
+            clock = clock_timestamp(end.next_clock)
             spread = self.plan.spread_keys
 
             def bundle_row(pc: int, bundle: int, values: List[WindowedValue]) -> Tuple[Any, ...]:
@@ -187,7 +190,7 @@ def data_source_class() -> Any:
                     if values:
                         yield bundle_row(pc, bundle, values)
                 return
-            ctl = rows.dumps(rows.Control.between(start, end))
+            ctl = rows.dumps(Control.between(start, end))
             if partition.split is not None:
                 # a split read: the level function reads each range (`stages.level_fn`)
                 j, ranges = partition.split
@@ -250,7 +253,7 @@ class SourcePlan:
         # each unbounded source, which the first level's function reads itself; no shuffle.
         self.split_reads = 0
 
-    def split_ranges(self, start: Dict[str, Any], end: Dict[str, Any]
+    def split_ranges(self, start: Offset, end: Offset
                      ) -> List[Dict[int, Tuple[Any, Any]]]:
         """Per partition of a split read, {unbounded source index: (start, end) of its range};
         a source that gives no cut positions is read whole by the first partition; errors name
@@ -258,7 +261,7 @@ class SourcePlan:
         n = self.split_reads
         out: List[Dict[int, Tuple[Any, Any]]] = [{} for _ in range(n)]
         for i, (kind, source, _) in enumerate(self.sources):
-            a, b = start["pos"][i], end["pos"][i]
+            a, b = start.positions[i], end.positions[i]
             if kind != "unbounded" or a == b:
                 continue
             label = self.labels.get(i, "Read")
@@ -287,11 +290,11 @@ class SourcePlan:
                     out[j][i] = (bounds[j], bounds[j + 1])
         return out
 
-    def bounded_parts(self, start: Dict[str, Any], end: Dict[str, Any]) -> List[Tuple[int, int]]:
+    def bounded_parts(self, start: Offset, end: Offset) -> List[Tuple[int, int]]:
         """(source index, part index) of every bounded source's part read in this batch (each is
         read in a Spark partition of its own, by `part_elements`)."""
         return [(i, j) for i, (kind, data, _) in enumerate(self.sources)
-                if kind == "bounded" and start["pos"][i] != end["pos"][i]
+                if kind == "bounded" and start.positions[i] != end.positions[i]
                 for j in range(len(data[1]))]
 
     def part_elements(self, i: int, j: int) -> Iterator[Tuple[int, int, List[WindowedValue]]]:
@@ -301,12 +304,12 @@ class SourcePlan:
         for k, bundle in enumerate(read_bundles(label, source, parts[j], self.bundle_size)):
             yield pcs[None], (i << 32) | (j << 20) | k, bundle  # j < 4096, k < 2**20
 
-    def elements(self, start: Dict[str, Any], end: Dict[str, Any], unbounded: bool = True
+    def elements(self, start: Offset, end: Offset, unbounded: bool = True
                  ) -> Iterator[Tuple[int, int, List[WindowedValue]]]:
         """(pc, bundle id, elements) of the batch from `start` to `end`, in order (bounded
         sources' parts apart: `part_elements`; unbounded sources' only with `unbounded`)."""
         for i, (kind, data, pcs) in enumerate(self.sources):
-            a, b = start["pos"][i], end["pos"][i]
+            a, b = start.positions[i], end.positions[i]
             if a == b or kind == "bounded" or (kind == "unbounded" and not unbounded):
                 continue
             if kind == "create":

@@ -24,7 +24,7 @@ from __future__ import annotations
 import pickle
 import zlib
 from operator import itemgetter
-from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Tuple
 
 from headrace.errors import PipelineExecutionError
 from headrace.metrics.metric import MetricsContainer, metrics_scope
@@ -89,124 +89,48 @@ def level_fn(spec: LevelSpec, env: Any) -> Callable[[Iterator[Any]], Iterator[An
     def run(batches: Iterator[Any]) -> Iterator[Any]:
         env.check_earlier_attempt()
         try:
-            yield from _run(batches)
+            yield from _Partition(spec, vector_reads).run(batches)
         except PipelineExecutionError as exc:
             raise env.fail(exc) from exc
 
-    def _run(batches: Iterator[Any]) -> Iterator[Any]:
+    return run
+
+
+class _Partition:
+    """One partition's run of a level: takes its rows, reads its source ranges, runs the
+    level's units and emits its rows (see the module doc)."""
+
+    def __init__(self, spec: LevelSpec, vector_reads: Dict[int, Optional[_VectorRead]]) -> None:
+        self.spec = spec
+        self.vector_reads = vector_reads
+        self.buffers: Dict[int, List[Item]] = {}
+        self.passed: List[Tuple[int, int, int, bytes]] = []   # (pc, bundle, seq, payload) as they came
+        self.control: Optional[bytes] = None
+        self.sides: Dict[int, Dict[int, Dict[Any, list]]] = {}   # side step -> side index -> contents
+        self.ranges: List[Tuple[Tuple[int, Any, Any], int]] = []  # ((source, start, end), bundle) to read
+        self.committed, self.attempted = MetricsContainer(), MetricsContainer()
+        self.vectors: Dict[int, Tuple[_VectorRead, VectorCombiner]] = {}   # grouping -> its vectorised inputs
+
+    def run(self, batches: Iterator[Any]) -> Iterator[Any]:
+        """The partition's output record batch (if any) for its input record batches."""
         import pyarrow as pa
 
-        buffers: Dict[int, List[Item]] = {}
-        passed: List[Tuple[int, int, int, bytes]] = []   # (pc, bundle, seq, payload) as they came
-        control: Optional[bytes] = None
-        sides: Dict[int, Dict[int, Dict[Any, list]]] = {}   # side step -> side index -> contents
-        ranges: List[Tuple[Tuple[int, Any, Any], int]] = []  # ((source, start, end), bundle) to read
-        # rows of PCollections only later levels read pass as they are, without unpickling
-        through = {pc for pc in spec.later
-                   if pc not in spec.keyed and pc not in spec.spread and pc not in spec.broadcast
-                   and not any(pc in u.inputs for u in spec.units)}
-        for batch in batches:
-            cols = batch.to_pydict()
-            for pc, bundle, seq, payload in zip(cols["pc"], cols["bundle"], cols["seq"],
-                                                cols["payload"]):
-                if pc == rows.CTL_PC:
-                    control = payload
-                elif pc == rows.READ_PC:
-                    ranges.append((rows.loads(payload), bundle))
-                elif pc == rows.SIDE_PC:
-                    g, contents = rows.loads(payload)
-                    sides[g] = contents
-                elif pc == rows.REPORT_PC or pc in through:
-                    passed.append((pc, bundle, seq, payload))
-                else:
-                    lst = buffers.setdefault(pc, [])
-                    for wv in pickle.loads(payload):
-                        lst.append((bundle, seq, wv))
-        # the input watermarks of the next level's groupings before the batch (a split lift
-        # combines only the inputs not behind its grouping's)
-        w_prev = (rows.loads(control).w_prev if control is not None and
-                  any(split for _, _, split in spec.lifted.values()) else None)
-        committed, attempted = MetricsContainer(), MetricsContainer()
-        vectors: Dict[int, Tuple[_VectorRead, VectorCombiner]] = {}   # grouping -> its vectorised inputs
-        for (i, a, b), bundle in ranges:
-            if i not in vector_reads:
-                vector_reads[i] = _vector_read(spec, i)
-            _read_range(spec, i, a, b, bundle, vector_reads[i], buffers, vectors, w_prev)
+        spec = self.spec
+        self._take(batches)
+        w_prev = self._w_prev()
+        for (i, a, b), bundle in self.ranges:
+            if i not in self.vector_reads:
+                self.vector_reads[i] = _vector_read(spec, i)
+            _read_range(spec, i, a, b, bundle, self.vector_reads[i], self.buffers, self.vectors,
+                        w_prev)
         for unit in spec.units:
             if unit.stage is not None:
                 unit.stage.finalizes = True   # finalize_bundles once the outputs are handed on
             reader = None
             if unit.side_step is not None:
-                reader = _side_reader(unit, sides.get(unit.side_step, {}))
-            _run_unit(spec, unit, buffers, committed, attempted, reader)
-        out = _Out(spec.ctl_keys)
-        for g, (vr, combiner) in vectors.items():
-            for bk, payload in _vector_partials(g, vr, combiner, spec.buckets, committed):
-                out.add(rows.KEYED, vr.out_pc, bk, 0, 0, payload)
-        for pc, bundle, seq, payload in passed:
-            out.add(rows.PASS, pc, None, bundle, seq, payload)
-        for pc, items in buffers.items():
-            readers = spec.keyed.get(pc, ())
-            steps = spec.spread.get(pc, ())
-            side = pc in spec.broadcast
-            later = pc in spec.later
-            if not readers and not later and not steps and not side:
-                continue
-            items.sort(key=_ORDER)
-            lifted = [(g, label) for g, label in readers if g in spec.lifted]
-            if lifted:
-                readers = tuple(r for r in readers if r[0] not in spec.lifted)
-                for g, label in lifted:
-                    fn, windowing, _ = spec.lifted[g]
-                    for bk, payload in _partials(g, label, fn, windowing, items, spec.buckets,
-                                                 committed, _behind_of(spec, g, w_prev)):
-                        out.add(rows.KEYED, pc, bk, 0, 0, payload)
-            if readers:
-                # one row per bucket of keys: {key bytes: its elements with their bundles and
-                # places in them}
-                buckets: Dict[bytes, Dict[bytes, List[Item]]] = {}
-                n_buckets = spec.buckets
-                for item in items:
-                    wv = item[2]
-                    for g, label in readers:
-                        _, _, kb = key_of(label, wv.value)
-                        bk = rows.bucket_key(g, kb, n_buckets)
-                        by_key = buckets.get(bk)
-                        if by_key is None:
-                            by_key = buckets[bk] = {}
-                        of_key = by_key.get(kb)
-                        if of_key is None:
-                            of_key = by_key[kb] = []
-                        of_key.append(item)
-                for bk, by_key in buckets.items():
-                    out.add(rows.KEYED, pc, bk, 0, 0, pack(by_key))
-            if steps:
-                # one row per spread key of a side step: its elements with bundles and places
-                keyed: Dict[bytes, List[Item]] = {}
-                for item in items:
-                    # a side step's main input: any key, spread by content
-                    kb = bytes([zlib.crc32(pack([item[2]])) % _SPREAD])
-                    for g in steps:
-                        keyed.setdefault(rows.grouping_key(g, kb), []).append(item)
-                for gk, lst in keyed.items():
-                    out.add(rows.KEYED, pc, gk, lst[0][0], lst[0][1], pack(lst))
-            if side or later:   # one row per bundle: its elements in order
-                for bundle, wvs in _bundles(items):
-                    payload = pack(wvs)
-                    if side and spec.ctl_keys is not None:  # a side input: to every partition
-                        for k in spec.ctl_keys:
-                            out.add(rows.CTL, pc, k, bundle, 0, payload)
-                    if later:
-                        out.add(rows.PASS, pc, None, bundle, 0, payload)
-        if control is not None:
-            if spec.ctl_keys is None:
-                out.add(rows.PASS, rows.CTL_PC, None, 0, 0, control)
-            else:
-                for k in spec.ctl_keys:
-                    out.add(rows.CTL, rows.CTL_PC, k, 0, 0, control)
-        if committed.cells or attempted.cells:
-            out.add(rows.PASS, rows.REPORT_PC, None, 0, 0,
-                    rows.dumps(("metrics", committed, attempted)))
+                reader = _side_reader(unit, self.sides.get(unit.side_step, {}))
+            _run_unit(spec, unit, self.buffers, self.committed, self.attempted, reader)
+        out = self._emit(w_prev)
         if out.size:
             yield pa.RecordBatch.from_pydict(out.cols, schema=_arrow_schema())
         # every output of the partition is in Spark's hands, as the batch runner's tasks do
@@ -215,7 +139,126 @@ def level_fn(spec: LevelSpec, env: Any) -> Callable[[Iterator[Any]], Iterator[An
             if unit.stage is not None:
                 unit.stage.finalize_bundles()
 
-    return run
+    def _take(self, batches: Iterator[Any]) -> None:
+        """Sorts the partition's rows: the control row, source ranges, side-input contents,
+        rows passed on as they are (reports, PCollections only later levels read, without
+        unpickling) and the elements the level reads (`buffers`)."""
+        spec = self.spec
+        through = {pc for pc in spec.later
+                   if pc not in spec.keyed and pc not in spec.spread and pc not in spec.broadcast
+                   and not any(pc in u.inputs for u in spec.units)}
+        buffers = self.buffers
+        for batch in batches:
+            cols = batch.to_pydict()
+            for pc, bundle, seq, payload in zip(cols["pc"], cols["bundle"], cols["seq"],
+                                                cols["payload"]):
+                if pc == rows.CTL_PC:
+                    self.control = payload
+                elif pc == rows.READ_PC:
+                    self.ranges.append((rows.loads(payload), bundle))
+                elif pc == rows.SIDE_PC:
+                    g, contents = rows.loads(payload)
+                    self.sides[g] = contents
+                elif pc == rows.REPORT_PC or pc in through:
+                    self.passed.append((pc, bundle, seq, payload))
+                else:
+                    lst = buffers.setdefault(pc, [])
+                    for wv in pickle.loads(payload):
+                        lst.append((bundle, seq, wv))
+
+    def _w_prev(self) -> Optional[List[int]]:
+        """The input watermarks of the next level's groupings before the batch (a split lift
+        combines only the inputs not behind its grouping's), if a split lift needs them."""
+        if self.control is None or not any(split for _, _, split in self.spec.lifted.values()):
+            return None
+        return rows.loads(self.control).input_watermarks_before  # type: ignore[no-any-return]
+
+    def _emit(self, w_prev: Optional[List[int]]) -> rows.Columns:
+        """The partition's output rows."""
+        spec = self.spec
+        out = rows.Columns(spec.ctl_keys)
+        for g, (vr, combiner) in self.vectors.items():
+            for bk, payload in _vector_partials(g, vr, combiner, spec.buckets, self.committed):
+                out.add(rows.KEYED, vr.out_pc, bk, 0, 0, payload)
+        for pc, bundle, seq, payload in self.passed:
+            out.add(rows.PASS, pc, None, bundle, seq, payload)
+        for pc, items in self.buffers.items():
+            self._emit_pc(out, pc, items, w_prev)
+        if self.control is not None:
+            if spec.ctl_keys is None:
+                out.add(rows.PASS, rows.CTL_PC, None, 0, 0, self.control)
+            else:
+                for k in spec.ctl_keys:
+                    out.add(rows.CTL, rows.CTL_PC, k, 0, 0, self.control)
+        if self.committed.cells or self.attempted.cells:
+            out.add(rows.PASS, rows.REPORT_PC, None, 0, 0,
+                    rows.dumps(("metrics", self.committed, self.attempted)))
+        return out
+
+    def _emit_pc(self, out: rows.Columns, pc: int, items: List[Item], w_prev: Optional[List[int]]) -> None:
+        """The rows of PCollection `pc`'s elements for those who read it next."""
+        spec = self.spec
+        readers = spec.keyed.get(pc, ())
+        steps = spec.spread.get(pc, ())
+        side = pc in spec.broadcast
+        later = pc in spec.later
+        if not readers and not later and not steps and not side:
+            return
+        items.sort(key=_ORDER)
+        lifted = [(g, label) for g, label in readers if g in spec.lifted]
+        if lifted:
+            readers = tuple(r for r in readers if r[0] not in spec.lifted)
+            for g, label in lifted:
+                fn, windowing, _ = spec.lifted[g]
+                for bk, payload in _partials(g, label, fn, windowing, items, spec.buckets,
+                                             self.committed, _behind_of(spec, g, w_prev)):
+                    out.add(rows.KEYED, pc, bk, 0, 0, payload)
+        if readers:
+            _emit_keyed(out, pc, items, readers, spec.buckets)
+        if steps:
+            _emit_spread(out, pc, items, steps)
+        if side or later:   # one row per bundle: its elements in order
+            for bundle, wvs in _bundles(items):
+                payload = pack(wvs)
+                if side and spec.ctl_keys is not None:  # a side input: to every partition
+                    for k in spec.ctl_keys:
+                        out.add(rows.CTL, pc, k, bundle, 0, payload)
+                if later:
+                    out.add(rows.PASS, pc, None, bundle, 0, payload)
+
+
+def _emit_keyed(out: rows.Columns, pc: int, items: List[Item], readers: Tuple[Tuple[int, str], ...],
+                n_buckets: int) -> None:
+    """One row per bucket of keys of the groupings `readers` reading `pc`: {key bytes: its
+    elements with their bundles and places in them}."""
+    buckets: Dict[bytes, Dict[bytes, List[Item]]] = {}
+    for item in items:   # the per-element hot loop
+        wv = item[2]
+        for g, label in readers:
+            _, _, kb = key_of(label, wv.value)
+            bk = rows.bucket_key(g, kb, n_buckets)
+            by_key = buckets.get(bk)
+            if by_key is None:
+                by_key = buckets[bk] = {}
+            of_key = by_key.get(kb)
+            if of_key is None:
+                of_key = by_key[kb] = []
+            of_key.append(item)
+    for bk, by_key in buckets.items():
+        out.add(rows.KEYED, pc, bk, 0, 0, pack(by_key))
+
+
+def _emit_spread(out: rows.Columns, pc: int, items: List[Item], steps: Tuple[int, ...]) -> None:
+    """One row per spread key of the side steps `steps` reading `pc` as main input: its
+    elements with bundles and places."""
+    keyed: Dict[bytes, List[Item]] = {}
+    for item in items:
+        # a side step's main input: any key, spread by content
+        kb = bytes([zlib.crc32(pack([item[2]])) % _SPREAD])
+        for g in steps:
+            keyed.setdefault(rows.grouping_key(g, kb), []).append(item)
+    for gk, lst in keyed.items():
+        out.add(rows.KEYED, pc, gk, lst[0][0], lst[0][1], pack(lst))
 
 
 _ORDER = itemgetter(0, 1)
@@ -431,26 +474,6 @@ def _run_unit(spec: LevelSpec, unit: LevelUnit, buffers: Dict[int, List[Item]],
                 seqs[pc] = n
     finally:
         stage.teardown()
-
-
-class _Out:
-    """Output columns of one partition (PASS rows spread over the next operator's partitions)."""
-
-    def __init__(self, ctl_keys: Optional[Sequence[bytes]]) -> None:
-        self.cols: Dict[str, List[Any]] = {c: [] for c in rows.COLUMNS}
-        self.spread = tuple(ctl_keys) if ctl_keys else (b"",)
-        self.size = 0
-
-    def add(self, kind: int, pc: int, key: Optional[bytes], bundle: int, seq: int,
-            payload: bytes) -> None:
-        c = self.cols
-        c["kind"].append(kind)
-        c["pc"].append(pc)
-        c["key"].append(key if key is not None else self.spread[self.size % len(self.spread)])
-        c["bundle"].append(bundle)
-        c["seq"].append(seq)
-        c["payload"].append(payload)
-        self.size += 1
 
 
 _SCHEMA: Any = None
