@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from headrace.model.window import FixedWindows, Sessions, SlidingWindows, TimestampCombiner, Windowing
-from headrace.runners.spark.streaming.runner import LIFT_ALL, LIFT_SPLIT, lift_mode
+from headrace.runners.spark.streaming.plan import LIFT_ALL, LIFT_SPLIT, lift_mode
 from headrace.transforms.trigger import (
     AfterAll, AfterAny, AfterCount, AfterProcessingTime, AfterWatermark, AtPeriod, DefaultTrigger,
     Repeatedly,
