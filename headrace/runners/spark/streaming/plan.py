@@ -14,9 +14,6 @@ from typing import Any, Dict, List, Optional, Set, Tuple
 from headrace.errors import PipelineExecutionError
 from headrace.io.iobase import Read, UnboundedSource
 from headrace.model import coders
-from headrace.model.triggers.algebra import (
-    AfterAll, AfterEach, AfterFirst, EndOfWindow, Never, OrFinally, Repeat, SinceEarliestElem,
-)
 from headrace.model.window import Sessions, TimestampCombiner, Windowing
 from headrace.pipeline.pipeline import Pipeline
 from headrace.pipeline.userstate import get_dofn_specs
@@ -338,7 +335,7 @@ def lift_mode(windowing: Windowing) -> Optional[str]:
       combined (no pane depends on how many inputs came, and the local runner hands such a
       grouping each key's buffered elements at once);
     * `LIFT_SPLIT`: `Sessions` or windows that do not merge, with a trigger that no input makes
-      ready before the end of its window (`blind_before_end_of_window`: the watermark, and
+      ready before the end of its window (`TriggerFn.blind_before_end_of_window`: the watermark, and
       processing-time delays that start at an element's arrival; the late firings may count
       elements). Only the inputs at or after the grouping's input watermark before the batch are
       combined; such an input's window ends after that watermark and can only join windows that
@@ -355,41 +352,4 @@ def lift_mode(windowing: Windowing) -> Optional[str]:
         return None  # a custom merge need not be the same in any order of merging
     if windowing.trigger.watermark_only and not merging:
         return LIFT_ALL
-    return LIFT_SPLIT if blind_before_end_of_window(windowing.trigger) else None
-
-
-def blind_before_end_of_window(trigger: Any) -> bool:
-    """Whether no element can make `trigger` ready while the watermark is before the end of the
-    window and processing time stays where it is: its parts that can be active before the end of
-    the window are built of end-of-window, `Never` and processing-time delays (positive) that
-    start at an element's arrival; no element count, no aligned period (ready at once on a
-    boundary)."""
-    expr = getattr(trigger, "expr", None)   # Beam's names: their expression in the algebra
-    if expr is not None:
-        return blind_before_end_of_window(expr)
-    if isinstance(trigger, (EndOfWindow, Never)):
-        return True
-    if isinstance(trigger, SinceEarliestElem):
-        return trigger.delay_us > 0
-    if isinstance(trigger, AfterEach):
-        first = trigger.triggers[0]
-        if _finishes_at_end_of_window(first):
-            return blind_before_end_of_window(first)
-        return all(blind_before_end_of_window(t) for t in trigger.triggers)
-    if isinstance(trigger, (Repeat, OrFinally, AfterFirst, AfterAll)):
-        return all(blind_before_end_of_window(t) for t in trigger.triggers)
-    return False
-
-
-def _finishes_at_end_of_window(trigger: Any) -> bool:
-    """Whether `trigger` finishes only once the watermark passed the end of the window."""
-    expr = getattr(trigger, "expr", None)
-    if expr is not None:
-        return _finishes_at_end_of_window(expr)
-    if isinstance(trigger, EndOfWindow):
-        return True
-    if isinstance(trigger, OrFinally):   # finishes when its main part or its `until` does
-        main, until = trigger.triggers
-        return _finishes_at_end_of_window(until) and (
-            isinstance(main, Repeat) or _finishes_at_end_of_window(main))
-    return False
+    return LIFT_SPLIT if windowing.trigger.blind_before_end_of_window else None
