@@ -22,6 +22,7 @@ from headrace.options.pipeline_options import LocalRunnerOptions, SparkRunnerOpt
 from headrace.pipeline.pipeline import AppliedPTransform, Pipeline, PipelineResult, PipelineState
 from headrace.pipeline.pvalue import PCollection
 from headrace.runners.kit import plan as planning
+from headrace.runners.kit.partial import lift
 from headrace.runners.kit.sources import split_source
 from headrace.runners.kit.side_inputs import SideInputCombiner, replace_views
 from headrace.runners.kit.stage import FusedStage
@@ -181,9 +182,7 @@ class BatchTranslation:
         trigger, no retractions, a non-merging WindowFn)."""
         t = node.transform
         assert isinstance(t, CombinePerKey)
-        windowing = node.inputs[0].windowing
-        lifted = (windowing.trigger.watermark_only and not node.inputs[0].may_contain_retractions
-                  and not windowing.windowfn.is_merging())
+        lifted = lift(node, micro_batches=False) is not None
         sides, portable = self._broadcast_sides(node.side_inputs)
         args, kwargs = replace_views(t.args, t.kwargs, lambda view: portable[id(view)])
         combiner = SideInputCombiner(node.full_label, t.combine_fn, args, kwargs)
@@ -255,11 +254,9 @@ class BatchTranslation:
     @staticmethod
     def _lifted(node: AppliedPTransform) -> bool:
         """Whether a grouping is a combine lifted before its shuffle: a CombinePerKey without
-        side inputs, with a watermark-only trigger and no retractions coming in (the map side
-        then sends partial accumulators, and the reduce side takes them as such)."""
-        source = node.inputs[0]
-        return (isinstance(node.transform, CombinePerKey) and not node.side_inputs
-                and source.windowing.trigger.watermark_only and not source.may_contain_retractions)
+        side inputs that `kit.partial.lift` lifts (the map side then sends partial accumulators,
+        and the reduce side takes them as such)."""
+        return not node.side_inputs and lift(node, micro_batches=False) is not None
 
     def _map_side(self, node: AppliedPTransform) -> MapSide:
         """The map side of a grouping without side inputs: partial accumulators when its

@@ -14,10 +14,10 @@ from typing import Any, Dict, List, Optional, Set, Tuple
 from headrace.errors import PipelineExecutionError
 from headrace.io.iobase import Read, UnboundedSource
 from headrace.model import coders
-from headrace.model.window import Sessions, TimestampCombiner, Windowing
 from headrace.pipeline.pipeline import Pipeline
 from headrace.pipeline.userstate import get_dofn_specs
 from headrace.runners.kit import plan as planning
+from headrace.runners.kit.partial import Lift, lift
 from headrace.runners.kit.side_inputs import SideInputCombiner, replace_views
 from headrace.runners.kit.stateful import StatefulSpec
 from headrace.runners.spark.streaming import rows
@@ -202,7 +202,7 @@ class _Planner:
         self._made_at(outs_by_tag.values(), 0)
 
     def _grouping(self, u: planning.Primitive) -> None:
-        """A GroupByKey or CombinePerKey (lifted when `lift_mode` allows)."""
+        """A GroupByKey or CombinePerKey (lifted as `kit.partial.lift` decides)."""
         node = u.node
         t = node.transform
         src = node.inputs[0]
@@ -223,15 +223,14 @@ class _Planner:
             fn = None
         lv = max([self.level_of[src._id]] + [self.level_of[pc] for _, pc, _ in g_sides]) + 1
         self._broadcast(g_sides, lv - 1)
-        mode = (lift_mode(src.windowing) if fn is not None and late_pc is None
-                and not src.may_contain_retractions else None)
+        mode = lift(node, micro_batches=True)
         spec = GroupingSpec(g, u.label, src.windowing, fn, node.outputs[None]._id,
                             late_pc._id if late_pc is not None else None,
                             src.may_contain_retractions, combiner, tuple(g_sides),
                             mode is not None)
         if mode is not None:
             assert fn is not None
-            self.lifts.setdefault(lv - 1, {})[g] = (fn, src.windowing, mode == LIFT_SPLIT)
+            self.lifts.setdefault(lv - 1, {})[g] = (fn, src.windowing, mode is Lift.SPLIT)
         self._keyed(u, src._id, g, lv, spec)
         self.nodes.append(Node(GROUPING, g, (src._id,), _outs(u), (),
                                tuple(pc for _, pc, _ in g_sides)))
@@ -315,41 +314,3 @@ class _Planner:
             else:
                 plan.spread_keys = ctl_keys
         return plan
-
-
-#: How a CombinePerKey is lifted (`lift_mode`): every input combined before the operator, or
-#: only the inputs not behind the grouping's input watermark (the others go as elements).
-LIFT_ALL = "all"
-LIFT_SPLIT = "split"
-
-
-def lift_mode(windowing: Windowing) -> Optional[str]:
-    """How a CombinePerKey with this input windowing (and no late-data output, no retractions
-    coming in) is lifted on the streaming runner, or None: each partition of the level before it
-    sends one partial accumulator per key and window of the batch (with how many inputs it holds),
-    which the per-key core takes in one call. Only where that gives the panes of the elements
-    bundle by bundle, always with output timestamps at the end of the window (a hold then does
-    not depend on which inputs were behind the output watermark):
-
-    * `LIFT_ALL`: a watermark-only trigger over windows that do not merge: every input is
-      combined (no pane depends on how many inputs came, and the local runner hands such a
-      grouping each key's buffered elements at once);
-    * `LIFT_SPLIT`: `Sessions` or windows that do not merge, with a trigger that no input makes
-      ready before the end of its window (`TriggerFn.blind_before_end_of_window`: the watermark, and
-      processing-time delays that start at an element's arrival; the late firings may count
-      elements). Only the inputs at or after the grouping's input watermark before the batch are
-      combined; such an input's window ends after that watermark and can only join windows that
-      do (a session too late to fire ends before it), so no pane fires on their arrival (in a
-      batch with input no key waits for processing time already due, `coordinator`) and their
-      order does not matter. The inputs behind the watermark go to the core as elements, bundle
-      by bundle, after the partials.
-    """
-    if windowing.timestamp_combiner is not TimestampCombiner.OUTPUT_AT_EOW:
-        return None
-    windowfn = windowing.windowfn
-    merging = windowfn.is_merging()
-    if merging and type(windowfn) is not Sessions:
-        return None  # a custom merge need not be the same in any order of merging
-    if windowing.trigger.watermark_only and not merging:
-        return LIFT_ALL
-    return LIFT_SPLIT if windowing.trigger.blind_before_end_of_window else None
