@@ -10,6 +10,7 @@ import pytest
 from headrace.errors import PipelineExecutionError
 from headrace.io.iobase import UnboundedSource
 from headrace.io.periodicsequence import _ImpulseSource
+from headrace.runners.kit.plan import Kind
 from headrace.runners.spark.streaming.source import SourcePlan
 
 
@@ -19,7 +20,7 @@ def _source_of(n):
 
 
 def _plan(*sources, parts=3):
-    plan = SourcePlan(None, [("unbounded", s, {None: 7 + i}) for i, s in enumerate(sources)], 10)
+    plan = SourcePlan(None, [(Kind.UNBOUNDED, s, {None: 7 + i}) for i, s in enumerate(sources)], 10)
     plan.labels = {i: f"Read{i}" for i in range(len(sources))}
     plan.split_reads = parts
     return plan

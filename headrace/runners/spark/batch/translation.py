@@ -42,10 +42,10 @@ from headrace.transforms.core import CombinePerKey, Create, Reshuffle
 
 _log = logging.getLogger(__name__)
 
-_KINDS = planning.ALL_KINDS - {planning.TEST_STREAM, planning.UNBOUNDED}
+_KINDS = planning.ALL_KINDS - {planning.Kind.TEST_STREAM, planning.Kind.UNBOUNDED}
 _UNBOUNDED_WHY = ("an unbounded source runs as a Spark Structured Streaming query, not as a batch "
                   "job; run the pipeline with SparkRunner().run_pipeline, which chooses")
-_WHY_NOT = {planning.TEST_STREAM: _UNBOUNDED_WHY, planning.UNBOUNDED: _UNBOUNDED_WHY}
+_WHY_NOT = {planning.Kind.TEST_STREAM: _UNBOUNDED_WHY, planning.Kind.UNBOUNDED: _UNBOUNDED_WHY}
 
 
 class BatchTranslation:
@@ -114,19 +114,19 @@ class BatchTranslation:
                 continue
             node = u.node
             self._label(node.full_label)
-            if u.kind == planning.SOURCE:
+            if u.kind == planning.Kind.SOURCE:
                 if isinstance(node.transform, Create):
                     self._build_create(node)
                 else:
                     self._build_read(node)
-            elif u.kind == planning.GROUPING:
+            elif u.kind == planning.Kind.GROUPING:
                 if isinstance(node.transform, CombinePerKey):
                     self._build_combineperkey(node)
                 else:
                     self._build_grouping(node, None)
-            elif u.kind == planning.STATEFUL:
+            elif u.kind == planning.Kind.STATEFUL:
                 self._build_stateful(node)
-            elif u.kind == planning.FLATTEN:
+            elif u.kind == planning.Kind.FLATTEN:
                 self._build_flatten(node)
             else:
                 self._build_reshuffle(node)
@@ -278,7 +278,7 @@ class BatchTranslation:
             if len(users) != 1 or not isinstance(users[0], planning.Primitive):
                 continue
             u = users[0]
-            if u.kind == planning.GROUPING and not u.node.side_inputs:
+            if u.kind == planning.Kind.GROUPING and not u.node.side_inputs:
                 sides[pc._id] = self._map_side(u.node)
         return sides
 

@@ -52,6 +52,7 @@ from collections import Counter
 from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 from headrace.model.time import MAX_TIMESTAMP_MICROS, MIN_TIMESTAMP_MICROS, to_micros
+from headrace.runners.kit.plan import Kind
 from headrace.testing.test_stream import ElementEvent, ProcessingTimeEvent, WatermarkEvent
 
 MIN = MIN_TIMESTAMP_MICROS
@@ -79,7 +80,7 @@ def to_clock(micros: int) -> int:
 class Node(NamedTuple):
     """One planned unit as the watermark graph sees it."""
 
-    kind: str                   # SOURCE, TEST_STREAM, STAGE, PASS or GROUPING (below)
+    kind: Kind                  # the unit's kind (a stateful ParDo: GROUPING), or SIDE_STEP
     ref: int                    # a source's or a grouping's index (-1 for the others)
     inputs: Tuple[int, ...]     # input PCollection ids
     outputs: Tuple[int, ...]    # output PCollection ids (a TestStream: in the order of `tags`)
@@ -87,13 +88,13 @@ class Node(NamedTuple):
     sides: Tuple[int, ...] = ()             # a side step's side-input PCollection ids
 
 
-SOURCE = "source"            # Create / Read: all elements in the first batch, then +infinity
-UNBOUNDED = "unbounded"      # an UnboundedSource: what it has, batch after batch
-TEST_STREAM = "test_stream"  # a scripted source (one event per batch)
-STAGE = "stage"              # fused element-wise steps
-PASS = "pass"                # Flatten, Reshuffle
-GROUPING = "grouping"        # GroupByKey / CombinePerKey
-SIDE_STEP = "side_step"      # a stage with side inputs: its main input waits for them (held)
+# Node kinds: a SOURCE has all its elements in the first batch, then +infinity; an UNBOUNDED
+# source what it has, batch after batch; a TEST_STREAM one event per batch; a GROUPING (also a
+# stateful ParDo) and a SIDE_STEP (a stage with side inputs, its main input held until they
+# are ready) hold their output watermark by their keys' holds; the others (STAGE, FLATTEN,
+# RESHUFFLE) pass watermarks on.
+_SOURCES = (Kind.SOURCE, Kind.UNBOUNDED, Kind.TEST_STREAM)
+_HOLDING = (Kind.GROUPING, Kind.SIDE_STEP)
 
 
 class BatchState:
@@ -150,8 +151,8 @@ class Coordinator:
         self.n_groupings = n_groupings
         self.virtual_time = any(s is not None for s in scripts)
         self._streams = [i for i, s in enumerate(scripts) if s is not None]
-        self._tags = {node.ref: node.tags for node in self.nodes if node.kind == TEST_STREAM}
-        self._side_steps = [node.ref for node in self.nodes if node.kind == SIDE_STEP]
+        self._tags = {node.ref: node.tags for node in self.nodes if node.kind is Kind.TEST_STREAM}
+        self._side_steps = [node.ref for node in self.nodes if node.kind is Kind.SIDE_STEP]
         pt_free = ([bool(merge_elements)] * n_groupings if isinstance(merge_elements, bool)
                    else [bool(b) for b in merge_elements])
         self._find_islands()
@@ -184,9 +185,9 @@ class Coordinator:
             if not ids:
                 continue
             k = label.setdefault(find(ids[0]), len(label))
-            if node.kind in (SOURCE, UNBOUNDED, TEST_STREAM):
+            if node.kind in _SOURCES:
                 source_island[node.ref] = k
-            elif node.kind in (GROUPING, SIDE_STEP):
+            elif node.kind in _HOLDING:
                 g_island[node.ref] = k
         self.n_islands = max(1, len(label))
         self._source_island = source_island
@@ -360,14 +361,14 @@ class Coordinator:
         """The watermark of every source output PCollection at source positions `pos`."""
         wms: Dict[int, int] = {}
         for node in self.nodes:
-            if node.kind == SOURCE:
+            if node.kind is Kind.SOURCE:
                 for pc in node.outputs:
                     wms[pc] = MAX if pos[node.ref] else MIN
-            elif node.kind == UNBOUNDED:
+            elif node.kind is Kind.UNBOUNDED:
                 wm = to_micros(self.unbounded[node.ref].watermark(pos[node.ref]))
                 for pc in node.outputs:
                     wms[pc] = wm
-            elif node.kind == TEST_STREAM:
+            elif node.kind is Kind.TEST_STREAM:
                 script = self.scripts[node.ref]
                 assert script is not None
                 done = pos[node.ref]
@@ -403,10 +404,10 @@ class Coordinator:
         g_in = [MIN] * self.n_groupings
         g_out = list(prev_out)
         for node in self.nodes:
-            if node.kind in (SOURCE, UNBOUNDED, TEST_STREAM):
+            if node.kind in _SOURCES:
                 continue
             w = min((wm[pc] for pc in node.inputs), default=MAX)
-            if node.kind in (GROUPING, SIDE_STEP):
+            if node.kind in _HOLDING:
                 g_in[node.ref] = w
                 hold = state.min_hold(node.ref) if state is not None else MAX
                 if prev_in is not None and prev_in[node.ref] < hold:

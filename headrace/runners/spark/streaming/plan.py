@@ -17,13 +17,12 @@ from headrace.model import coders
 from headrace.pipeline.pipeline import Pipeline
 from headrace.pipeline.userstate import get_dofn_specs
 from headrace.runners.kit import plan as planning
+from headrace.runners.kit.plan import Kind
 from headrace.runners.kit.partial import Lift, lift
 from headrace.runners.kit.side_inputs import SideInputCombiner, replace_views
 from headrace.runners.kit.stateful import StatefulSpec
 from headrace.runners.spark.streaming import rows
-from headrace.runners.spark.streaming.coordinator import (
-    GROUPING, PASS, SIDE_STEP, SOURCE, STAGE, TEST_STREAM, UNBOUNDED, Coordinator, Node,
-)
+from headrace.runners.spark.streaming.coordinator import Coordinator, Node
 from headrace.runners.spark.streaming.processor import GroupingSpec, SideStepSpec, StatefulStepSpec
 from headrace.runners.spark.streaming.source import SourcePlan
 from headrace.runners.spark.streaming.stages import LevelSpec, LevelUnit
@@ -39,7 +38,8 @@ BUCKETS_PER_PARTITION = 8
 #: The state layout, part of the plan's shape: a checkpoint of another layout is refused.
 STATE_LAYOUT = "keys in buckets, v1"
 
-Source = Tuple[str, Any, Dict[Optional[str], int]]
+#: A source of the query: (CREATE, BOUNDED, UNBOUNDED or TEST_STREAM, its data, {tag: pc}).
+Source = Tuple[Kind, Any, Dict[Optional[str], int]]
 
 
 class StreamPlan(SourcePlan):
@@ -103,15 +103,15 @@ class _Planner:
                 self._side_step(u)
             else:
                 self._stage(u)
-        elif u.kind == planning.UNBOUNDED:
+        elif u.kind == Kind.UNBOUNDED:
             self._unbounded(u)
-        elif u.kind == planning.SOURCE:
+        elif u.kind == Kind.SOURCE:
             self._source(u)
-        elif u.kind == planning.TEST_STREAM:
+        elif u.kind == Kind.TEST_STREAM:
             self._test_stream(u)
-        elif u.kind == planning.GROUPING:
+        elif u.kind == Kind.GROUPING:
             self._grouping(u)
-        elif u.kind == planning.STATEFUL:
+        elif u.kind == Kind.STATEFUL:
             self._stateful(u)
         else:  # Flatten, Reshuffle: pass elements on
             self._pass(u)
@@ -150,7 +150,7 @@ class _Planner:
         outs = tuple(pc._id for pc in u.outputs)
         self.by_level.setdefault(lv, []).append(LevelUnit(u.label, (rows.released_pc(g),), outs, fused, g))
         self._made_at(outs, lv)
-        self.nodes.append(Node(SIDE_STEP, g, (root,), outs, (), tuple(pc for _, pc, _ in sides)))
+        self.nodes.append(Node(Kind.SIDE_STEP, g, (root,), outs, (), tuple(pc for _, pc, _ in sides)))
 
     def _stage(self, u: planning.Stage) -> None:
         lv = self.level_of[u.root._id]
@@ -158,27 +158,27 @@ class _Planner:
         self.by_level.setdefault(lv, []).append(LevelUnit(u.label, (u.root._id,), outs, u.fused()))
         self._read_by(u.root._id, lv)
         self._made_at(outs, lv)
-        self.nodes.append(Node(STAGE, -1, (u.root._id,), outs))
+        self.nodes.append(Node(Kind.STAGE, -1, (u.root._id,), outs))
 
     def _unbounded(self, u: planning.Primitive) -> None:
         t = u.node.transform
         assert isinstance(t, Read)
         out = u.node.outputs[None]
         i = len(self.sources)
-        self.nodes.append(Node(UNBOUNDED, i, (), (out._id,)))
+        self.nodes.append(Node(Kind.UNBOUNDED, i, (), (out._id,)))
         self.unbounded[i] = t.source
         self.source_labels[i] = u.label
-        self.sources.append(("unbounded", t.source, {None: out._id}))
+        self.sources.append((Kind.UNBOUNDED, t.source, {None: out._id}))
         self.level_of[out._id] = 0
 
     def _source(self, u: planning.Primitive) -> None:
         t = u.node.transform
         out = u.node.outputs[None]
         i = len(self.sources)
-        self.nodes.append(Node(SOURCE, i, (), (out._id,)))
+        self.nodes.append(Node(Kind.SOURCE, i, (), (out._id,)))
         self.source_labels[i] = u.label
         if isinstance(t, Create):
-            self.sources.append(("create", list(t.values), {None: out._id}))
+            self.sources.append((Kind.CREATE, list(t.values), {None: out._id}))
         else:
             # a bounded Read: its parts are read in the first batch, one Spark partition each
             assert isinstance(t, Read)
@@ -188,7 +188,7 @@ class _Planner:
                 raise PipelineExecutionError(
                     f"step {u.label!r}: splitting {t.source.display_name()} failed: "
                     f"{type(exc).__name__}: {exc}", step=u.label) from exc
-            self.sources.append(("bounded", (t.source, parts), {None: out._id}))
+            self.sources.append((Kind.BOUNDED, (t.source, parts), {None: out._id}))
         self.level_of[out._id] = 0
 
     def _test_stream(self, u: planning.Primitive) -> None:
@@ -196,9 +196,9 @@ class _Planner:
         assert isinstance(t, TestStream)
         outs_by_tag = {pc.tag: pc._id for pc in u.node.outputs.values()}
         tags = tuple(sorted(outs_by_tag, key=lambda tg: (tg is not None, str(tg))))
-        self.nodes.append(Node(TEST_STREAM, len(self.sources), (),
+        self.nodes.append(Node(Kind.TEST_STREAM, len(self.sources), (),
                                tuple(outs_by_tag[tg] for tg in tags), tags))
-        self.sources.append(("test_stream", list(t._events), outs_by_tag))
+        self.sources.append((Kind.TEST_STREAM, list(t._events), outs_by_tag))
         self._made_at(outs_by_tag.values(), 0)
 
     def _grouping(self, u: planning.Primitive) -> None:
@@ -232,7 +232,7 @@ class _Planner:
             assert fn is not None
             self.lifts.setdefault(lv - 1, {})[g] = (fn, src.windowing, mode is Lift.SPLIT)
         self._keyed(u, src._id, g, lv, spec)
-        self.nodes.append(Node(GROUPING, g, (src._id,), _outs(u), (),
+        self.nodes.append(Node(Kind.GROUPING, g, (src._id,), _outs(u), (),
                                tuple(pc for _, pc, _ in g_sides)))
 
     def _stateful(self, u: planning.Primitive) -> None:
@@ -240,7 +240,7 @@ class _Planner:
         src = u.node.inputs[0]
         g = self._new_grouping()
         self._keyed(u, src._id, g, self.level_of[src._id] + 1, StatefulStepSpec(g, StatefulSpec.of(u.node)))
-        self.nodes.append(Node(GROUPING, g, (src._id,), _outs(u)))
+        self.nodes.append(Node(Kind.GROUPING, g, (src._id,), _outs(u)))
 
     def _keyed(self, u: planning.Primitive, src: int, g: int, lv: int, spec: Any) -> None:
         """Registers stateful operator `g` at level `lv`, its input keyed by the level before."""
@@ -258,7 +258,7 @@ class _Planner:
         for pc in ins:
             self._read_by(pc, lv)
         self.level_of[out_id] = lv
-        self.nodes.append(Node(PASS, -1, ins, (out_id,)))
+        self.nodes.append(Node(u.kind, -1, ins, (out_id,)))
 
     def _levels(self, top: int, bundle_size: int, max_attempts: int,
                 ctl_keys: Tuple[bytes, ...]) -> List[LevelSpec]:
@@ -294,11 +294,11 @@ class _Planner:
                ctl_keys: Tuple[bytes, ...], max_records: int) -> StreamPlan:
         """The plan of the units added."""
         # the state layout is part of the shape: a checkpoint of another layout is refused
-        shape = [(u.kind, u.label) for u in units] + [("state layout", STATE_LAYOUT)]
+        shape = [(u.kind.value, u.label) for u in units] + [("state layout", STATE_LAYOUT)]
         top = max([0] + list(self.g_specs))
         levels = self._levels(top, bundle_size, max_attempts, ctl_keys)
         sources = self.sources
-        coordinator = Coordinator(self.nodes, [s[1] if s[0] == "test_stream" else None for s in sources],
+        coordinator = Coordinator(self.nodes, [s[1] if s[0] is Kind.TEST_STREAM else None for s in sources],
                                   self.n_groupings, self._processing_time_free(), self.unbounded,
                                   max_records)
         groupings = [self.g_specs.get(lv, {}) for lv in range(top + 1)]

@@ -21,6 +21,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 from headrace.errors import PipelineExecutionError
 from headrace.model.windowed import WindowedValue
 from headrace.model.window import GLOBAL_WINDOWS_TUPLE
+from headrace.runners.kit.plan import Kind
 from headrace.runners.kit.sources import read_bundles, read_unbounded, to_windowed_value
 from headrace.runners.spark.streaming import rows
 from headrace.runners.spark.streaming.checkpoint import RunFiles
@@ -169,10 +170,10 @@ class SourcePlan:
     """The sources' part of a streaming plan: for each source its kind, output PCollection ids and
     what it emits (Create values, a TestStream script), plus the coordinator (picklable)."""
 
-    def __init__(self, coordinator: Any, sources: List[Tuple[str, Any, Dict[Optional[str], int]]],
+    def __init__(self, coordinator: Any, sources: List[Tuple[Kind, Any, Dict[Optional[str], int]]],
                  bundle_size: int) -> None:
         self.coordinator = coordinator
-        self.sources = sources   # (kind, values, script or UnboundedSource, {tag: pc})
+        self.sources = sources   # (Kind: CREATE, BOUNDED, UNBOUNDED, TEST_STREAM; data; {tag: pc})
         self.bundle_size = bundle_size
         self.labels: Dict[int, str] = {}   # source index -> step label (for errors)
         # With several partitions and an unbounded source, the source's rows are spread over
@@ -194,7 +195,7 @@ class SourcePlan:
         out: List[Dict[int, Tuple[Any, Any]]] = [{} for _ in range(n)]
         for i, (kind, source, _) in enumerate(self.sources):
             a, b = start["pos"][i], end["pos"][i]
-            if kind != "unbounded" or a == b:
+            if kind is not Kind.UNBOUNDED or a == b:
                 continue
             label = self.labels.get(i, "Read")
             try:
@@ -226,7 +227,7 @@ class SourcePlan:
         """(source index, part index) of every bounded source's part read in this batch (each is
         read in a Spark partition of its own, by `part_elements`)."""
         return [(i, j) for i, (kind, data, _) in enumerate(self.sources)
-                if kind == "bounded" and start["pos"][i] != end["pos"][i]
+                if kind is Kind.BOUNDED and start["pos"][i] != end["pos"][i]
                 for j in range(len(data[1]))]
 
     def part_elements(self, i: int, j: int) -> Iterator[Tuple[int, int, List[WindowedValue]]]:
@@ -242,13 +243,13 @@ class SourcePlan:
         sources' parts apart: `part_elements`; unbounded sources' only with `unbounded`)."""
         for i, (kind, data, pcs) in enumerate(self.sources):
             a, b = start["pos"][i], end["pos"][i]
-            if a == b or kind == "bounded" or (kind == "unbounded" and not unbounded):
+            if a == b or kind is Kind.BOUNDED or (kind is Kind.UNBOUNDED and not unbounded):
                 continue
-            if kind == "create":
+            if kind is Kind.CREATE:
                 size = self.bundle_size  # in bundles, as every runner reads a Create
                 for k in range(0, len(data), size):
                     yield pcs[None], (i << 32) | k, [to_windowed_value(v) for v in data[k:k + size]]
-            elif kind == "unbounded":
+            elif kind is Kind.UNBOUNDED:
                 label = self.labels.get(i, "Read")
                 for k, bundle in enumerate(read_unbounded(label, data, a, b, self.bundle_size)):
                     yield pcs[None], (i << 32) | k, bundle
