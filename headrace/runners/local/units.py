@@ -36,7 +36,8 @@ from headrace.runners.kit.grouping import (
 from headrace.runners.kit.plan import Stage
 from headrace.runners.kit.side_inputs import SideInputCombiner
 from headrace.runners.kit.sources import (
-    read_bundles, read_unbounded, to_windowed_value, unbounded_available, unbounded_watermark,
+    read_bundles, read_unbounded, split_source, to_windowed_value, unbounded_available,
+    unbounded_watermark,
 )
 from headrace.runners.kit.stage import FusedStage
 from headrace.runners.kit.stateful import (
@@ -125,7 +126,7 @@ class SourceUnit(Unit):
                     self.ex.emit(out, [to_windowed_value(v) for v in chunk])
             else:
                 assert isinstance(t, Read)
-                for part in t.source.split(max(1, self.ex.parallelism)):
+                for part in split_source(self.label, t.source, self.ex.parallelism):
                     for bundle in read_bundles(self.label, t.source, part, size):
                         self.ex.emit(out, bundle)
         self.done = True

@@ -51,8 +51,9 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
-from headrace.model.time import MAX_TIMESTAMP_MICROS, MIN_TIMESTAMP_MICROS, to_micros
+from headrace.model.time import MAX_TIMESTAMP_MICROS, MIN_TIMESTAMP_MICROS
 from headrace.runners.kit.plan import Kind
+from headrace.runners.kit.sources import unbounded_available, unbounded_watermark
 from headrace.testing.test_stream import ElementEvent, ProcessingTimeEvent, WatermarkEvent
 
 MIN = MIN_TIMESTAMP_MICROS
@@ -136,16 +137,19 @@ class Coordinator:
 
     `nodes` are the planned units in dependency order; `scripts[i]` is the event list of
     source i when it is a TestStream (None for the others); `unbounded[i]` is source i's
-    UnboundedSource, read at most `max_records` records a batch; `virtual_time` is True when
+    UnboundedSource, read at most `max_records` records a batch (through `kit.sources`, whose
+    errors name the step: `labels[i]`); `virtual_time` is True when
     processing time is a TestStream's virtual clock (else the wall clock at planning);
     `merge_elements` is True when no grouping's trigger waits for processing time, so a batch
     may take an element event together with the watermark event after it (`_step_end`)."""
 
     def __init__(self, nodes: Sequence[Node], scripts: Sequence[Optional[List[Any]]],
                  n_groupings: int, merge_elements: Union[bool, Sequence[bool]] = False,
-                 unbounded: Optional[Dict[int, Any]] = None, max_records: int = 100_000) -> None:
+                 unbounded: Optional[Dict[int, Any]] = None, max_records: int = 100_000,
+                 labels: Optional[Dict[int, str]] = None) -> None:
         self.nodes = tuple(nodes)
         self.unbounded = dict(unbounded or {})
+        self.labels = dict(labels or {})   # source index -> step label (errors name the step)
         self.max_records = max(1, int(max_records))
         self.scripts = list(scripts)
         self.n_groupings = n_groupings
@@ -279,7 +283,8 @@ class Coordinator:
         """The positions the next advance of the unbounded sources reads up to: what they have
         at `wall_us`. Chosen one batch ahead, so that the Spark clock of the batch before it
         already covers the watermarks they reach (see the module doc)."""
-        return [self.unbounded[i].available(p, wall_us, self.max_records) if i in self.unbounded
+        return [unbounded_available(self.labels.get(i, "Read"), self.unbounded[i], p, wall_us,
+                                    self.max_records) if i in self.unbounded
                 else p for i, p in enumerate(pos)]
 
     def _bound(self, pos: List[Any], out_wm: List[int]) -> int:
@@ -365,7 +370,8 @@ class Coordinator:
                 for pc in node.outputs:
                     wms[pc] = MAX if pos[node.ref] else MIN
             elif node.kind is Kind.UNBOUNDED:
-                wm = to_micros(self.unbounded[node.ref].watermark(pos[node.ref]))
+                wm = unbounded_watermark(self.labels.get(node.ref, "Read"), self.unbounded[node.ref],
+                                         pos[node.ref])
                 for pc in node.outputs:
                     wms[pc] = wm
             elif node.kind is Kind.TEST_STREAM:

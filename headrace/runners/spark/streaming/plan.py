@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Set, Tuple
 
-from headrace.errors import PipelineExecutionError
 from headrace.io.iobase import Read, UnboundedSource
 from headrace.model import coders
 from headrace.pipeline.pipeline import Pipeline
@@ -20,6 +19,7 @@ from headrace.runners.kit import plan as planning
 from headrace.runners.kit.plan import Kind
 from headrace.runners.kit.partial import Lift, lift
 from headrace.runners.kit.side_inputs import SideInputCombiner, replace_views
+from headrace.runners.kit.sources import split_source
 from headrace.runners.kit.stateful import StatefulSpec
 from headrace.runners.spark.streaming import rows
 from headrace.runners.spark.streaming.coordinator import Coordinator, Node
@@ -182,12 +182,7 @@ class _Planner:
         else:
             # a bounded Read: its parts are read in the first batch, one Spark partition each
             assert isinstance(t, Read)
-            try:
-                parts = list(t.source.split(max(1, 2 * self.partitions)))
-            except Exception as exc:
-                raise PipelineExecutionError(
-                    f"step {u.label!r}: splitting {t.source.display_name()} failed: "
-                    f"{type(exc).__name__}: {exc}", step=u.label) from exc
+            parts = split_source(u.label, t.source, 2 * self.partitions)
             self.sources.append((Kind.BOUNDED, (t.source, parts), {None: out._id}))
         self.level_of[out._id] = 0
 
@@ -300,7 +295,7 @@ class _Planner:
         sources = self.sources
         coordinator = Coordinator(self.nodes, [s[1] if s[0] is Kind.TEST_STREAM else None for s in sources],
                                   self.n_groupings, self._processing_time_free(), self.unbounded,
-                                  max_records)
+                                  max_records, self.source_labels)
         groupings = [self.g_specs.get(lv, {}) for lv in range(top + 1)]
         plan = StreamPlan(coordinator, sources, levels, groupings, self.partitions, bundle_size, shape)
         plan.labels = self.source_labels

@@ -22,7 +22,7 @@ from headrace.errors import PipelineExecutionError
 from headrace.model.windowed import WindowedValue
 from headrace.model.window import GLOBAL_WINDOWS_TUPLE
 from headrace.runners.kit.plan import Kind
-from headrace.runners.kit.sources import read_bundles, read_unbounded, to_windowed_value
+from headrace.runners.kit.sources import read_bundles, read_unbounded, to_windowed_value, unbounded_cuts
 from headrace.runners.spark.streaming import rows
 from headrace.runners.spark.streaming.checkpoint import RunFiles
 from headrace.runners.spark.streaming.coordinator import script_elements
@@ -197,27 +197,7 @@ class SourcePlan:
             a, b = start["pos"][i], end["pos"][i]
             if kind is not Kind.UNBOUNDED or a == b:
                 continue
-            label = self.labels.get(i, "Read")
-            try:
-                cuts = source.split_positions(a, b, n)
-            except Exception as exc:
-                raise PipelineExecutionError(
-                    f"step {label!r}: cutting positions {a!r} to {b!r} of "
-                    f"{source.display_name()} failed: {type(exc).__name__}: {exc}",
-                    step=label) from exc
-            cuts = list(cuts or ())
-            if len(cuts) > n - 1:
-                raise PipelineExecutionError(
-                    f"step {label!r}: {source.display_name()}.split_positions({a!r}, {b!r}, {n}) "
-                    f"gave {len(cuts)} positions, more than {n - 1}; return at most n - 1",
-                    step=label)
-            bounds = [a] + cuts + [b]
-            if all(type(x) in (int, float) for x in bounds) and not all(
-                    x < y for x, y in zip(bounds, bounds[1:])):
-                raise PipelineExecutionError(
-                    f"step {label!r}: {source.display_name()}.split_positions({a!r}, {b!r}, {n}) "
-                    f"gave {cuts!r}; give positions strictly between the two, in order",
-                    step=label)
+            bounds = [a] + unbounded_cuts(self.labels.get(i, "Read"), source, a, b, n) + [b]
             for j in range(len(bounds) - 1):
                 if bounds[j] != bounds[j + 1]:
                     out[j][i] = (bounds[j], bounds[j + 1])
