@@ -1,4 +1,4 @@
-"""Triggers: the formal trigger algebra of Beam's trigger specification (seed 000), literally.
+"""Triggers: the formal trigger algebra of Beam's trigger specification, literally.
 
 A trigger R is an immutable value; for one key and window it stands for a monotone
 predicate P_R(elements since R last fired, time). Its per-window *state* is plain data that

@@ -2,8 +2,8 @@
 
 Spark gives a streaming query one global watermark and no per-key holds, so the streaming
 runner does not use Spark's watermark for semantics. This module, pure Python and run on the
-driver, owns every watermark instead (seed 002; the local runner's executor does the same in
-one process):
+driver, owns every watermark instead, as the Dataflow Model paper (VLDB 2015) defines them
+(the local runner's executor does the same in one process):
 
 * each source reports its own watermark, a function of its position (a TestStream's script
   position, a bounded source's "emitted yet?");
@@ -204,8 +204,8 @@ class Coordinator:
                                 for k in range(self.n_islands)]
 
     def _per_island(self, offset: Dict[str, Any], field: str) -> List[int]:
-        """An offset's per-island values (`pt`, `rr`); an int (a checkpoint written before
-        islands) stands for every island."""
+        """An offset's per-island values (`pt`, `rr`): a list, one value per island, or one int
+        standing for every island."""
         v = offset[field]
         return list(v) if isinstance(v, list) else [v] * self.n_islands
 
