@@ -45,11 +45,8 @@ def data_source_class() -> Any:
     from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 
     class _Part(InputPartition):  # type: ignore[misc]
-        """The batch's control row and its sources' elements (`part` None), or one part of a
-        bounded source (`part` = (source index, part index)); with split reads
-        (`SourcePlan.split_reads`), `split` = (j, {source index: (start, end)}): the control
-        row and the j-th range of each unbounded source (and, for j = 0, the other sources'
-        elements)."""
+        """One Spark partition of the batch from `start` to `end`: what it reads is `part` and
+        `split` (`SourcePlan.read_partitions`)."""
 
         def __init__(self, start: Dict[str, Any], end: Dict[str, Any],
                      part: Optional[Tuple[int, int]] = None,
@@ -91,54 +88,17 @@ def data_source_class() -> Any:
             pass  # the sources here end by themselves (TestStream scripts, bounded sources)
 
         def partitions(self, start: Dict[str, Any], end: Dict[str, Any]) -> List[Any]:
-            plan = self.plan
-            if plan.split_reads:
-                try:
-                    ranges = plan.split_ranges(start, end)
-                except PipelineExecutionError as exc:  # the driver names the step
-                    raise task_failure(exc) from exc
-                heads = [_Part(start, end, None, (j, r)) for j, r in enumerate(ranges)]
-            else:
-                heads = [_Part(start, end)]
-            return heads + [_Part(start, end, part) for part in plan.bounded_parts(start, end)]
+            try:
+                specs = self.plan.read_partitions(start, end)
+            except PipelineExecutionError as exc:  # the driver names the step
+                raise task_failure(exc) from exc
+            return [_Part(start, end, part, split) for part, split in specs]
 
         def read(self, partition: Any) -> Iterator[Tuple[Any, ...]]:
             try:
-                yield from self._read(partition)
+                yield from self.plan.partition_rows(partition)
             except PipelineExecutionError as exc:  # a source failed: the driver names the step
                 raise task_failure(exc) from exc
-
-        def _read(self, partition: Any) -> Iterator[Tuple[Any, ...]]:
-            start, end = partition.start, partition.end
-            clock = clock_timestamp(end["stamp"])
-            spread = self.plan.spread_keys
-
-            def bundle_row(pc: int, bundle: int, values: List[WindowedValue]) -> Tuple[Any, ...]:
-                # keyed by its id when the rows are spread over partitions (`spread_keys`)
-                key = bundle.to_bytes(8, "big") if spread else b""
-                return (rows.PASS, pc, key, bundle, 0, pack(values), clock)
-
-            if partition.part is not None:
-                for pc, bundle, values in self.plan.part_elements(*partition.part):
-                    if values:
-                        yield bundle_row(pc, bundle, values)
-                return
-            ctl = rows.dumps(rows.Control.between(start, end))
-            if partition.split is not None:
-                # a split read: the level function reads each range (`stages.level_fn`)
-                j, ranges = partition.split
-                yield (rows.CTL, rows.CTL_PC, b"", 0, 0, ctl, clock)
-                for i, (a, b) in sorted(ranges.items()):
-                    yield (rows.PASS, rows.READ_PC, b"", split_bundle(i, j), 0,
-                           rows.dumps((i, a, b)), clock)
-                if j > 0:
-                    return
-            else:
-                for k in spread or (b"",):
-                    yield (rows.CTL, rows.CTL_PC, k, 0, 0, ctl, clock)
-            for pc, bundle, values in self.plan.elements(start, end, partition.split is None):
-                if values:   # a bundle is one row (its elements in order)
-                    yield bundle_row(pc, bundle, values)
 
         def commit(self, end: Dict[str, Any]) -> None:
             pass
@@ -203,6 +163,18 @@ class SourcePlan:
                     out[j][i] = (bounds[j], bounds[j + 1])
         return out
 
+    def read_partitions(self, start: Dict[str, Any], end: Dict[str, Any]
+                        ) -> List[Tuple[Optional[Tuple[int, int]], Optional[Tuple[int, Any]]]]:
+        """(part, split) of each Spark partition reading the batch from `start` to `end`: the
+        batch's control row and its sources' elements (both None), or one part of a bounded
+        source (`part` = (source index, part index)); with split reads (`split_reads`),
+        `split` = (j, {source index: (start, end)}): the control row and the j-th range of each
+        unbounded source (and, for j = 0, the other sources' elements). Errors name the step."""
+        heads: List[Tuple[Optional[Tuple[int, int]], Optional[Tuple[int, Any]]]] = [(None, None)]
+        if self.split_reads:
+            heads = [(None, (j, r)) for j, r in enumerate(self.split_ranges(start, end))]
+        return heads + [(part, None) for part in self.bounded_parts(start, end)]
+
     def bounded_parts(self, start: Dict[str, Any], end: Dict[str, Any]) -> List[Tuple[int, int]]:
         """(source index, part index) of every bounded source's part read in this batch (each is
         read in a Spark partition of its own, by `part_elements`)."""
@@ -238,3 +210,38 @@ class SourcePlan:
                     wvs = [WindowedValue(tv.value, tv.timestamp_us, GLOBAL_WINDOWS_TUPLE) for tv in tvs]
                     if wvs:
                         yield pcs[tag], (i << 32) | (a + k), wvs
+
+    def partition_rows(self, partition: Any) -> Iterator[Tuple[Any, ...]]:
+        """The rows of one partition of a batch (`data_source_class`'s `_Part`): a bounded
+        source's part, or the control row with the batch's other elements (with split reads:
+        the control row and one range of each unbounded source); errors name the step."""
+        start, end = partition.start, partition.end
+        clock = clock_timestamp(end["stamp"])
+        spread = self.spread_keys
+
+        def bundle_row(pc: int, bundle: int, values: List[WindowedValue]) -> Tuple[Any, ...]:
+            # keyed by its id when the rows are spread over partitions (`spread_keys`)
+            key = bundle.to_bytes(8, "big") if spread else b""
+            return (rows.PASS, pc, key, bundle, 0, pack(values), clock)
+
+        if partition.part is not None:
+            for pc, bundle, values in self.part_elements(*partition.part):
+                if values:
+                    yield bundle_row(pc, bundle, values)
+            return
+        ctl = rows.dumps(rows.Control.between(start, end))
+        if partition.split is not None:
+            # a split read: the level function reads each range (`stages.level_fn`)
+            j, ranges = partition.split
+            yield (rows.CTL, rows.CTL_PC, b"", 0, 0, ctl, clock)
+            for i, (a, b) in sorted(ranges.items()):
+                yield (rows.PASS, rows.READ_PC, b"", split_bundle(i, j), 0,
+                       rows.dumps((i, a, b)), clock)
+            if j > 0:
+                return
+        else:
+            for k in spread or (b"",):
+                yield (rows.CTL, rows.CTL_PC, k, 0, 0, ctl, clock)
+        for pc, bundle, values in self.elements(start, end, partition.split is None):
+            if values:   # a bundle is one row (its elements in order)
+                yield bundle_row(pc, bundle, values)
