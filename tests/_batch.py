@@ -195,7 +195,7 @@ class Batches:
 def _progress(metrics: Any) -> str:
     """The query's micro-batches and their mean time, from the runner's progress metrics."""
     from headrace.metrics.metric import MetricsFilter
-    from headrace.runners.spark.streaming.runner import PROGRESS_NAMESPACE
+    from headrace.runners.spark.streaming.result import PROGRESS_NAMESPACE
     found = metrics.query(MetricsFilter().with_namespace(PROGRESS_NAMESPACE))
     batches = [r.committed.value for r in found["gauges"] if r.key.metric.name == "batches"]
     times = [r.committed for r in found["distributions"] if r.key.metric.name == "batch_duration_ms"]

@@ -33,3 +33,35 @@ def test_a_checkpoint_is_kept_at_its_location_and_refused_to_another_pipeline(
     _sums(other, label="SumPerUser")
     with pytest.raises(PipelineExecutionError, match=r"written by another pipeline.*SumPerUser"):
         other.run()
+
+
+@pytest.mark.parametrize("stale", [
+    b"cheadrace.runners.spark.streaming.gone_module\nStreamPlan\n.",   # a module that moved
+    b"cheadrace.runners.spark.streaming.plan\nGoneStreamPlan\n.",      # a class that moved
+])
+def test_a_plan_of_another_headrace_version_is_refused_with_the_fresh_checkpoint_advice(tmp_path, stale):
+    """A plan whose headrace classes moved (another state layout) does not unpickle: the error
+    names the checkpoint and says to start from a fresh one, instead of a bare unpickling error.
+    (The stored bytes are protocol-0 pickles of a global that this version does not have.)"""
+    from headrace.runners.spark.streaming.checkpoint import RunFiles
+
+    files = RunFiles(str(tmp_path))
+    files.write_plan({"shape": []})
+    with open(files.plan_path, "wb") as fh:
+        fh.write(stale)
+    with pytest.raises(PipelineExecutionError) as info:
+        files.read_plan()
+    assert f"the streaming checkpoint at {tmp_path} was written by another version of headrace" in str(
+        info.value)
+    assert "give this pipeline a new --checkpoint_location" in str(info.value)
+
+
+def test_a_plan_needing_a_module_of_the_users_that_is_missing_stays_an_import_error(tmp_path):
+    from headrace.runners.spark.streaming.checkpoint import RunFiles
+
+    files = RunFiles(str(tmp_path))
+    files.write_plan({"shape": []})
+    with open(files.plan_path, "wb") as fh:
+        fh.write(b"cusers_module_not_installed\nparse\n.")
+    with pytest.raises(ImportError, match="users_module_not_installed"):
+        files.read_plan()

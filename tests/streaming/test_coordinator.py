@@ -8,12 +8,15 @@ from __future__ import annotations
 from dataclasses import replace
 
 from headrace.model.time import MAX_TIMESTAMP_MICROS as MAX, MIN_TIMESTAMP_MICROS as MIN
+from headrace.runners.kit.plan import Kind
 from headrace.runners.spark.streaming.coordinator import (
-    CLOCK_MAX_MS, GROUPING, SOURCE, STAGE, TEST_STREAM, BatchState, Coordinator, Node, to_clock,
+    CLOCK_MAX_MS, BatchState, Coordinator, Node, to_clock,
 )
 from headrace.testing.test_stream import ElementEvent, ProcessingTimeEvent, WatermarkEvent
 from headrace.model.windowed import TimestampedValue
 from headrace.utils.timestamp import Timestamp
+
+GROUPING, SOURCE, STAGE, TEST_STREAM = Kind.GROUPING, Kind.SOURCE, Kind.STAGE, Kind.TEST_STREAM
 
 US = 1_000_000
 

@@ -1,19 +1,37 @@
-"""Which CombinePerKeys the Spark streaming runner lifts (`runner.lift_mode`): combined before
-their stateful operator only where the panes cannot change (their conformance:
-tests/conformance/test_test_stream.py, the combine against GroupByKey's panes)."""
+"""Which CombinePerKeys the Spark runners lift (`kit.partial.lift`): the streaming runner
+combines before its stateful operator only where the panes cannot change (their conformance:
+tests/conformance/test_test_stream.py, the combine against GroupByKey's panes); the batch
+runner lifts a watermark-only trigger's combine."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
-from headrace.model.window import FixedWindows, Sessions, SlidingWindows
 from headrace.model.strategy import TimestampCombiner, Windowing
-from headrace.runners.spark.streaming.runner import LIFT_ALL, LIFT_SPLIT, lift_mode
+from headrace.model.window import FixedWindows, Sessions, SlidingWindows
+from headrace.runners.kit.partial import Lift, lift
+from headrace.transforms.core import CombinePerKey, GroupByKey
 from headrace.transforms.trigger import (
     AfterAll, AfterAny, AfterCount, AfterProcessingTime, AfterWatermark, AtPeriod, DefaultTrigger,
     Repeatedly,
 )
 from tests.conformance.test_windowing import HourlyMergingWindows
+
+LIFT_ALL, LIFT_SPLIT = Lift.ALL, Lift.SPLIT
+
+
+def _node(windowing, transform=None, side_inputs=(), retractions=False, outputs=None):
+    """A grouping's applied transform as `lift` reads it."""
+    src = SimpleNamespace(windowing=windowing, may_contain_retractions=retractions)
+    return SimpleNamespace(transform=transform or CombinePerKey(sum), inputs=[src],
+                           side_inputs=list(side_inputs), outputs=outputs or {})
+
+
+def lift_mode(windowing):
+    """How the streaming runner lifts a plain CombinePerKey with this input windowing."""
+    return lift(_node(windowing), micro_batches=True)
 
 
 @pytest.mark.parametrize("windowfn, trigger, mode", [
@@ -42,3 +60,36 @@ def test_no_lift_with_output_timestamps_other_than_the_window_end():
 
 def test_no_lift_with_a_custom_merging_windowfn():
     assert lift_mode(Windowing(HourlyMergingWindows(), DefaultTrigger())) is None
+
+
+def test_never_a_group_by_key_nor_with_retractions():
+    w = Windowing(FixedWindows(10), DefaultTrigger())
+    for micro_batches in (True, False):
+        assert lift(_node(w, transform=GroupByKey()), micro_batches) is None
+        assert lift(_node(w, retractions=True), micro_batches) is None
+
+
+def test_streaming_lifts_no_combine_with_side_inputs():
+    assert lift(_node(Windowing(FixedWindows(10), DefaultTrigger()), side_inputs=[object()]),
+                micro_batches=True) is None
+
+
+@pytest.mark.parametrize("windowfn, trigger, sides, mode", [
+    (FixedWindows(10), DefaultTrigger(), False, LIFT_ALL),
+    (Sessions(10), DefaultTrigger(), False, LIFT_ALL),          # merged as they accumulate
+    (HourlyMergingWindows(), DefaultTrigger(), False, LIFT_ALL),
+    (FixedWindows(10), DefaultTrigger(), True, LIFT_ALL),
+    (Sessions(10), DefaultTrigger(), True, None),               # side inputs: windows final only
+    (FixedWindows(10), AfterWatermark(early=AfterProcessingTime(60)), False, None),
+    (FixedWindows(10), Repeatedly(AfterCount(2)), False, None),
+])
+def test_batch_lifts_watermark_only_triggers(windowfn, trigger, sides, mode):
+    node = _node(Windowing(windowfn, trigger), side_inputs=[object()] if sides else ())
+    assert lift(node, micro_batches=False) == mode
+
+
+def test_streaming_lifts_no_combine_with_a_late_data_output():
+    t = CombinePerKey(sum)
+    t.late_tag = "late"
+    node = _node(Windowing(FixedWindows(10), DefaultTrigger()), transform=t, outputs={"late": object()})
+    assert lift(node, micro_batches=True) is None

@@ -11,6 +11,7 @@ from headrace.errors import PipelineExecutionError
 from headrace.io.iobase import UnboundedSource
 from headrace.io.periodicsequence import _ImpulseSource
 from headrace.runners.spark.streaming.offsets import Offset
+from headrace.runners.kit.plan import Kind
 from headrace.runners.spark.streaming.source import SourcePlan
 
 
@@ -25,7 +26,7 @@ def _at(pos):
 
 
 def _plan(*sources, parts=3):
-    plan = SourcePlan(None, [("unbounded", s, {None: 7 + i}) for i, s in enumerate(sources)], 10)
+    plan = SourcePlan(None, [(Kind.UNBOUNDED, s, {None: 7 + i}) for i, s in enumerate(sources)], 10)
     plan.labels = {i: f"Read{i}" for i in range(len(sources))}
     plan.split_reads = parts
     return plan

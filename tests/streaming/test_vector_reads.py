@@ -21,7 +21,7 @@ from headrace.runners.spark.worker.env import WorkerEnv
 from headrace.runners.spark.worker.failures import TaskFailure
 from headrace.runners.spark.streaming import rows, stages
 from headrace.runners.spark.streaming.offsets import Control
-from headrace.runners.spark.streaming.runner import build_plan
+from headrace.runners.spark.streaming.plan import build_plan
 from headrace.transforms import trigger, window
 from tests._support import ArrowRows, IndexedRecords
 

@@ -123,6 +123,21 @@ class TriggerFn(ABC):
     #: advance of processing time as a no-op.
     processing_time_free = False
 
+    @property
+    def blind_before_end_of_window(self) -> bool:
+        """Whether no element can make the trigger ready while the watermark is before the end of
+        the window and processing time stays where it is: its parts that can be active before the
+        end of the window are built of end-of-window, `Never` and processing-time delays
+        (positive) that start at an element's arrival; no element count, no aligned period
+        (ready at once on a boundary). Each trigger class answers for itself (a user's leaf: no).
+        """
+        return False
+
+    @property
+    def finishes_at_end_of_window(self) -> bool:
+        """Whether the trigger finishes only once the watermark passed the end of the window."""
+        return False
+
     # ---- the algebra (implemented by leaves and composites) ---------------------------
 
     @abstractmethod
@@ -371,6 +386,16 @@ class EndOfWindow(LeafTrigger):
     def __init__(self) -> None:
         pass
 
+    @property
+    def blind_before_end_of_window(self) -> bool:
+        """Yes: only the watermark makes it ready."""
+        return True
+
+    @property
+    def finishes_at_end_of_window(self) -> bool:
+        """Yes: it fires once, at the end of the window."""
+        return True
+
     def is_ready(self, data: Any, ctx: TriggerContext) -> bool:
         """t >= end of window."""
         return ctx.input_watermark_us >= ctx.window.end_us
@@ -431,6 +456,11 @@ class SinceEarliestElem(_ProcessingTimeLeaf):
         if self.delay_us < 0:
             raise InvalidArgumentError(f"{type(self).__name__}(delay) must not be negative, got {delay!r}")
 
+    @property
+    def blind_before_end_of_window(self) -> bool:
+        """Yes with a positive delay (a delay of zero is ready on an element's arrival)."""
+        return self.delay_us > 0
+
     def fire_time_us(self, first_arrival_us: int) -> int:
         """First arrival plus the delay."""
         return first_arrival_us + self.delay_us
@@ -481,6 +511,11 @@ class Never(LeafTrigger):
 
     def __init__(self) -> None:
         pass
+
+    @property
+    def blind_before_end_of_window(self) -> bool:
+        """Yes: it is never ready."""
+        return True
 
     def is_ready(self, data: Any, ctx: TriggerContext) -> bool:
         """Never."""
@@ -591,6 +626,11 @@ class _Composite(TriggerFn):
         self.watermark_only = all(t.watermark_only for t in self.triggers)
         self.processing_time_free = all(t.processing_time_free for t in self.triggers)
 
+    @property
+    def blind_before_end_of_window(self) -> bool:
+        """Every subtrigger is (AfterFirst, AfterAll, Repeat, OrFinally; AfterEach refines it)."""
+        return all(t.blind_before_end_of_window for t in self.triggers)
+
     def initial_state(self) -> Any:
         """Every child's initial state."""
         return tuple(t.initial_state() for t in self.triggers)
@@ -686,6 +726,15 @@ class AfterAll(_Composite):
 
 class AfterEach(_Composite):
     """Each subtrigger in turn: ready when the first unfinished one is (the spec's and Beam's AfterEach)."""
+
+    @property
+    def blind_before_end_of_window(self) -> bool:
+        """When the first subtrigger finishes only at the end of the window, only it can be
+        active before then; else every subtrigger must be blind."""
+        first = self.triggers[0]
+        if first.finishes_at_end_of_window:
+            return first.blind_before_end_of_window
+        return all(t.blind_before_end_of_window for t in self.triggers)
 
     def _active(self, state: Any) -> int:
         for i, (t, s) in enumerate(zip(self.triggers, state)):
@@ -809,6 +858,14 @@ class OrFinally(_Composite):
                 f"OrFinally(main, until) needs a trigger that fires once as `until` (a leaf "
                 f"trigger, or AfterAny/AfterAll of them), got {until!r}")
         super().__init__(main, until)
+
+    @property
+    def finishes_at_end_of_window(self) -> bool:
+        """It finishes when its main part or its `until` does: `until` must finish only at the
+        end of the window, and the main part too unless it is a Repeat (which never finishes)."""
+        main, until = self.triggers
+        return until.finishes_at_end_of_window and (
+            isinstance(main, Repeat) or main.finishes_at_end_of_window)
 
     @property
     def main(self) -> TriggerFn:

@@ -86,6 +86,16 @@ class _Sugar(TriggerFn):
         self.watermark_only = expr.watermark_only
         self.processing_time_free = expr.processing_time_free
 
+    @property
+    def blind_before_end_of_window(self) -> bool:
+        """As the expression."""
+        return self.expr.blind_before_end_of_window
+
+    @property
+    def finishes_at_end_of_window(self) -> bool:
+        """As the expression."""
+        return self.expr.finishes_at_end_of_window
+
     def initial_state(self) -> Any:
         """As the expression."""
         return self.expr.initial_state()

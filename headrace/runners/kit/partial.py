@@ -11,6 +11,7 @@ OUTPUT_AT_LATEST (the core then derives the pane's timestamp from it as from an 
 
 from __future__ import annotations
 
+import enum
 from operator import itemgetter
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
@@ -18,12 +19,81 @@ from headrace.model.combine import CombineFn
 from headrace.model.window import BoundedWindow, IntervalWindow, Sessions, WindowFn
 from headrace.model.strategy import TimestampCombiner, Windowing
 from headrace.runners.kit.grouping import grouping_key_bytes, key_of, split_kv
+from headrace.transforms.core import CombinePerKey
 
 #: `record(key bytes, key, accumulator, timestamp, window)`: what `PartialCombiner.emit` yields.
 Record = Callable[[bytes, Any, Any, int, BoundedWindow], Any]
 
 _MERGE_EVERY = 64  # a key's windows are merged when their number passes this (then doubles)
 _start = itemgetter(0)
+
+
+class Lift(enum.Enum):
+    """How a CombinePerKey is lifted (`lift`)."""
+
+    ALL = "all"       # every input combined before the grouping
+    SPLIT = "split"   # only the inputs not behind the grouping's input watermark; others as elements
+
+
+def lift(node: Any, micro_batches: bool) -> Optional[Lift]:
+    """Whether and how the grouping `node` (an AppliedPTransform) is lifted: its inputs combined
+    into partial accumulators per key and window before the grouping, which the per-key core
+    then takes as such; None for a grouping that is not lifted. Never a GroupByKey, never with
+    retractions coming in.
+
+    * The whole input under a perfect watermark (`micro_batches` False; the batch runner): a
+      CombinePerKey with a watermark-only trigger, whose panes then do not depend on how many
+      inputs came or in what order, is lifted whole (`Lift.ALL`); with side inputs, only over
+      windows that do not merge (each input's window is then final, and its side inputs known).
+    * Micro-batches (the streaming runner): a CombinePerKey without side inputs or a late-data
+      output: each partition of the level before it sends one partial accumulator per key and
+      window of the batch (with how many inputs it holds), which the core takes in one call; only
+      where that gives the panes of the elements bundle by bundle, always with output timestamps
+      at the end of the window (a hold then does not depend on which inputs were behind the
+      output watermark), `_micro_batch_lift`.
+    """
+    t = node.transform
+    src = node.inputs[0]
+    if not isinstance(t, CombinePerKey) or src.may_contain_retractions:
+        return None
+    windowing = src.windowing
+    if not micro_batches:
+        if not windowing.trigger.watermark_only:
+            return None
+        if node.side_inputs and windowing.windowfn.is_merging():
+            return None
+        return Lift.ALL
+    late_tag = getattr(t, "late_tag", None)
+    if node.side_inputs or (late_tag and node.outputs.get(late_tag) is not None):
+        return None
+    return _micro_batch_lift(windowing)
+
+
+def _micro_batch_lift(windowing: Windowing) -> Optional[Lift]:
+    """How a lifted CombinePerKey with this input windowing is fed in micro-batches:
+
+    * `Lift.ALL`: a watermark-only trigger over windows that do not merge: every input is
+      combined (no pane depends on how many inputs came, and the local runner hands such a
+      grouping each key's buffered elements at once);
+    * `Lift.SPLIT`: `Sessions` or windows that do not merge, with a trigger that no input makes
+      ready before the end of its window (`TriggerFn.blind_before_end_of_window`: the watermark,
+      and processing-time delays that start at an element's arrival; the late firings may count
+      elements). Only the inputs at or after the grouping's input watermark before the batch are
+      combined; such an input's window ends after that watermark and can only join windows that
+      do (a session too late to fire ends before it), so no pane fires on their arrival (in a
+      batch with input no key waits for processing time already due) and their order does not
+      matter. The inputs behind the watermark go to the core as elements, bundle by bundle,
+      after the partials.
+    """
+    if windowing.timestamp_combiner is not TimestampCombiner.OUTPUT_AT_EOW:
+        return None
+    windowfn = windowing.windowfn
+    merging = windowfn.is_merging()
+    if merging and type(windowfn) is not Sessions:
+        return None  # a custom merge need not be the same in any order of merging
+    if windowing.trigger.watermark_only and not merging:
+        return Lift.ALL
+    return Lift.SPLIT if windowing.trigger.blind_before_end_of_window else None
 
 
 def keeps_latest(windowing: Windowing) -> bool:

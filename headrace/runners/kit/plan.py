@@ -9,10 +9,10 @@ before consumers) and returns, in that order:
   (a runner may have to hold its input back until the side inputs are ready). A stage's
   outputs that leave it (read outside it, or by nobody) are *materialised*; the others pass
   from step to step by direct calls.
-* `Primitive`: every other step, with its `kind`: SOURCE (Create, Read of a BoundedSource),
-  UNBOUNDED (Read of an UnboundedSource), TEST_STREAM, GROUPING (GroupByKey, CombinePerKey),
-  FLATTEN, RESHUFFLE, and STATEFUL (a ParDo whose DoFn has user state or timers: it runs per key,
-  after its input is grouped by key, so it is never fused).
+* `Primitive`: every other step, with its `kind` (a `Kind`): SOURCE (Create, Read of a
+  BoundedSource), UNBOUNDED (Read of an UnboundedSource), TEST_STREAM, GROUPING (GroupByKey,
+  CombinePerKey), FLATTEN, RESHUFFLE, and STATEFUL (a ParDo whose DoFn has user state or timers:
+  it runs per key, after its input is grouped by key, so it is never fused).
 
 A runner that cannot execute a kind says so by leaving it out of `kinds`; `plan` then fails
 with an error naming the step and what to do.
@@ -20,6 +20,7 @@ with an error naming the step and what to do.
 
 from __future__ import annotations
 
+import enum
 from typing import Callable, Dict, FrozenSet, List, Optional, Tuple, Union
 
 from headrace.errors import PipelineExecutionError
@@ -33,18 +34,31 @@ from headrace.transforms.core import (
     CombinePerKey, Create, Flatten, GroupByKey, ParDo, Reshuffle, WindowInto,
 )
 
-SOURCE = "source"
-UNBOUNDED = "unbounded"
-TEST_STREAM = "test_stream"
-GROUPING = "grouping"
-FLATTEN = "flatten"
-RESHUFFLE = "reshuffle"
-STATEFUL = "stateful"
-ALL_KINDS: FrozenSet[str] = frozenset({SOURCE, UNBOUNDED, TEST_STREAM, GROUPING, FLATTEN, RESHUFFLE,
-                                       STATEFUL})
+class Kind(enum.Enum):
+    """The kind of a planned unit (and of what runners build from it); one name per concept.
 
-_KIND_OF = ((Create, SOURCE), (Read, SOURCE), (TestStream, TEST_STREAM), (GroupByKey, GROUPING),
-            (CombinePerKey, GROUPING), (Flatten, FLATTEN), (Reshuffle, RESHUFFLE))
+    The values are the names a streaming checkpoint's plan shape records (`Kind.value`)."""
+
+    SOURCE = "source"            # Create, or a Read of a BoundedSource: everything at once
+    UNBOUNDED = "unbounded"      # a Read of an UnboundedSource: what it has, batch after batch
+    TEST_STREAM = "test_stream"  # a TestStream: a scripted source
+    GROUPING = "grouping"        # GroupByKey, CombinePerKey
+    FLATTEN = "flatten"          # Flatten: elements passed on from several inputs
+    RESHUFFLE = "reshuffle"      # Reshuffle: elements passed on (a fusion break)
+    STATEFUL = "stateful"        # a ParDo with user state or timers, run per key
+    STAGE = "stage"              # ParDo / WindowInto steps fused into one `Stage`
+    SIDE_STEP = "side_step"      # holds a stage's main input until its side inputs are ready
+    CREATE = "create"            # a SOURCE that is a Create (its values travel with the plan)
+    BOUNDED = "bounded"          # a SOURCE that is a Read of a BoundedSource (read in parts)
+
+
+#: The kinds of `Primitive` (`plan` makes no others).
+ALL_KINDS: FrozenSet[Kind] = frozenset({Kind.SOURCE, Kind.UNBOUNDED, Kind.TEST_STREAM, Kind.GROUPING,
+                                        Kind.FLATTEN, Kind.RESHUFFLE, Kind.STATEFUL})
+
+_KIND_OF = ((Create, Kind.SOURCE), (Read, Kind.SOURCE), (TestStream, Kind.TEST_STREAM),
+            (GroupByKey, Kind.GROUPING), (CombinePerKey, Kind.GROUPING), (Flatten, Kind.FLATTEN),
+            (Reshuffle, Kind.RESHUFFLE))
 
 
 def _unique(pcolls: List[PCollection]) -> Tuple[PCollection, ...]:
@@ -56,7 +70,7 @@ class Primitive:
 
     __slots__ = ("kind", "node")
 
-    def __init__(self, kind: str, node: AppliedPTransform) -> None:
+    def __init__(self, kind: Kind, node: AppliedPTransform) -> None:
         self.kind = kind
         self.node = node
 
@@ -81,13 +95,13 @@ class Primitive:
         return tuple(sorted(_unique(list(self.node.outputs.values())), key=lambda pc: pc._id))
 
     def __repr__(self) -> str:
-        return f"Primitive({self.kind}, {self.label!r})"
+        return f"Primitive({self.kind.value}, {self.label!r})"
 
 
 class Stage:
     """ParDo / WindowInto steps fused into a tree rooted at one input PCollection."""
 
-    kind = "stage"
+    kind = Kind.STAGE
 
     def __init__(self, root: PCollection) -> None:
         self.root = root
@@ -143,21 +157,21 @@ class Stage:
 Unit = Union[Stage, Primitive]
 
 
-def kind_of(node: AppliedPTransform) -> Optional[str]:
+def kind_of(node: AppliedPTransform) -> Optional[Kind]:
     """The kind of a primitive that is not fused (None for ParDo / WindowInto and unknown ones)."""
     t = node.transform
     if isinstance(t, Read) and isinstance(t.source, UnboundedSource):
-        return UNBOUNDED
+        return Kind.UNBOUNDED
     if isinstance(t, ParDo) and t.is_stateful:
-        return STATEFUL
+        return Kind.STATEFUL
     for cls, kind in _KIND_OF:
         if isinstance(t, cls):
             return kind
     return None
 
 
-def plan(pipeline: Pipeline, runner: str, kinds: FrozenSet[str] = ALL_KINDS,
-         hint: Optional[Dict[str, str]] = None) -> List[Unit]:
+def plan(pipeline: Pipeline, runner: str, kinds: FrozenSet[Kind] = ALL_KINDS,
+         hint: Optional[Dict[Kind, str]] = None) -> List[Unit]:
     """The pipeline's units in dependency order (see the module doc).
 
     `runner` names the runner in errors; `hint` maps a kind the runner cannot execute to what

@@ -80,3 +80,28 @@ def unbounded_available(label: str, source: Any, position: Any, now_us: int, max
         raise PipelineExecutionError(
             f"step {label!r}: asking the source how far it can be read from {position!r} failed: "
             f"{type(exc).__name__}: {exc}", step=label) from exc
+
+
+def unbounded_cuts(label: str, source: Any, start: Any, end: Any, n: int) -> List[Any]:
+    """At most n - 1 positions strictly between `start` and `end`, in order, that cut an
+    UnboundedSource's range into parts read in parallel (`split_positions`; none: read whole);
+    errors name the step."""
+    try:
+        cuts = source.split_positions(start, end, n)
+    except Exception as exc:
+        raise PipelineExecutionError(
+            f"step {label!r}: cutting positions {start!r} to {end!r} of "
+            f"{source.display_name()} failed: {type(exc).__name__}: {exc}", step=label) from exc
+    cuts = list(cuts or ())
+    call = f"{source.display_name()}.split_positions({start!r}, {end!r}, {n})"
+    if len(cuts) > n - 1:
+        raise PipelineExecutionError(
+            f"step {label!r}: {call} gave {len(cuts)} positions, more than {n - 1}; return at "
+            "most n - 1", step=label)
+    bounds = [start] + cuts + [end]
+    if all(type(x) in (int, float) for x in bounds) and not all(
+            x < y for x, y in zip(bounds, bounds[1:])):
+        raise PipelineExecutionError(
+            f"step {label!r}: {call} gave {cuts!r}; give positions strictly between the two, in "
+            "order", step=label)
+    return cuts

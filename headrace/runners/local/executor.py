@@ -57,17 +57,17 @@ class Executor(UnitHost):
             unit: Unit
             if isinstance(planned, planning.Stage):
                 unit = StageUnit(self, planned)
-            elif planned.kind == planning.SOURCE:
+            elif planned.kind == planning.Kind.SOURCE:
                 unit = SourceUnit(self, planned.node)
-            elif planned.kind == planning.TEST_STREAM:
+            elif planned.kind == planning.Kind.TEST_STREAM:
                 unit = TestStreamUnit(self, planned.node)
                 self.streams.append(unit)
-            elif planned.kind == planning.UNBOUNDED:
+            elif planned.kind == planning.Kind.UNBOUNDED:
                 unit = UnboundedReadUnit(self, planned.node)
                 self.streams.append(unit)
-            elif planned.kind == planning.GROUPING:
+            elif planned.kind == planning.Kind.GROUPING:
                 unit = GroupUnit(self, planned.node)
-            elif planned.kind == planning.STATEFUL:
+            elif planned.kind == planning.Kind.STATEFUL:
                 unit = StatefulUnit(self, planned.node)
             else:
                 unit = PassUnit(self, planned.node)

@@ -22,6 +22,7 @@ from headrace.options.pipeline_options import LocalRunnerOptions, SparkRunnerOpt
 from headrace.pipeline.pipeline import AppliedPTransform, Pipeline, PipelineResult, PipelineState
 from headrace.pipeline.pvalue import PCollection
 from headrace.runners.kit import plan as planning
+from headrace.runners.kit.partial import lift
 from headrace.runners.kit.sources import split_source
 from headrace.runners.kit.columnar import plain_steps
 from headrace.runners.kit.side_inputs import SideInputCombiner, replace_views
@@ -41,10 +42,10 @@ from headrace.transforms.core import CombinePerKey, Create, Reshuffle
 
 _log = logging.getLogger(__name__)
 
-_KINDS = planning.ALL_KINDS - {planning.TEST_STREAM, planning.UNBOUNDED}
+_KINDS = planning.ALL_KINDS - {planning.Kind.TEST_STREAM, planning.Kind.UNBOUNDED}
 _UNBOUNDED_WHY = ("an unbounded source runs as a Spark Structured Streaming query, not as a batch "
                   "job; run the pipeline with SparkRunner().run_pipeline, which chooses")
-_WHY_NOT = {planning.TEST_STREAM: _UNBOUNDED_WHY, planning.UNBOUNDED: _UNBOUNDED_WHY}
+_WHY_NOT = {planning.Kind.TEST_STREAM: _UNBOUNDED_WHY, planning.Kind.UNBOUNDED: _UNBOUNDED_WHY}
 
 
 class BatchTranslation:
@@ -113,19 +114,19 @@ class BatchTranslation:
                 continue
             node = u.node
             self._label(node.full_label)
-            if u.kind == planning.SOURCE:
+            if u.kind == planning.Kind.SOURCE:
                 if isinstance(node.transform, Create):
                     self._build_create(node)
                 else:
                     self._build_read(node)
-            elif u.kind == planning.GROUPING:
+            elif u.kind == planning.Kind.GROUPING:
                 if isinstance(node.transform, CombinePerKey):
                     self._build_combineperkey(node)
                 else:
                     self._build_grouping(node, None)
-            elif u.kind == planning.STATEFUL:
+            elif u.kind == planning.Kind.STATEFUL:
                 self._build_stateful(node)
-            elif u.kind == planning.FLATTEN:
+            elif u.kind == planning.Kind.FLATTEN:
                 self._build_flatten(node)
             else:
                 self._build_reshuffle(node)
@@ -181,9 +182,7 @@ class BatchTranslation:
         trigger, no retractions, a non-merging WindowFn)."""
         t = node.transform
         assert isinstance(t, CombinePerKey)
-        windowing = node.inputs[0].windowing
-        lifted = (windowing.trigger.watermark_only and not node.inputs[0].may_contain_retractions
-                  and not windowing.windowfn.is_merging())
+        lifted = lift(node, micro_batches=False) is not None
         sides, portable = self._broadcast_sides(node.side_inputs)
         args, kwargs = replace_views(t.args, t.kwargs, lambda view: portable[id(view)])
         combiner = SideInputCombiner(node.full_label, t.combine_fn, args, kwargs)
@@ -255,11 +254,9 @@ class BatchTranslation:
     @staticmethod
     def _lifted(node: AppliedPTransform) -> bool:
         """Whether a grouping is a combine lifted before its shuffle: a CombinePerKey without
-        side inputs, with a watermark-only trigger and no retractions coming in (the map side
-        then sends partial accumulators, and the reduce side takes them as such)."""
-        source = node.inputs[0]
-        return (isinstance(node.transform, CombinePerKey) and not node.side_inputs
-                and source.windowing.trigger.watermark_only and not source.may_contain_retractions)
+        side inputs that `kit.partial.lift` lifts (the map side then sends partial accumulators,
+        and the reduce side takes them as such)."""
+        return not node.side_inputs and lift(node, micro_batches=False) is not None
 
     def _map_side(self, node: AppliedPTransform) -> MapSide:
         """The map side of a grouping without side inputs: partial accumulators when its
@@ -281,7 +278,7 @@ class BatchTranslation:
             if len(users) != 1 or not isinstance(users[0], planning.Primitive):
                 continue
             u = users[0]
-            if u.kind == planning.GROUPING and not u.node.side_inputs:
+            if u.kind == planning.Kind.GROUPING and not u.node.side_inputs:
                 sides[pc._id] = self._map_side(u.node)
         return sides
 

@@ -2,8 +2,8 @@
 
 Spark gives a streaming query one global watermark and no per-key holds, so the streaming
 runner does not use Spark's watermark for semantics. This module, pure Python and run on the
-driver, owns every watermark instead (the local runner's executor does the same in
-one process):
+driver, owns every watermark instead, as the Dataflow Model paper (VLDB 2015) defines them
+(the local runner's executor does the same in one process):
 
 * each source reports its own watermark, a function of its position (a TestStream's script
   position, a bounded source's "emitted yet?");
@@ -52,7 +52,9 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
-from headrace.model.time import MAX_TIMESTAMP_MICROS, MIN_TIMESTAMP_MICROS, to_micros
+from headrace.model.time import MAX_TIMESTAMP_MICROS, MIN_TIMESTAMP_MICROS
+from headrace.runners.kit.plan import Kind
+from headrace.runners.kit.sources import unbounded_available, unbounded_watermark
 from headrace.runners.spark.streaming.offsets import Offset
 from headrace.testing.test_stream import ElementEvent, ProcessingTimeEvent, WatermarkEvent
 
@@ -81,7 +83,7 @@ def to_clock(micros: int) -> int:
 class Node(NamedTuple):
     """One planned unit as the watermark graph sees it."""
 
-    kind: str                   # SOURCE, TEST_STREAM, STAGE, PASS or GROUPING (below)
+    kind: Kind                  # the unit's kind (a stateful ParDo: GROUPING), or SIDE_STEP
     ref: int                    # a source's or a grouping's index (-1 for the others)
     inputs: Tuple[int, ...]     # input PCollection ids
     outputs: Tuple[int, ...]    # output PCollection ids (a TestStream: in the order of `tags`)
@@ -89,13 +91,13 @@ class Node(NamedTuple):
     sides: Tuple[int, ...] = ()             # a side step's side-input PCollection ids
 
 
-SOURCE = "source"            # Create / Read: all elements in the first batch, then +infinity
-UNBOUNDED = "unbounded"      # an UnboundedSource: what it has, batch after batch
-TEST_STREAM = "test_stream"  # a scripted source (one event per batch)
-STAGE = "stage"              # fused element-wise steps
-PASS = "pass"                # Flatten, Reshuffle
-GROUPING = "grouping"        # GroupByKey / CombinePerKey
-SIDE_STEP = "side_step"      # a stage with side inputs: its main input waits for them (held)
+# Node kinds: a SOURCE has all its elements in the first batch, then +infinity; an UNBOUNDED
+# source what it has, batch after batch; a TEST_STREAM one event per batch; a GROUPING (also a
+# stateful ParDo) and a SIDE_STEP (a stage with side inputs, its main input held until they
+# are ready) hold their output watermark by their keys' holds; the others (STAGE, FLATTEN,
+# RESHUFFLE) pass watermarks on.
+_SOURCES = (Kind.SOURCE, Kind.UNBOUNDED, Kind.TEST_STREAM)
+_HOLDING = (Kind.GROUPING, Kind.SIDE_STEP)
 
 
 class BatchState:
@@ -137,23 +139,26 @@ class Coordinator:
 
     `nodes` are the planned units in dependency order; `scripts[i]` is the event list of
     source i when it is a TestStream (None for the others); `unbounded[i]` is source i's
-    UnboundedSource, read at most `max_records` records a batch; `virtual_time` is True when
+    UnboundedSource, read at most `max_records` records a batch (through `kit.sources`, whose
+    errors name the step: `labels[i]`); `virtual_time` is True when
     processing time is a TestStream's virtual clock (else the wall clock at planning);
     `merge_elements` is True when no grouping's trigger waits for processing time, so a batch
     may take an element event together with the watermark event after it (`_step_end`)."""
 
     def __init__(self, nodes: Sequence[Node], scripts: Sequence[Optional[List[Any]]],
                  n_groupings: int, merge_elements: Union[bool, Sequence[bool]] = False,
-                 unbounded: Optional[Dict[int, Any]] = None, max_records: int = 100_000) -> None:
+                 unbounded: Optional[Dict[int, Any]] = None, max_records: int = 100_000,
+                 labels: Optional[Dict[int, str]] = None) -> None:
         self.nodes = tuple(nodes)
         self.unbounded = dict(unbounded or {})
+        self.labels = dict(labels or {})   # source index -> step label (errors name the step)
         self.max_records = max(1, int(max_records))
         self.scripts = list(scripts)
         self.n_groupings = n_groupings
         self.virtual_time = any(s is not None for s in scripts)
         self._streams = [i for i, s in enumerate(scripts) if s is not None]
-        self._tags = {node.ref: node.tags for node in self.nodes if node.kind == TEST_STREAM}
-        self._side_steps = [node.ref for node in self.nodes if node.kind == SIDE_STEP]
+        self._tags = {node.ref: node.tags for node in self.nodes if node.kind is Kind.TEST_STREAM}
+        self._side_steps = [node.ref for node in self.nodes if node.kind is Kind.SIDE_STEP]
         pt_free = ([bool(merge_elements)] * n_groupings if isinstance(merge_elements, bool)
                    else [bool(b) for b in merge_elements])
         self._find_islands()
@@ -186,9 +191,9 @@ class Coordinator:
             if not ids:
                 continue
             k = label.setdefault(find(ids[0]), len(label))
-            if node.kind in (SOURCE, UNBOUNDED, TEST_STREAM):
+            if node.kind in _SOURCES:
                 source_island[node.ref] = k
-            elif node.kind in (GROUPING, SIDE_STEP):
+            elif node.kind in _HOLDING:
                 g_island[node.ref] = k
         self.n_islands = max(1, len(label))
         self._source_island = source_island
@@ -285,7 +290,8 @@ class Coordinator:
         """The positions the next advance of the unbounded sources reads up to: what they have
         at `wall_us`. Chosen one batch ahead, so that the Spark clock of the batch before it
         already covers the watermarks they reach (see the module doc)."""
-        return [self.unbounded[i].available(p, wall_us, self.max_records) if i in self.unbounded
+        return [unbounded_available(self.labels.get(i, "Read"), self.unbounded[i], p, wall_us,
+                                    self.max_records) if i in self.unbounded
                 else p for i, p in enumerate(pos)]
 
     def _bound(self, pos: List[Any], out_wm: List[int]) -> int:
@@ -367,14 +373,15 @@ class Coordinator:
         """The watermark of every source output PCollection at source positions `pos`."""
         wms: Dict[int, int] = {}
         for node in self.nodes:
-            if node.kind == SOURCE:
+            if node.kind is Kind.SOURCE:
                 for pc in node.outputs:
                     wms[pc] = MAX if pos[node.ref] else MIN
-            elif node.kind == UNBOUNDED:
-                wm = to_micros(self.unbounded[node.ref].watermark(pos[node.ref]))
+            elif node.kind is Kind.UNBOUNDED:
+                wm = unbounded_watermark(self.labels.get(node.ref, "Read"), self.unbounded[node.ref],
+                                         pos[node.ref])
                 for pc in node.outputs:
                     wms[pc] = wm
-            elif node.kind == TEST_STREAM:
+            elif node.kind is Kind.TEST_STREAM:
                 script = self.scripts[node.ref]
                 assert script is not None
                 done = pos[node.ref]
@@ -410,10 +417,10 @@ class Coordinator:
         g_in = [MIN] * self.n_groupings
         g_out = list(prev_out)
         for node in self.nodes:
-            if node.kind in (SOURCE, UNBOUNDED, TEST_STREAM):
+            if node.kind in _SOURCES:
                 continue
             w = min((wm[pc] for pc in node.inputs), default=MAX)
-            if node.kind in (GROUPING, SIDE_STEP):
+            if node.kind in _HOLDING:
                 g_in[node.ref] = w
                 hold = state.min_hold(node.ref) if state is not None else MAX
                 if prev_in is not None and prev_in[node.ref] < hold:

@@ -55,7 +55,7 @@ class GroupingSpec(NamedTuple):
     # its side inputs (side index, side pc id, side WindowFn)
     side_combiner: Optional[bytes] = None
     sides: Sides = ()
-    # a lifted combine (`runner.lift_mode`): its input rows carry partial accumulators per window
+    # a lifted combine (`kit.partial.lift`): its input rows carry partial accumulators per window
     lifted: bool = False
 
     def core(self, on_panes: Any = None, accumulators: Optional[bool] = None) -> GroupingCore:

@@ -15,87 +15,23 @@ and the driver's state in the run directory (`RunFiles`), whose path is the sour
 from __future__ import annotations
 
 import datetime
-import os
-import pickle
 import time
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from headrace.errors import PipelineExecutionError
-from headrace.model import coders
 from headrace.model.windowed import WindowedValue
 from headrace.model.window import GLOBAL_WINDOWS_TUPLE
-from headrace.runners.kit.sources import read_bundles, read_unbounded, to_windowed_value
+from headrace.runners.kit.plan import Kind
+from headrace.runners.kit.sources import read_bundles, read_unbounded, to_windowed_value, unbounded_cuts
 from headrace.runners.spark.streaming import rows
-from headrace.runners.spark.streaming.coordinator import BatchState, script_elements
+from headrace.runners.spark.streaming.checkpoint import RunFiles
+from headrace.runners.spark.streaming.coordinator import script_elements
 from headrace.runners.spark.streaming.offsets import Control, Offset
 from headrace.runners.spark.worker.failures import task_failure
 from headrace.runners.spark.worker.packing import pack
 
 SOURCE_NAME = "headrace_stream"
 _EPOCH = datetime.datetime(1970, 1, 1)
-
-
-class RunFiles:
-    """The files of one streaming run under its checkpoint directory (`<checkpoint>/headrace`):
-    the plan (`plan.pkl`) and the driver's state after each batch (`batches/<n>.pkl`)."""
-
-    def __init__(self, checkpoint: str) -> None:
-        self.root = os.path.join(checkpoint, "headrace")
-        self.plan_path = os.path.join(self.root, "plan.pkl")
-        self.batches = os.path.join(self.root, "batches")
-
-    def write_plan(self, plan: Any) -> None:
-        """Stores the plan (atomically; cloudpickle, so a source's functions, such as a
-        `timestamp_fn` lambda, travel)."""
-        os.makedirs(self.batches, exist_ok=True)
-        _atomic_write(self.plan_path, coders.dumps(plan))
-
-    def read_plan(self) -> Any:
-        """The stored plan."""
-        with open(self.plan_path, "rb") as fh:
-            return pickle.load(fh)
-
-    def batch_state(self, n: int, n_groupings: int) -> Optional[BatchState]:
-        """The driver's state after batch n (a fresh one for n = -1; None if not written)."""
-        if n < 0:
-            return BatchState(n_groupings)
-        path = os.path.join(self.batches, f"{n}.pkl")
-        if not os.path.exists(path):
-            return None
-        with open(path, "rb") as fh:
-            return pickle.load(fh)  # type: ignore[no-any-return]
-
-    def write_batch_state(self, n: int, state: BatchState) -> None:
-        """Stores the state after batch n (atomically; a re-run batch writes the same again) and
-        drops states older than the previous batch's."""
-        _atomic_write(os.path.join(self.batches, f"{n}.pkl"),
-                      pickle.dumps(state, pickle.HIGHEST_PROTOCOL))
-        old = os.path.join(self.batches, f"{n - 10}.pkl")
-        if os.path.exists(old):
-            os.remove(old)
-
-
-    def mark_finished(self, n: int) -> None:
-        """Records that nothing is left to do after batch n (the runner then stops the query)."""
-        if self.finished_batch() != n:
-            _atomic_write(os.path.join(self.root, "finished"), str(n).encode())
-
-    def finished_batch(self) -> Optional[int]:
-        """The batch after which nothing is left to do, once the source has seen it."""
-        try:
-            with open(os.path.join(self.root, "finished"), "rb") as fh:
-                return int(fh.read())
-        except (OSError, ValueError):
-            return None
-
-
-def _atomic_write(path: str, data: bytes) -> None:
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
 
 
 def clock_timestamp(clock_ms: int) -> datetime.datetime:
@@ -110,11 +46,8 @@ def data_source_class() -> Any:
     from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 
     class _Part(InputPartition):  # type: ignore[misc]
-        """The batch's control row and its sources' elements (`part` None), or one part of a
-        bounded source (`part` = (source index, part index)); with split reads
-        (`SourcePlan.split_reads`), `split` = (j, {source index: (start, end)}): the control
-        row and the j-th range of each unbounded source (and, for j = 0, the other sources'
-        elements)."""
+        """One Spark partition of the batch from `start` to `end`: what it reads is `part` and
+        `split` (`SourcePlan.read_partitions`)."""
 
         def __init__(self, start: Offset, end: Offset,
                      part: Optional[Tuple[int, int]] = None,
@@ -157,55 +90,18 @@ def data_source_class() -> Any:
             pass  # the sources here end by themselves (TestStream scripts, bounded sources)
 
         def partitions(self, start_json: Dict[str, Any], end_json: Dict[str, Any]) -> List[Any]:
-            plan = self.plan
             start, end = Offset.from_json(start_json), Offset.from_json(end_json)
-            if plan.split_reads:
-                try:
-                    ranges = plan.split_ranges(start, end)
-                except PipelineExecutionError as exc:  # the driver names the step
-                    raise task_failure(exc) from exc
-                heads = [_Part(start, end, None, (j, r)) for j, r in enumerate(ranges)]
-            else:
-                heads = [_Part(start, end)]
-            return heads + [_Part(start, end, part) for part in plan.bounded_parts(start, end)]
+            try:
+                specs = self.plan.read_partitions(start, end)
+            except PipelineExecutionError as exc:  # the driver names the step
+                raise task_failure(exc) from exc
+            return [_Part(start, end, part, split) for part, split in specs]
 
         def read(self, partition: Any) -> Iterator[Tuple[Any, ...]]:
             try:
-                yield from self._read(partition)
+                yield from self.plan.partition_rows(partition)
             except PipelineExecutionError as exc:  # a source failed: the driver names the step
                 raise task_failure(exc) from exc
-
-        def _read(self, partition: Any) -> Iterator[Tuple[Any, ...]]:
-            start, end = partition.start, partition.end
-            clock = clock_timestamp(end.next_clock)
-            spread = self.plan.spread_keys
-
-            def bundle_row(pc: int, bundle: int, values: List[WindowedValue]) -> Tuple[Any, ...]:
-                # keyed by its id when the rows are spread over partitions (`spread_keys`)
-                key = bundle.to_bytes(8, "big") if spread else b""
-                return (rows.PASS, pc, key, bundle, 0, pack(values), clock)
-
-            if partition.part is not None:
-                for pc, bundle, values in self.plan.part_elements(*partition.part):
-                    if values:
-                        yield bundle_row(pc, bundle, values)
-                return
-            ctl = rows.dumps(Control.between(start, end))
-            if partition.split is not None:
-                # a split read: the level function reads each range (`stages.level_fn`)
-                j, ranges = partition.split
-                yield (rows.CTL, rows.CTL_PC, b"", 0, 0, ctl, clock)
-                for i, (a, b) in sorted(ranges.items()):
-                    yield (rows.PASS, rows.READ_PC, b"", split_bundle(i, j), 0,
-                           rows.dumps((i, a, b)), clock)
-                if j > 0:
-                    return
-            else:
-                for k in spread or (b"",):
-                    yield (rows.CTL, rows.CTL_PC, k, 0, 0, ctl, clock)
-            for pc, bundle, values in self.plan.elements(start, end, partition.split is None):
-                if values:   # a bundle is one row (its elements in order)
-                    yield bundle_row(pc, bundle, values)
 
         def commit(self, end: Dict[str, Any]) -> None:
             pass
@@ -237,10 +133,10 @@ class SourcePlan:
     """The sources' part of a streaming plan: for each source its kind, output PCollection ids and
     what it emits (Create values, a TestStream script), plus the coordinator (picklable)."""
 
-    def __init__(self, coordinator: Any, sources: List[Tuple[str, Any, Dict[Optional[str], int]]],
+    def __init__(self, coordinator: Any, sources: List[Tuple[Kind, Any, Dict[Optional[str], int]]],
                  bundle_size: int) -> None:
         self.coordinator = coordinator
-        self.sources = sources   # (kind, values, script or UnboundedSource, {tag: pc})
+        self.sources = sources   # (Kind: CREATE, BOUNDED, UNBOUNDED, TEST_STREAM; data; {tag: pc})
         self.bundle_size = bundle_size
         self.labels: Dict[int, str] = {}   # source index -> step label (for errors)
         # With several partitions and an unbounded source, the source's rows are spread over
@@ -262,39 +158,31 @@ class SourcePlan:
         out: List[Dict[int, Tuple[Any, Any]]] = [{} for _ in range(n)]
         for i, (kind, source, _) in enumerate(self.sources):
             a, b = start.positions[i], end.positions[i]
-            if kind != "unbounded" or a == b:
+            if kind is not Kind.UNBOUNDED or a == b:
                 continue
-            label = self.labels.get(i, "Read")
-            try:
-                cuts = source.split_positions(a, b, n)
-            except Exception as exc:
-                raise PipelineExecutionError(
-                    f"step {label!r}: cutting positions {a!r} to {b!r} of "
-                    f"{source.display_name()} failed: {type(exc).__name__}: {exc}",
-                    step=label) from exc
-            cuts = list(cuts or ())
-            if len(cuts) > n - 1:
-                raise PipelineExecutionError(
-                    f"step {label!r}: {source.display_name()}.split_positions({a!r}, {b!r}, {n}) "
-                    f"gave {len(cuts)} positions, more than {n - 1}; return at most n - 1",
-                    step=label)
-            bounds = [a] + cuts + [b]
-            if all(type(x) in (int, float) for x in bounds) and not all(
-                    x < y for x, y in zip(bounds, bounds[1:])):
-                raise PipelineExecutionError(
-                    f"step {label!r}: {source.display_name()}.split_positions({a!r}, {b!r}, {n}) "
-                    f"gave {cuts!r}; give positions strictly between the two, in order",
-                    step=label)
+            bounds = [a] + unbounded_cuts(self.labels.get(i, "Read"), source, a, b, n) + [b]
             for j in range(len(bounds) - 1):
                 if bounds[j] != bounds[j + 1]:
                     out[j][i] = (bounds[j], bounds[j + 1])
         return out
 
+    def read_partitions(self, start: Offset, end: Offset
+                        ) -> List[Tuple[Optional[Tuple[int, int]], Optional[Tuple[int, Any]]]]:
+        """(part, split) of each Spark partition reading the batch from `start` to `end`: the
+        batch's control row and its sources' elements (both None), or one part of a bounded
+        source (`part` = (source index, part index)); with split reads (`split_reads`),
+        `split` = (j, {source index: (start, end)}): the control row and the j-th range of each
+        unbounded source (and, for j = 0, the other sources' elements). Errors name the step."""
+        heads: List[Tuple[Optional[Tuple[int, int]], Optional[Tuple[int, Any]]]] = [(None, None)]
+        if self.split_reads:
+            heads = [(None, (j, r)) for j, r in enumerate(self.split_ranges(start, end))]
+        return heads + [(part, None) for part in self.bounded_parts(start, end)]
+
     def bounded_parts(self, start: Offset, end: Offset) -> List[Tuple[int, int]]:
         """(source index, part index) of every bounded source's part read in this batch (each is
         read in a Spark partition of its own, by `part_elements`)."""
         return [(i, j) for i, (kind, data, _) in enumerate(self.sources)
-                if kind == "bounded" and start.positions[i] != end.positions[i]
+                if kind is Kind.BOUNDED and start.positions[i] != end.positions[i]
                 for j in range(len(data[1]))]
 
     def part_elements(self, i: int, j: int) -> Iterator[Tuple[int, int, List[WindowedValue]]]:
@@ -310,13 +198,13 @@ class SourcePlan:
         sources' parts apart: `part_elements`; unbounded sources' only with `unbounded`)."""
         for i, (kind, data, pcs) in enumerate(self.sources):
             a, b = start.positions[i], end.positions[i]
-            if a == b or kind == "bounded" or (kind == "unbounded" and not unbounded):
+            if a == b or kind is Kind.BOUNDED or (kind is Kind.UNBOUNDED and not unbounded):
                 continue
-            if kind == "create":
+            if kind is Kind.CREATE:
                 size = self.bundle_size  # in bundles, as every runner reads a Create
                 for k in range(0, len(data), size):
                     yield pcs[None], (i << 32) | k, [to_windowed_value(v) for v in data[k:k + size]]
-            elif kind == "unbounded":
+            elif kind is Kind.UNBOUNDED:
                 label = self.labels.get(i, "Read")
                 for k, bundle in enumerate(read_unbounded(label, data, a, b, self.bundle_size)):
                     yield pcs[None], (i << 32) | k, bundle
@@ -325,3 +213,38 @@ class SourcePlan:
                     wvs = [WindowedValue(tv.value, tv.timestamp_us, GLOBAL_WINDOWS_TUPLE) for tv in tvs]
                     if wvs:
                         yield pcs[tag], (i << 32) | (a + k), wvs
+
+    def partition_rows(self, partition: Any) -> Iterator[Tuple[Any, ...]]:
+        """The rows of one partition of a batch (`data_source_class`'s `_Part`): a bounded
+        source's part, or the control row with the batch's other elements (with split reads:
+        the control row and one range of each unbounded source); errors name the step."""
+        start, end = partition.start, partition.end
+        clock = clock_timestamp(end.next_clock)
+        spread = self.spread_keys
+
+        def bundle_row(pc: int, bundle: int, values: List[WindowedValue]) -> Tuple[Any, ...]:
+            # keyed by its id when the rows are spread over partitions (`spread_keys`)
+            key = bundle.to_bytes(8, "big") if spread else b""
+            return (rows.PASS, pc, key, bundle, 0, pack(values), clock)
+
+        if partition.part is not None:
+            for pc, bundle, values in self.part_elements(*partition.part):
+                if values:
+                    yield bundle_row(pc, bundle, values)
+            return
+        ctl = rows.dumps(Control.between(start, end))
+        if partition.split is not None:
+            # a split read: the level function reads each range (`stages.level_fn`)
+            j, ranges = partition.split
+            yield (rows.CTL, rows.CTL_PC, b"", 0, 0, ctl, clock)
+            for i, (a, b) in sorted(ranges.items()):
+                yield (rows.PASS, rows.READ_PC, b"", split_bundle(i, j), 0,
+                       rows.dumps((i, a, b)), clock)
+            if j > 0:
+                return
+        else:
+            for k in spread or (b"",):
+                yield (rows.CTL, rows.CTL_PC, k, 0, 0, ctl, clock)
+        for pc, bundle, values in self.elements(start, end, partition.split is None):
+            if values:   # a bundle is one row (its elements in order)
+                yield bundle_row(pc, bundle, values)

@@ -7,7 +7,7 @@ retries and metrics as in every runner), and emits:
 
 * the elements a grouping of the next level reads, keyed (`rows.KEYED`, grouping index + key
   bytes): one row per grouping and key, holding its elements with their bundles and places,
-  or, for a lifted combine (`runner.lift_mode`), its partial accumulators per window (and the
+  or, for a lifted combine (`kit.partial.lift`), its partial accumulators per window (and the
   elements behind the watermark of a split lift);
 * the elements later levels read (one row per bundle), and reports, as `rows.PASS` rows spread
   over the partitions;
@@ -67,8 +67,8 @@ class LevelSpec(NamedTuple):
     max_attempts: int
     spread: Dict[int, Tuple[int, ...]] = {}          # pc -> side steps reading it as main input
     broadcast: frozenset = frozenset()               # pcs read as side inputs next level
-    # lifted combines of the next level (`runner.lift_mode`): grouping -> (CombineFn, windowing,
-    # whether the inputs behind its input watermark go as elements: `runner.LIFT_SPLIT`)
+    # lifted combines of the next level (`kit.partial.lift`): grouping -> (CombineFn, windowing,
+    # whether the inputs behind its input watermark go as elements: `kit.partial.Lift.SPLIT`)
     lifted: Dict[int, Tuple[bytes, Any, bool]] = {}
     buckets: int = 1                                 # buckets of keys per grouping (`rows.bucket_key`)
     # the first level of a split read (`source.SourcePlan.split_reads`): unbounded source index
@@ -277,7 +277,7 @@ def _bundles(items: List[Item]) -> Iterator[Tuple[int, List[WindowedValue]]]:
 
 
 def _behind_of(spec: LevelSpec, g: int, w_prev: Optional[List[int]]) -> Optional[int]:
-    """For a split lift (`runner.LIFT_SPLIT`) of grouping `g`: its input watermark before the
+    """For a split lift (`kit.partial.Lift.SPLIT`) of grouping `g`: its input watermark before the
     batch; inputs behind it go as elements, not combined (with no control row, MAX_TIMESTAMP:
     all of them). None for a lift that combines every input."""
     if not spec.lifted[g][2]:
@@ -290,7 +290,7 @@ def _partials(g: int, label: str, fn_bytes: bytes, windowing: Any, items: List[I
               ) -> List[Tuple[bytes, bytes]]:
     """A lifted combine's map side: (row key, payload) per bucket of keys of the partition's
     elements, the payload `{key bytes: (key, [(window, accumulator, timestamp, inputs), ...],
-    [(bundle, place, element), ...])}`: with `behind_of` (a split lift, `runner.LIFT_SPLIT`),
+    [(bundle, place, element), ...])}`: with `behind_of` (a split lift, `kit.partial.Lift.SPLIT`),
     the elements whose timestamp is behind that watermark are not combined but listed; the
     CombineFn's failures name the grouping."""
     with metrics_scope(committed, label), grouping_errors(label, "combining"):
