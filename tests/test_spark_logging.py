@@ -104,8 +104,8 @@ def test_the_streaming_demo_prints_only_headraces_lines(tmp_path):
     assert others == [], proc.stderr
     assert f"is {tmp_path / 'logs' / 'spark.log'}" in proc.stderr  # --spark_log, its directory made
     log = _spark_log(proc.stderr)
-    assert "TransformWithStateInPandas" in log  # what PySpark's streaming workers print
-    assert re.search(r"^\d\d/\d\d/\d\d \d\d:\d\d:\d\d WARN ", log, re.M), log[-3000:]
+    # what PySpark's streaming workers print (log4j's lines reach the log too: the test above)
+    assert "TransformWithStateInPandas" in log
 
 
 def test_headraces_log_configuration_comes_first_unless_the_user_names_one():
