@@ -79,6 +79,26 @@ def test_a_failing_step_prints_headraces_error_not_sparks_task_tracebacks(extra,
     assert "WARN Probe: a probe warning" in log and "a probe warning" not in proc.stderr
 
 
+def test_spark_that_cannot_start_is_explained_with_the_end_of_its_log(tmp_path):
+    """The JVM's own complaint (here: a bad heap size) went to the log; the error quotes it."""
+    script = textwrap.dedent("""
+        import headrace as beam
+        from headrace.options.pipeline_options import PipelineOptions
+        try:
+            with beam.Pipeline(options=PipelineOptions(
+                    runner="SparkRunner", spark_master="local[2]",
+                    spark_conf=["spark.driver.memory=bogus"])) as p:
+                p | beam.Create([1])
+        except beam.HeadraceError as exc:
+            print("RAISED", type(exc).__name__, exc)
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=300, env=_env(tmp_path))
+    assert "RAISED PipelineExecutionError could not start Spark" in proc.stdout, proc.stderr
+    assert "Invalid maximum heap size: -Xmxbogus" in proc.stdout
+    assert proc.stderr == "", proc.stderr
+
+
 def _demo_report(stdout: str) -> bool:
     """Whether stdout is the streaming demo's report: its title, then indented lines."""
     lines = stdout.splitlines()

@@ -29,7 +29,7 @@ import sys
 import tempfile
 import threading
 import uuid
-from typing import List, Optional, Tuple
+from typing import IO, List, Optional, Tuple, Union
 
 from headrace.errors import PipelineExecutionError
 
@@ -97,11 +97,12 @@ def start_jvm(conf: List[Tuple[str, str]], chosen: Optional[str], connect: bool 
         try:
             with open(path, "ab") as log:
                 # stdout: log4j's one-line errors for the user (and nothing else Spark writes)
-                gateway = launch_gateway(spark_conf, popen_kwargs={"stdout": sys.__stderr__ or log,
+                gateway = launch_gateway(spark_conf, popen_kwargs={"stdout": _terminal(log),
                                                                    "stderr": log})
         except Exception as exc:
             raise PipelineExecutionError(
-                f"could not start Spark: {type(exc).__name__}: {exc}. Its output, in {path}, "
+                f"could not start Spark ({type(exc).__name__}: {str(exc).rstrip('.')}). Its "
+                f"output, in {path}, "
                 f"ends with:\n{_tail(path)}\nCheck that Java 17 or 21 is installed (java "
                 "-version) and the --spark_conf entries") from exc
         finally:
@@ -111,6 +112,16 @@ def start_jvm(conf: List[Tuple[str, str]], chosen: Optional[str], connect: bool 
         _LOG = path
     print(f"headrace: Spark's log (its warnings, and what its Python workers print) is {path}",
           file=sys.stderr)
+
+
+def _terminal(fallback: IO[bytes]) -> Union[int, IO[bytes]]:
+    """This process's standard error as a file descriptor for the JVM's standard output (where
+    log4j writes the one-line errors), or `fallback` when there is none."""
+    try:
+        stream = sys.__stderr__
+        return stream.fileno() if stream is not None else fallback
+    except (OSError, ValueError):
+        return fallback
 
 
 def _tail(path: str, lines: int = 15) -> str:
