@@ -6,9 +6,10 @@ Structured Streaming workers report each call of a stateful operator that way). 
 starts Spark in this process, it starts PySpark's JVM (the "gateway", as PySpark would, with
 the same configuration) with its standard error going to a log file (`--spark_log`, else a new
 file in the temporary directory, named once on standard error), and log4j configured by
-`log4j2.properties` beside this module: warnings and errors to that file; errors, but not the
-Executor's and TaskSetManager's reports of a failed task (headrace raises that error on the
-driver itself, naming the step), also on the terminal as one line "headrace: Spark error ...".
+`log4j2.properties` beside this module: warnings and errors to that file; errors also on the
+terminal, as one line "headrace: Spark error in ...", but not Spark's reports of a failed task
+or of a streaming query that ended with an error (headrace raises that error on the driver
+itself, naming the step).
 
 What a Python worker prints (a DoFn's `print`, `LogElements`) goes to the log too, as it goes
 to the executors' logs on a cluster. A JVM that was already running in this process (a user's

@@ -5,7 +5,8 @@ by default (`local[*]`), the Python workers running this interpreter (`PYSPARK_P
 process's import path on every worker (so DoFns defined in importable modules deserialise), and
 task retries also in local mode (`local[N]` becomes `local[N,F]`, F = --spark_task_max_failures).
 A session the runner created is reused by later pipelines with the same master and replaced when
-a pipeline asks for another master; a session created by the user is used as it is.
+a pipeline asks for another master; a session created by the user is used as it is. The
+output of a Spark headrace starts goes to a log file, not the terminal (`logs`, --spark_log).
 
 With `--spark_remote` (or PySpark's `SPARK_REMOTE` environment variable) the runner opens a
 Spark Connect session instead: `sc://HOST:PORT` connects to a running Spark Connect server,
