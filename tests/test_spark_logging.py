@@ -1,9 +1,12 @@
-"""What a user sees on stderr when a step fails on the Spark runner: headrace's error, not one
-Java-wrapped Python traceback per task attempt from Spark's Executor."""
+"""What a user sees on the terminal when headrace starts Spark: headrace's lines only. Spark's
+own output (its log, its JVM's warnings, what its Python workers print) goes to a log file,
+named once; a failing step prints headrace's error, not one Java-wrapped Python traceback per
+task attempt from Spark's Executor; an error Spark logs shows as one headrace line."""
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -13,6 +16,9 @@ import pytest
 from tests.conftest import RUNNERS
 
 pytestmark = pytest.mark.skipif("spark-local" not in RUNNERS, reason="Spark runners not selected")
+
+LOG_LINE = re.compile(r"^headrace: Spark's log \(its warnings, and what its Python workers print\) "
+                      r"is (\S+)$")
 
 SCRIPT = textwrap.dedent("""
     import headrace as beam
@@ -30,16 +36,103 @@ SCRIPT = textwrap.dedent("""
             p | beam.Create(range(10)) | "Checked" >> beam.Map(bad)
     except beam.HeadraceError as exc:
         print("RAISED", type(exc).__name__, exc)
+
+    # an error Spark logs (as when a component of it fails): one line on the terminal
+    from pyspark import SparkContext
+    logger = SparkContext._jvm.org.apache.logging.log4j.LogManager.getLogger("org.apache.spark.Probe")
+    logger.error("the probe failed\\nits second line")
+    logger.warn("a probe warning")
 """)
 
 
+def _env(tmp_path):
+    """The environment of a child run: this Python on the workers, temporary files in tmp_path."""
+    return dict(os.environ, PYSPARK_PYTHON=sys.executable, TMPDIR=str(tmp_path))
+
+
+def _spark_log(stderr: str) -> str:
+    """The log file the run named on standard error (exactly once)."""
+    found = [m.group(1) for m in map(LOG_LINE.match, stderr.splitlines()) if m]
+    assert len(found) == 1, stderr
+    assert os.path.isfile(found[0]), found[0]
+    with open(found[0], errors="replace") as fh:
+        return fh.read()
+
+
 @pytest.mark.parametrize("extra", [[], ["spark.driver.extraJavaOptions=-Dheadrace.test=1"]])
-def test_a_failing_step_prints_headraces_error_not_sparks_task_tracebacks(extra):
-    """The error names the step; Spark's Executor/TaskSetManager reports of the failed task stay quiet."""
+def test_a_failing_step_prints_headraces_error_not_sparks_task_tracebacks(extra, tmp_path):
+    """The error names the step; Spark's Executor/TaskSetManager reports of the failed task go to
+    Spark's log; so do Spark's warnings; an error Spark logs shows as one headrace line."""
     proc = subprocess.run([sys.executable, "-c", f"EXTRA = {extra!r}\n" + SCRIPT], capture_output=True,
-                          text=True, timeout=300, env=dict(os.environ, PYSPARK_PYTHON=sys.executable))
+                          text=True, timeout=300, env=_env(tmp_path))
     assert "RAISED PipelineExecutionError step 'Checked' failed" in proc.stdout, proc.stderr[-3000:]
     assert "ValueError: boom" in proc.stdout
     assert "Exception in task" not in proc.stderr
     assert "Traceback" not in proc.stderr
     assert len(proc.stderr.splitlines()) < 10, proc.stderr
+    assert all(line.startswith("headrace: ") for line in proc.stderr.splitlines()), proc.stderr
+    assert ("headrace: Spark error in Probe: the probe failed (details in Spark's log)"
+            in proc.stderr.splitlines()), proc.stderr
+    log = _spark_log(proc.stderr)
+    assert "Exception in task" in log and "ValueError: boom" in log
+    assert "ERROR Probe: the probe failed\nits second line" in log
+    assert "WARN Probe: a probe warning" in log and "a probe warning" not in proc.stderr
+
+
+def test_spark_that_cannot_start_is_explained_with_the_end_of_its_log(tmp_path):
+    """The JVM's own complaint (here: a bad heap size) went to the log; the error quotes it."""
+    script = textwrap.dedent("""
+        import headrace as beam
+        from headrace.options.pipeline_options import PipelineOptions
+        try:
+            with beam.Pipeline(options=PipelineOptions(
+                    runner="SparkRunner", spark_master="local[2]",
+                    spark_conf=["spark.driver.memory=bogus"])) as p:
+                p | beam.Create([1])
+        except beam.HeadraceError as exc:
+            print("RAISED", type(exc).__name__, exc)
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=300, env=_env(tmp_path))
+    assert "RAISED PipelineExecutionError could not start Spark" in proc.stdout, proc.stderr
+    assert "Invalid maximum heap size: -Xmxbogus" in proc.stdout
+    assert proc.stderr == "", proc.stderr
+
+
+def _demo_report(stdout: str) -> bool:
+    """Whether stdout is the streaming demo's report: its title, then indented lines."""
+    lines = stdout.splitlines()
+    return (bool(lines) and lines[0] == "headrace sessions & billing, streaming (SparkRunner)"
+            and all(line.startswith("  ") for line in lines[1:]))
+
+
+def test_the_streaming_demo_prints_only_headraces_lines(tmp_path):
+    """`./dev demo --streaming`: stdout holds the report, stderr headrace's two lines (Spark's
+    log, here --spark_log's file, and the query's checkpoint); Spark's lines, its Python
+    workers' included, are in the log."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "headrace.examples.sessions_billing", "--streaming", "--events=600",
+         "--users=20", "--files=12", "--interval=0.1", f"--workdir={tmp_path / 'work'}",
+         "--spark_master=local[2]", "--spark_conf=spark.ui.enabled=false", "--state_partitions=2",
+         f"--spark_log={tmp_path / 'logs' / 'spark.log'}"],
+        capture_output=True, text=True, timeout=600, env=_env(tmp_path))
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert _demo_report(proc.stdout), proc.stdout
+    assert "(equal)" in proc.stdout
+    others = [line for line in proc.stderr.splitlines()
+              if not LOG_LINE.match(line) and not line.startswith("headrace: streaming query checkpoint at ")]
+    assert others == [], proc.stderr
+    assert f"is {tmp_path / 'logs' / 'spark.log'}" in proc.stderr  # --spark_log, its directory made
+    log = _spark_log(proc.stderr)
+    # what PySpark's streaming workers print (log4j's lines reach the log too: the test above)
+    assert "TransformWithStateInPandas" in log
+
+
+def test_headraces_log_configuration_comes_first_unless_the_user_names_one():
+    """--spark_conf spark.driver.extraJavaOptions keeps headrace's log4j configuration, unless it
+    names a log4j configuration of its own."""
+    from headrace.runners.spark import logs
+    assert logs.java_options([]) == logs.LOG4J_OPTION
+    assert logs.java_options([("spark.driver.extraJavaOptions", "-Da=1")]) == f"{logs.LOG4J_OPTION} -Da=1"
+    own = "-Dlog4j2.configurationFile=/etc/mine.properties"
+    assert logs.java_options([("spark.driver.extraJavaOptions", own)]) == own

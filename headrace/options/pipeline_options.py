@@ -414,7 +414,7 @@ class HadoopFileSystemOptions(PipelineOptions):
 
 class SparkRunnerOptions(PipelineOptions):
     """Spark runner settings: the master URL or Spark Connect server, extra Spark configuration
-    and parallelism, and the checkpoint location of a streaming run."""
+    and parallelism, Spark's log file, and the checkpoint location of a streaming run."""
 
     @classmethod
     def _add_argparse_args(cls, parser: argparse.ArgumentParser) -> None:
@@ -432,6 +432,11 @@ class SparkRunnerOptions(PipelineOptions):
         parser.add_argument("--spark_conf", action="append", default=None, metavar="KEY=VALUE",
                             help="an extra Spark configuration entry (repeatable), e.g. "
                                  "--spark_conf=spark.driver.memory=4g")
+        parser.add_argument("--spark_log", default=None, metavar="FILE",
+                            help="the file Spark's own output goes to (its log, the warnings of its "
+                                 "JVM, what its Python workers print) when headrace starts Spark in "
+                                 "this process; errors are also shown as one line each (default: a "
+                                 "new file in the temporary directory, named when Spark starts)")
         parser.add_argument("--spark_app_name", default="headrace",
                             help="the Spark application name shown in the Spark UI")
         parser.add_argument("--spark_parallelism", type=int, default=None,

@@ -5,7 +5,8 @@ by default (`local[*]`), the Python workers running this interpreter (`PYSPARK_P
 process's import path on every worker (so DoFns defined in importable modules deserialise), and
 task retries also in local mode (`local[N]` becomes `local[N,F]`, F = --spark_task_max_failures).
 A session the runner created is reused by later pipelines with the same master and replaced when
-a pipeline asks for another master; a session created by the user is used as it is.
+a pipeline asks for another master; a session created by the user is used as it is. The
+output of a Spark headrace starts goes to a log file, not the terminal (`logs`, --spark_log).
 
 With `--spark_remote` (or PySpark's `SPARK_REMOTE` environment variable) the runner opens a
 Spark Connect session instead: `sc://HOST:PORT` connects to a running Spark Connect server,
@@ -27,7 +28,7 @@ from typing import Any, List, Optional, Tuple
 
 from headrace.errors import InvalidArgumentError, PipelineExecutionError
 from headrace.options.pipeline_options import SparkRunnerOptions
-from headrace.runners.spark import pyspark_compat
+from headrace.runners.spark import logs, pyspark_compat
 
 _LOCK = threading.Lock()
 _OWNED: Optional[Tuple[Any, str]] = None  # (the session headrace created, its master or "remote:URL")
@@ -104,14 +105,9 @@ def _check_java() -> None:
         "Debian/Ubuntu: apt-get install openjdk-17-jre-headless) or set JAVA_HOME to it")
 
 
-# Spark's log configuration for sessions headrace starts (see the file's comments).
-_LOG_OPTION = "-Dlog4j2.configurationFile=" + os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                                          "log4j2.properties")
-
-
 def _startup_conf(so: Any, conf: List[Tuple[str, str]]) -> List[Tuple[str, str]]:
     """The Spark configuration of a Spark that headrace starts in this process: its defaults,
-    then the --spark_conf entries (the log configuration is kept in extraJavaOptions)."""
+    then the --spark_conf entries (headrace's log configuration is kept in extraJavaOptions)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     out = [("spark.ui.showConsoleProgress", "false"),
@@ -120,13 +116,8 @@ def _startup_conf(so: Any, conf: List[Tuple[str, str]]) -> List[Tuple[str, str]]
            ("spark.task.maxFailures", str(int(so.spark_task_max_failures))),
            # workers forked with pyspark's and headrace's modules imported (see the module)
            ("spark.python.daemon.module", "headrace.runners.spark.worker.daemon")]
-    java_options = _LOG_OPTION
-    for k, v in conf:
-        if k == "spark.driver.extraJavaOptions":
-            java_options = v if "log4j2.configurationFile" in v else f"{_LOG_OPTION} {v}"
-        else:
-            out.append((k, v))
-    out.append(("spark.driver.extraJavaOptions", java_options))
+    out += [(k, v) for k, v in conf if k != "spark.driver.extraJavaOptions"]
+    out.append(("spark.driver.extraJavaOptions", logs.java_options(conf)))
     return out
 
 
@@ -177,8 +168,11 @@ def get_session(options: Any) -> Any:
                     "that session first, or drop --spark_master to use it")
             return SparkSession.builder.getOrCreate()
         _check_java()
-        builder = SparkSession.builder.master(master).appName(so.spark_app_name or "headrace")
-        for k, v in _startup_conf(so, conf):
+        startup = [("spark.master", master), ("spark.app.name", so.spark_app_name or "headrace"),
+                   *_startup_conf(so, conf)]
+        logs.start_jvm(startup, so.spark_log)
+        builder = SparkSession.builder
+        for k, v in startup:
             builder = builder.config(k, v)
         try:
             session = builder.getOrCreate()
@@ -187,7 +181,8 @@ def get_session(options: Any) -> Any:
                 f"could not start Spark with master {master!r}: {type(exc).__name__}: {exc}. "
                 "Check that Java 17 or 21 is installed (java -version) and the master URL is "
                 "right") from exc
-        session.sparkContext.setLogLevel("ERROR")
+        if logs.current_log() is None:  # a JVM that was running already: errors only, as ever
+            session.sparkContext.setLogLevel("ERROR")
         _OWNED = (session, master)
         return session
 
@@ -238,9 +233,11 @@ def _connect_session(remote: str, so: Any, conf: List[Tuple[str, str]]) -> Any:
             # PySpark starts a Spark Connect server in this process, on a classic Spark that
             # takes static settings as a session headrace starts does.
             _check_java()
-            builder = SparkSession.builder.remote(
-                effective_master(remote, int(so.spark_task_max_failures)))
-            for k, v in _startup_conf(so, conf):
+            local = effective_master(remote, int(so.spark_task_max_failures))
+            startup = _startup_conf(so, conf)
+            logs.start_jvm([("spark.master", local), *startup], so.spark_log, connect=True)
+            builder = SparkSession.builder.remote(local)
+            for k, v in startup:
                 builder = builder.config(k, v)
             with warnings.catch_warnings():
                 # PySpark sets every entry again on the new session and warns for the static

@@ -1,0 +1,135 @@
+"""Where the output of a Spark that headrace starts goes: a log file, not the terminal.
+
+A Spark that PySpark starts writes on the terminal: the JVM's own warnings ("Using incubator
+modules"), Spark's log4j messages, and everything its Python workers print (PySpark's
+Structured Streaming workers report each call of a stateful operator that way). When headrace
+starts Spark in this process, it starts PySpark's JVM (the "gateway", as PySpark would, with
+the same configuration) with its standard error going to a log file (`--spark_log`, else a new
+file in the temporary directory, named once on standard error), and log4j configured by
+`log4j2.properties` beside this module: warnings and errors to that file; errors also on the
+terminal, as one line "headrace: Spark error in ...", but not Spark's reports of a failed task
+or of a streaming query that ended with an error (headrace raises that error on the driver
+itself, naming the step).
+
+What a Python worker prints (a DoFn's `print`, `LogElements`) goes to the log too, as it goes
+to the executors' logs on a cluster. A JVM that was already running in this process (a user's
+session, even stopped) keeps its output where it was; the first Spark headrace starts in a
+process decides the log of the process.
+
+PySpark has no public way to start its JVM with other output streams for a session built by
+`SparkSession.builder`: `pyspark.java_gateway.launch_gateway(conf, popen_kwargs)` starts it,
+and `SparkContext._ensure_initialized(gateway=...)` (checked against PySpark 4.3.0) makes
+PySpark use it. If a PySpark release lacks the latter, Spark starts as PySpark starts it and
+writes on the terminal, as before.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import threading
+import uuid
+from typing import IO, List, Optional, Tuple, Union
+
+from headrace.errors import PipelineExecutionError
+
+LOG4J_OPTION = "-Dlog4j2.configurationFile=" + os.path.join(
+    os.path.dirname(os.path.abspath(__file__)), "log4j2.properties")
+"""The JVM option that points Spark's log4j at headrace's configuration."""
+
+_LOCK = threading.Lock()
+_LOG: Optional[str] = None  # the log of the JVM headrace started in this process
+
+
+def current_log() -> Optional[str]:
+    """The log file of the Spark JVM headrace started in this process (None: it started none)."""
+    return _LOG
+
+
+def java_options(conf: List[Tuple[str, str]]) -> str:
+    """`spark.driver.extraJavaOptions` for a Spark headrace starts: the --spark_conf value, with
+    headrace's log configuration first unless that value names a log4j configuration itself."""
+    given = [v for k, v in conf if k == "spark.driver.extraJavaOptions"]
+    if not given:
+        return LOG4J_OPTION
+    value = given[-1]
+    return value if "log4j2.configurationFile" in value else f"{LOG4J_OPTION} {value}"
+
+
+def _new_log(chosen: Optional[str]) -> str:
+    """The path of the log: --spark_log (its directory created), else a new temporary file."""
+    if chosen:
+        path = os.path.abspath(os.path.expanduser(chosen))
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "ab"):
+                pass
+        except OSError as exc:
+            raise PipelineExecutionError(
+                f"--spark_log={chosen}: cannot write Spark's log there ({exc.strerror}); give a "
+                "file in a writable directory") from exc
+        return path
+    fd, path = tempfile.mkstemp(prefix="headrace-spark-", suffix=".log")
+    os.close(fd)
+    return path
+
+
+def start_jvm(conf: List[Tuple[str, str]], chosen: Optional[str], connect: bool = False) -> None:
+    """Starts PySpark's JVM with `conf` (the session's Spark configuration, its master included)
+    and its output going to the log (`chosen`, else a new file), unless a JVM already runs in
+    this process; names the log on standard error. `connect`: for a Spark Connect server in
+    this process (`remote("local[N]")`), which PySpark starts with its own environment."""
+    global _LOG
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+    ensure = getattr(SparkContext, "_ensure_initialized", None)
+    with _LOCK:
+        if (ensure is None or getattr(SparkContext, "_gateway", None) is not None
+                or "PYSPARK_GATEWAY_PORT" in os.environ):
+            return  # a JVM runs already (or PySpark offers no way in): its output stays put
+        path = _new_log(chosen)
+        spark_conf = SparkConf(loadDefaults=False)
+        for k, v in conf:
+            spark_conf.set(k, v)
+        saved = os.environ.pop("SPARK_REMOTE", None) if connect else None
+        if connect:  # as PySpark's own start of a local Spark Connect server does
+            os.environ.setdefault("SPARK_CONNECT_AUTHENTICATE_TOKEN", str(uuid.uuid4()))
+        try:
+            with open(path, "ab") as log:
+                # stdout: log4j's one-line errors for the user (and nothing else Spark writes)
+                gateway = launch_gateway(spark_conf, popen_kwargs={"stdout": _terminal(log),
+                                                                   "stderr": log})
+        except Exception as exc:
+            raise PipelineExecutionError(
+                f"could not start Spark ({type(exc).__name__}: {str(exc).rstrip('.')}). Its "
+                f"output, in {path}, "
+                f"ends with:\n{_tail(path)}\nCheck that Java 17 or 21 is installed (java "
+                "-version) and the --spark_conf entries") from exc
+        finally:
+            if saved is not None:
+                os.environ["SPARK_REMOTE"] = saved
+        ensure(gateway=gateway)
+        _LOG = path
+    print(f"headrace: Spark's log (its warnings, and what its Python workers print) is {path}",
+          file=sys.stderr)
+
+
+def _terminal(fallback: IO[bytes]) -> Union[int, IO[bytes]]:
+    """This process's standard error as a file descriptor for the JVM's standard output (where
+    log4j writes the one-line errors), or `fallback` when there is none."""
+    try:
+        stream = sys.__stderr__
+        return stream.fileno() if stream is not None else fallback
+    except (OSError, ValueError):
+        return fallback
+
+
+def _tail(path: str, lines: int = 15) -> str:
+    """The last lines of a file, indented (empty if it cannot be read)."""
+    try:
+        with open(path, errors="replace") as fh:
+            text = fh.read().splitlines()[-lines:]
+    except OSError:
+        return ""
+    return "\n".join("    " + line for line in text)
