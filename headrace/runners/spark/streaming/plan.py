@@ -23,7 +23,9 @@ from headrace.runners.kit.sources import split_source
 from headrace.runners.kit.stateful import StatefulSpec
 from headrace.runners.spark.streaming import rows
 from headrace.runners.spark.streaming.coordinator import Coordinator, Node
-from headrace.runners.spark.streaming.processor import GroupingSpec, SideStepSpec, StatefulStepSpec
+from headrace.runners.spark.streaming.grouping import GroupingSpec
+from headrace.runners.spark.streaming.side_steps import SideStepSpec
+from headrace.runners.spark.streaming.stateful import StatefulStepSpec
 from headrace.runners.spark.streaming.source import SourcePlan
 from headrace.runners.spark.streaming.stages import LevelSpec, LevelUnit
 from headrace.runners.spark.worker.sides import portable_views

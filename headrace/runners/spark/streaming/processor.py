@@ -30,9 +30,6 @@ from headrace.runners.spark.streaming.side_steps import (
 )
 from headrace.runners.spark.streaming.stateful import StatefulOperator, StatefulStepSpec
 
-__all__ = ["GroupingSpec", "SideStepSpec", "StatefulStepSpec", "processor"]
-
-
 def processor(specs: Dict[int, Any], forward_key: bytes, env: Any) -> Any:
     """The StatefulProcessor running `specs` (GroupingSpecs, SideStepSpecs and
     StatefulStepSpecs, by index), for `transformWithState`; the partition whose control key is
