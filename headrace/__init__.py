@@ -22,7 +22,8 @@ from headrace.pipeline.pvalue import PCollection, Row, TaggedOutput
 from headrace.transforms.core import (
     CoGroupByKey, CombineGlobally, CombinePerKey, CombineValues, Create, Filter, FlatMap,
     FlatMapTuple, Flatten, FlattenWith, GroupByKey, Impulse, Keys, KvSwap, Map, MapTuple, ParDo,
-    Partition, PartitionFn, Reshuffle, Values, WindowInto, WithKeys,
+    Partition, PartitionFn, Reshuffle, RestrictionProvider, Values, WatermarkEstimatorProvider,
+    WindowInto, WithKeys,
 )
 from headrace.transforms.util import (
     BatchElements, Distinct, GroupIntoBatches, LogElements, Regex, Reify, RemoveDuplicates, Tee,
@@ -48,7 +49,8 @@ __all__ = [
     "MapTuple", "Metrics", "PCollection",
     "PTransform", "PaneInfo", "PaneInfoTiming", "ParDo", "Partition", "PartitionFn", "Pipeline",
     "PipelineOptions", "PipelineResult", "PipelineState", "Read", "ReadFromText", "RemoveDuplicates",
-    "Reshuffle", "Row", "TaggedOutput", "TimeDomain", "TimestampCombiner", "TimestampedValue", "Values",
+    "Reshuffle", "RestrictionProvider", "Row", "TaggedOutput", "TimeDomain", "TimestampCombiner", "TimestampedValue", "Values",
+    "WatermarkEstimatorProvider",
     "WindowInto", "Windowing", "WithKeys", "WriteToText", "coders", "combiners", "io", "metrics",
     "ptransform_fn", "pvalue", "transforms", "typehints", "window",
 ]

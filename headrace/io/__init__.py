@@ -6,12 +6,14 @@ local paths."""
 
 from headrace.io import (
     filebasedsink, filesystem, filesystems, jsonio, localfilesystem, parquetio, periodicsequence,
-    textio, watch,
+    restriction_trackers, textio, watch, watermark_estimators,
 )
 from headrace.io.filebasedsink import FileBasedSink, FileFormatWriter
 from headrace.io.filesystem import BeamIOError, CompressionTypes, FileMetadata, MatchResult
 from headrace.io.filesystems import FileSystems
-from headrace.io.iobase import BoundedSource, Read, UnboundedSource
+from headrace.io.iobase import (
+    BoundedSource, Read, RestrictionProgress, RestrictionTracker, UnboundedSource, WatermarkEstimator,
+)
 from headrace.io.jsonio import ReadFromJson, ReadFromJsonContinuously, WriteToJson
 from headrace.io.parquetio import ReadFromParquet, ReadFromParquetBatched, WriteToParquet
 from headrace.io.periodicsequence import PeriodicImpulse, PeriodicSequence
@@ -21,8 +23,9 @@ from headrace.io.textio import (
 
 __all__ = ["BeamIOError", "BoundedSource", "CompressionTypes", "FileBasedSink", "FileFormatWriter",
            "FileMetadata", "FileSystems", "MatchResult", "PeriodicImpulse", "PeriodicSequence",
-           "Read", "ReadAllFromText", "ReadFromJson", "ReadFromJsonContinuously",
+           "Read", "ReadAllFromText", "RestrictionProgress", "RestrictionTracker", "ReadFromJson", "ReadFromJsonContinuously",
            "ReadFromParquet", "ReadFromParquetBatched", "ReadFromText", "ReadFromTextContinuously",
-           "ReadFromTextWithFilename", "UnboundedSource", "WriteToJson", "WriteToParquet",
+           "ReadFromTextWithFilename", "UnboundedSource", "WatermarkEstimator", "WriteToJson", "WriteToParquet",
            "WriteToText", "filebasedsink", "filesystem", "filesystems", "jsonio",
-           "localfilesystem", "parquetio", "periodicsequence", "textio", "watch"]
+           "localfilesystem", "parquetio", "periodicsequence", "restriction_trackers", "textio",
+           "watch", "watermark_estimators"]

@@ -10,6 +10,9 @@ from headrace.model.window import GlobalWindows
 from headrace.model.strategy import Windowing
 from headrace.pipeline.ptransform import PTransform
 from headrace.pipeline.pvalue import PBegin, PCollection
+from headrace.pipeline.splittable import (  # noqa: F401  (Beam's names here)
+    RestrictionProgress, RestrictionTracker, WatermarkEstimator,
+)
 
 if TYPE_CHECKING:
     import pyarrow as pa

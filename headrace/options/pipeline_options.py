@@ -225,6 +225,12 @@ class LocalRunnerOptions(PipelineOptions):
                             help="elements per bundle read from a source or a grouping")
         parser.add_argument("--max_bundle_attempts", type=int, default=4,
                             help="attempts of a failing bundle before the pipeline fails")
+        parser.add_argument("--sdf_test_split_probability", type=float, default=0.0,
+                            help="local runner: after each successful claim of a splittable "
+                                 "DoFn, split the rest of its restriction at a random fraction "
+                                 "with this probability (tests that trackers tolerate splits)")
+        parser.add_argument("--sdf_test_split_seed", type=int, default=0,
+                            help="the seed of --sdf_test_split_probability's random splits")
 
 
 class TypeOptions(PipelineOptions):

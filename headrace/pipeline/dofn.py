@@ -119,6 +119,76 @@ class _BundleFinalizerParam(_DoFnParam):
         return (_BundleFinalizerParam, ())
 
 
+class _RestrictionDoFnParam(_DoFnParam):
+    """`DoFn.RestrictionParam(provider)`: the runner passes the tracker view of the element's
+    current restriction; `provider` (a RestrictionProvider) creates and splits restrictions, or
+    None when the DoFn is its own provider."""
+
+    __slots__ = ("restriction_provider",)
+
+    def __init__(self, restriction_provider: Any = None) -> None:
+        from headrace.pipeline.splittable import RestrictionProvider
+        if restriction_provider is not None and not isinstance(restriction_provider, RestrictionProvider):
+            raise TypeError(
+                "DoFn.RestrictionParam needs a RestrictionProvider (or nothing, when the DoFn "
+                f"subclasses RestrictionProvider itself), got {restriction_provider!r}")
+        super().__init__("RestrictionParam")
+        self.restriction_provider = restriction_provider
+
+    def __repr__(self) -> str:
+        return f"DoFn.RestrictionParam({self.restriction_provider!r})"
+
+    def __reduce__(self):
+        return (_RestrictionDoFnParam, (self.restriction_provider,))
+
+
+class _WatermarkEstimatorDoFnParam(_DoFnParam):
+    """`DoFn.WatermarkEstimatorParam(provider)`: the runner passes the watermark estimator of the
+    element's current restriction; `provider` (a WatermarkEstimatorProvider) creates it, or None
+    when the DoFn is its own provider."""
+
+    __slots__ = ("watermark_estimator_provider",)
+
+    def __init__(self, watermark_estimator_provider: Any = None) -> None:
+        from headrace.pipeline.splittable import WatermarkEstimatorProvider
+        if watermark_estimator_provider is not None and not isinstance(
+                watermark_estimator_provider, WatermarkEstimatorProvider):
+            raise TypeError(
+                "DoFn.WatermarkEstimatorParam needs a WatermarkEstimatorProvider (e.g. "
+                "ManualWatermarkEstimator.default_provider()), or nothing when the DoFn subclasses "
+                f"WatermarkEstimatorProvider itself; got {watermark_estimator_provider!r}")
+        super().__init__("WatermarkEstimatorParam")
+        self.watermark_estimator_provider = watermark_estimator_provider
+
+    def __repr__(self) -> str:
+        return f"DoFn.WatermarkEstimatorParam({self.watermark_estimator_provider!r})"
+
+    def __reduce__(self):
+        return (_WatermarkEstimatorDoFnParam, (self.watermark_estimator_provider,))
+
+
+def _unbounded_per_element() -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """`@DoFn.unbounded_per_element()`: marks a splittable DoFn's `process` as doing work that
+    may never end for one element (its output PCollection is unbounded)."""
+    def mark(process: Callable[..., Any]) -> Callable[..., Any]:
+        process.unbounded_per_element = True  # type: ignore[attr-defined]
+        return process
+    return mark
+
+
+def is_splittable_dofn(dofn: Any) -> bool:
+    """True when the DoFn's `process` takes a `DoFn.RestrictionParam` (a splittable DoFn)."""
+    process = getattr(dofn, "process", None)
+    if process is None or type(dofn).__name__ == "_CallableWrapperDoFn":
+        return False
+    try:
+        params = inspect.signature(process).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(isinstance(p.default, _RestrictionDoFnParam) or p.default is _RestrictionDoFnParam
+               for p in params)
+
+
 def positional_slots(fn: Callable[..., Any], n_args: int) -> List[str]:
     """The names of the parameters of `fn(element, ...)` that the first extra arguments of a
     ParDo (or Map) fill, in Beam's order: the parameters without a default after the element,
@@ -157,7 +227,8 @@ class DoFn:
     given to ParDo, e.g. a side-input view) and `finalizer=DoFn.BundleFinalizerParam`. A
     stateful DoFn (on a keyed PCollection) also takes `DoFn.StateParam(spec)`,
     `DoFn.TimerParam(spec)` and, in a timer callback, `DoFn.DynamicTimerTagParam` (see
-    `headrace.transforms.userstate`).
+    `headrace.transforms.userstate`). A splittable DoFn takes `DoFn.RestrictionParam(provider)`
+    and may take `DoFn.WatermarkEstimatorParam(provider)` (see `headrace.pipeline.splittable`).
     """
 
     ElementParam = _param("ElementParam")
@@ -171,6 +242,9 @@ class DoFn:
     TimerParam = _TimerDoFnParam
     SideInputParam = _param("SideInputParam")
     BundleFinalizerParam = _BundleFinalizerParam
+    RestrictionParam = _RestrictionDoFnParam
+    WatermarkEstimatorParam = _WatermarkEstimatorDoFnParam
+    unbounded_per_element = staticmethod(_unbounded_per_element)
 
     def setup(self) -> None:
         """Called once per DoFn instance before its first bundle."""

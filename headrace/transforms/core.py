@@ -20,7 +20,12 @@ from headrace.model.window import GlobalWindows, WindowFn
 from headrace.model.strategy import Windowing
 from headrace.model.windowed import TimestampedValue
 from headrace.pipeline import userstate as _userstate
-from headrace.pipeline.dofn import DoFn, _CallableWrapperDoFn, positional_slots, side_input_params
+from headrace.pipeline.dofn import (
+    DoFn, _CallableWrapperDoFn, is_splittable_dofn, positional_slots, side_input_params,
+)
+from headrace.pipeline.splittable import (  # noqa: F401  (Beam's names here)
+    RestrictionProvider, WatermarkEstimatorProvider, check_splittable_step, signature,
+)
 from headrace.pipeline.ptransform import PTransform, label_from_callable
 from headrace.pipeline.pvalue import (
     AsList, AsSideInput, DoOutputsTuple, PBegin, PCollection, TaggedOutput,
@@ -161,6 +166,8 @@ class ParDo(PTransform):
         self.is_stateful = _userstate.is_stateful_dofn(fn)
         if self.is_stateful:
             _userstate.validate_stateful_dofn(fn)
+        #: A splittable DoFn (its process takes DoFn.RestrictionParam): a unit of its own.
+        self.is_splittable = is_splittable_dofn(fn)
 
     def default_label(self) -> str:
         return f"ParDo({self.fn.default_label()})"
@@ -253,6 +260,11 @@ class ParDo(PTransform):
                 f"{where}: the DoFn has state or timers, and an element that fails after changing "
                 "state keeps its changes while the element goes to the dead letter; pass "
                 "allow_unsafe_userstate_in_process=True to accept that (as in Beam)")
+        if self.is_splittable:
+            raise InvalidArgumentError(
+                f"{where}: {type(self.fn).__name__} is a splittable DoFn, whose failed restriction "
+                "would be retried as a whole; headrace does not route its failures to a dead "
+                "letter: catch errors inside process and output them with beam.pvalue.TaggedOutput")
         if self.is_stateful and use_subprocess:
             raise InvalidArgumentError(
                 f"{where}(use_subprocess=True): a DoFn with state or timers cannot run in a child "
@@ -271,7 +283,10 @@ class ParDo(PTransform):
         p = self.pipeline
         if self.is_stateful:
             self._check_stateful_input(pcoll)
-        main = p.new_pcollection(pcoll.windowing, pcoll.is_bounded,
+        bounded = pcoll.is_bounded
+        if self.is_splittable:
+            bounded = self._check_splittable(pcoll)
+        main = p.new_pcollection(pcoll.windowing, bounded,
                                  element_type=self.get_output_type() or self._infer_output_type(pcoll))
         main.may_contain_retractions = pcoll.may_contain_retractions
         if not self.multi_output and self.dead_letter is None:
@@ -283,7 +298,7 @@ class ParDo(PTransform):
         for t in tags:
             if t in outputs or t == self.main_tag:
                 raise PipelineConstructionError(f"output tag {t!r} is declared twice")
-            outputs[t] = p.new_pcollection(pcoll.windowing, pcoll.is_bounded, tag=t)
+            outputs[t] = p.new_pcollection(pcoll.windowing, bounded, tag=t)
             outputs[t].may_contain_retractions = pcoll.may_contain_retractions
         if self.main_tag is not None:
             outputs[self.main_tag] = main
@@ -296,6 +311,12 @@ class ParDo(PTransform):
     def _infer_output_type(self, pcoll: PCollection) -> Any:
         hinted = get_type_hints(self.fn).output_type
         return hinted if hinted is not None else self.fn.infer_output_type(pcoll.element_type)
+
+    def _check_splittable(self, pcoll: PCollection) -> bool:
+        """Refuses what no runner honours for a splittable DoFn; whether its output is bounded."""
+        label = self.pipeline.current_transform().full_label
+        check_splittable_step(label, self.fn, bool(self.side_inputs), self.is_stateful)
+        return pcoll.is_bounded and not signature(label, self.fn).unbounded_per_element
 
     def _check_stateful_input(self, pcoll: PCollection) -> None:
         """A DoFn with state or timers needs keyed input in non-merging windows (as in Beam)."""

@@ -20,7 +20,8 @@ from headrace.model.time import Timestamp
 from headrace.model.window import WindowFn
 from headrace.model.windowed import TimestampedValue, WindowedValue
 from headrace.pipeline.dofn import (
-    DoFn, _BundleFinalizerParam, _CallableWrapperDoFn, _DoFnParam, _StateDoFnParam, _TimerDoFnParam,
+    DoFn, _BundleFinalizerParam, _CallableWrapperDoFn, _DoFnParam, _RestrictionDoFnParam,
+    _StateDoFnParam, _TimerDoFnParam, _WatermarkEstimatorDoFnParam,
     positional_slots,
 )
 from headrace.pipeline.pvalue import AsSideInput, TaggedOutput
@@ -107,6 +108,9 @@ class ParDoRunner:
         self.special = special
         # a stateful DoFn's key, window, state and timers (`kit.stateful.StatefulCore` sets it)
         self.user_context: Any = None
+        #: A splittable DoFn's tracker view and watermark estimator, by parameter
+        #: (`kit.sdf.SplittableProcessor` sets it).
+        self.sdf_param: Optional[Callable[[_DoFnParam], Any]] = None
         self.wants_finalizer = any(p is _BundleFinalizerParam for p in special.values())
         #: The current bundle attempt's finalizer (DoFn.BundleFinalizerParam), if the DoFn asks for one.
         self.finalizer: Optional[_BundleFinalizerParam] = None
@@ -240,7 +244,13 @@ class ParDoRunner:
         return args, kwargs
 
     def _user_param(self, p: _DoFnParam) -> Any:
-        """A stateful DoFn's parameter: a state cell, a timer or the firing timer's dynamic tag."""
+        """A stateful DoFn's parameter (a state cell, a timer or the firing timer's dynamic tag) or
+        a splittable DoFn's (its tracker view, its watermark estimator)."""
+        if isinstance(p, (_RestrictionDoFnParam, _WatermarkEstimatorDoFnParam)):
+            if self.sdf_param is None:
+                raise InvalidArgumentError(
+                    f"step {self.label!r}: DoFn.{p.name} is only available to a splittable DoFn")
+            return self.sdf_param(p)
         ctx = self.user_context
         if ctx is None:
             raise InvalidArgumentError(

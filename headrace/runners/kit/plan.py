@@ -11,8 +11,10 @@ before consumers) and returns, in that order:
   from step to step by direct calls.
 * `Primitive`: every other step, with its `kind` (a `Kind`): SOURCE (Create, Read of a
   BoundedSource), UNBOUNDED (Read of an UnboundedSource), TEST_STREAM, GROUPING (GroupByKey,
-  CombinePerKey), FLATTEN, RESHUFFLE, and STATEFUL (a ParDo whose DoFn has user state or timers:
-  it runs per key, after its input is grouped by key, so it is never fused).
+  CombinePerKey), FLATTEN, RESHUFFLE, STATEFUL (a ParDo whose DoFn has user state or timers:
+  it runs per key, after its input is grouped by key, so it is never fused) and SPLITTABLE (a
+  ParDo of a splittable DoFn: its elements' restrictions are split, placed and resumed by the
+  runner, `kit.sdf`, so it is never fused either).
 
 A runner that cannot execute a kind says so by leaving it out of `kinds`; `plan` then fails
 with an error naming the step and what to do.
@@ -46,6 +48,7 @@ class Kind(enum.Enum):
     FLATTEN = "flatten"          # Flatten: elements passed on from several inputs
     RESHUFFLE = "reshuffle"      # Reshuffle: elements passed on (a fusion break)
     STATEFUL = "stateful"        # a ParDo with user state or timers, run per key
+    SPLITTABLE = "splittable"    # a ParDo of a splittable DoFn, run restriction by restriction
     STAGE = "stage"              # ParDo / WindowInto steps fused into one `Stage`
     SIDE_STEP = "side_step"      # holds a stage's main input until its side inputs are ready
     CREATE = "create"            # a SOURCE that is a Create (its values travel with the plan)
@@ -54,7 +57,8 @@ class Kind(enum.Enum):
 
 #: The kinds of `Primitive` (`plan` makes no others).
 ALL_KINDS: FrozenSet[Kind] = frozenset({Kind.SOURCE, Kind.UNBOUNDED, Kind.TEST_STREAM, Kind.GROUPING,
-                                        Kind.FLATTEN, Kind.RESHUFFLE, Kind.STATEFUL})
+                                        Kind.FLATTEN, Kind.RESHUFFLE, Kind.STATEFUL,
+                                        Kind.SPLITTABLE})
 
 _KIND_OF = ((Create, Kind.SOURCE), (Read, Kind.SOURCE), (TestStream, Kind.TEST_STREAM),
             (GroupByKey, Kind.GROUPING), (CombinePerKey, Kind.GROUPING), (Flatten, Kind.FLATTEN),
@@ -164,6 +168,8 @@ def kind_of(node: AppliedPTransform) -> Optional[Kind]:
         return Kind.UNBOUNDED
     if isinstance(t, ParDo) and t.is_stateful:
         return Kind.STATEFUL
+    if isinstance(t, ParDo) and t.is_splittable:
+        return Kind.SPLITTABLE
     for cls, kind in _KIND_OF:
         if isinstance(t, cls):
             return kind
@@ -181,7 +187,8 @@ def plan(pipeline: Pipeline, runner: str, kinds: FrozenSet[Kind] = ALL_KINDS,
     stage_by_root: Dict[PCollection, Stage] = {}
     for node in pipeline.primitives():
         t = node.transform
-        if isinstance(t, WindowInto) or (isinstance(t, ParDo) and not t.is_stateful):
+        if isinstance(t, WindowInto) or (isinstance(t, ParDo) and not t.is_stateful
+                                         and not t.is_splittable):
             main = node.inputs[0]
             stage = None
             if not node.side_inputs:

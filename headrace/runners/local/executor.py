@@ -10,6 +10,7 @@ unbounded Read likewise reads what its source has now, then the pipeline settles
 from __future__ import annotations
 
 import gc
+import time
 from typing import Any, Dict, List, Optional, Sequence, Union
 
 from headrace.errors import PipelineExecutionError
@@ -21,6 +22,7 @@ from headrace.runners.kit import plan as planning
 from headrace.runners.kit.runtime import relax_gc
 from headrace.runners.kit.side_inputs import SideInputReader
 from headrace.runners.local.clock import RealClock, VirtualClock
+from headrace.runners.local.splittable import SplittableUnit
 from headrace.runners.local.units import (
     Bundle, GroupUnit, PassUnit, SourceUnit, StageUnit, StatefulUnit, TagOutput, TestStreamUnit,
     UnboundedReadUnit, Unit, UnitHost,
@@ -40,7 +42,8 @@ class Executor(UnitHost):
         self.units: List[Unit] = []
         self.unit_of_input: Dict[PCollection, List[Unit]] = {}
         self.producer_unit: Dict[PCollection, Union[Unit, TagOutput]] = {}
-        self.streams: List[Union[TestStreamUnit, UnboundedReadUnit]] = []
+        self.streams: List[Union[TestStreamUnit, UnboundedReadUnit, SplittableUnit]] = []
+        self.options = options
         self._next_stream = 0
         self.side_contents: Dict[PCollection, Dict[Any, list]] = {}
         self.side_pcolls: set = set()
@@ -69,6 +72,9 @@ class Executor(UnitHost):
                 unit = GroupUnit(self, planned.node)
             elif planned.kind == planning.Kind.STATEFUL:
                 unit = StatefulUnit(self, planned.node)
+            elif planned.kind == planning.Kind.SPLITTABLE:
+                unit = SplittableUnit(self, planned.node, self.options.view_as(LocalRunnerOptions))
+                self.streams.append(unit)
             else:
                 unit = PassUnit(self, planned.node)
             self.units.append(unit)
@@ -107,6 +113,16 @@ class Executor(UnitHost):
         contents = {s: self.side_contents.setdefault(s.pvalue, {})
                     for n in nodes for s in n.side_inputs}
         return SideInputReader(contents) if contents else None
+
+    def idle_until(self, micros: int) -> None:
+        """Lets processing time pass towards `micros` (see `UnitHost.idle_until`)."""
+        clock = self.clock
+        if isinstance(clock, VirtualClock):
+            if micros > clock.now() and not any(
+                    isinstance(u, TestStreamUnit) and not u.finished for u in self.streams):
+                clock.advance(micros - clock.now())
+            return
+        time.sleep(min(max(0, micros - clock.now()) / 1e6, UnboundedReadUnit.POLL_SECONDS))
 
     def _advance_watermarks(self) -> bool:
         changed = False

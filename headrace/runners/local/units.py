@@ -15,6 +15,8 @@ does not import the executor):
 * `StatefulUnit`: a ParDo with user state and timers over `kit.stateful.StatefulStep`, one
   `UserKeyState` per key;
 * `PassUnit`: Flatten and Reshuffle.
+
+The unit of a splittable DoFn is in `splittable.py`.
 """
 
 from __future__ import annotations
@@ -77,6 +79,12 @@ class UnitHost(Protocol):
 
     def side_input_reader(self, nodes: Sequence[AppliedPTransform]) -> Optional[SideInputReader]:
         """A reader of the side inputs of `nodes` (None when they have none)."""
+        ...
+
+    def idle_until(self, micros: int) -> None:
+        """A unit has nothing to do before processing time `micros`: let time pass towards it
+        (a virtual clock jumps there once no TestStream has events left; the system clock is
+        waited for, a little at a time)."""
         ...
 
 

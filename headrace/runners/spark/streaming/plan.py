@@ -60,7 +60,9 @@ class StreamPlan(SourcePlan):
 def build_plan(pipeline: Pipeline, bundle_size: int, max_attempts: int, partitions: int,
                ctl_keys: Tuple[bytes, ...], max_records: int = 100_000) -> StreamPlan:
     """Plans `pipeline` as a streaming query (see the module doc); errors name the step."""
-    units = planning.plan(pipeline, "Spark streaming runner")
+    units = planning.plan(pipeline, "Spark streaming runner",
+                          planning.ALL_KINDS - {planning.Kind.SPLITTABLE},
+                          {planning.Kind.SPLITTABLE: "splittable DoFns run on the local runner only so far"})
     planner = _Planner(partitions)
     for u in units:
         planner.add(u)

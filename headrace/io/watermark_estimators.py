@@ -1,0 +1,121 @@
+"""Watermark estimators of splittable DoFns (Beam's `io.watermark_estimators`).
+
+Each estimator tracks, for one restriction, the event time before which the SDF will output
+nothing more; its state travels with the restriction's residual. The step's output watermark is
+the minimum over its live restrictions' estimates (and its input watermark), so a downstream
+window closes only when every unread part of the input is past it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from headrace.errors import InvalidArgumentError
+from headrace.model.time import Timestamp
+from headrace.pipeline.splittable import WatermarkEstimator, WatermarkEstimatorProvider
+
+
+def _timestamp(value: Any, where: str) -> Optional[Timestamp]:
+    if value is None or isinstance(value, Timestamp):
+        return value
+    try:
+        return Timestamp.of(value)
+    except Exception as exc:
+        raise InvalidArgumentError(f"{where} needs a Timestamp (or None), got {value!r}") from exc
+
+
+class _DefaultProvider(WatermarkEstimatorProvider):
+    """Each restriction's estimator starts from no watermark (None)."""
+
+    def __init__(self, estimator_class: Any) -> None:
+        self.estimator_class = estimator_class
+
+    def initial_estimator_state(self, element: Any, restriction: Any) -> Any:
+        return None
+
+    def create_watermark_estimator(self, estimator_state: Any) -> WatermarkEstimator:
+        return self.estimator_class(estimator_state)
+
+
+class MonotonicWatermarkEstimator(WatermarkEstimator):
+    """The watermark is the latest output timestamp seen so far (outputs come in order)."""
+
+    def __init__(self, timestamp: Any = None) -> None:
+        self._watermark = _timestamp(timestamp, "MonotonicWatermarkEstimator")
+
+    def observe_timestamp(self, timestamp: Timestamp) -> None:
+        """Moves the watermark up to `timestamp` (never back)."""
+        if self._watermark is None or timestamp > self._watermark:
+            self._watermark = timestamp
+
+    def current_watermark(self) -> Optional[Timestamp]:
+        """The latest timestamp observed (None before the first)."""
+        return self._watermark
+
+    def get_estimator_state(self) -> Optional[Timestamp]:
+        """The current watermark."""
+        return self._watermark
+
+    @staticmethod
+    def default_provider() -> WatermarkEstimatorProvider:
+        """A provider whose estimators start with no watermark."""
+        return _DefaultProvider(MonotonicWatermarkEstimator)
+
+
+class WalltimeWatermarkEstimator(WatermarkEstimator):
+    """The watermark is the processing time (the runner's clock, `Timestamp.now()`), never going
+    back: for sources whose records are stamped when they are read."""
+
+    def __init__(self, timestamp: Any = None) -> None:
+        self._watermark = _timestamp(timestamp, "WalltimeWatermarkEstimator") or Timestamp.now()
+
+    def observe_timestamp(self, timestamp: Timestamp) -> None:
+        """Ignored: the clock alone moves this watermark."""
+
+    def current_watermark(self) -> Timestamp:
+        """The processing time now, or the last watermark if the clock went back."""
+        now = Timestamp.now()
+        if now > self._watermark:
+            self._watermark = now
+        return self._watermark
+
+    def get_estimator_state(self) -> Timestamp:
+        """The current watermark."""
+        return self.current_watermark()
+
+    @staticmethod
+    def default_provider() -> WatermarkEstimatorProvider:
+        """A provider whose estimators start at the processing time."""
+        return _DefaultProvider(WalltimeWatermarkEstimator)
+
+
+class ManualWatermarkEstimator(WatermarkEstimator):
+    """The DoFn sets the watermark itself with `set_watermark` (e.g. from a source's own
+    watermark); it may only move forward."""
+
+    def __init__(self, watermark: Any = None) -> None:
+        self._watermark = _timestamp(watermark, "ManualWatermarkEstimator")
+
+    def set_watermark(self, timestamp: Any) -> None:
+        """Sets the watermark; raises when that would move it back."""
+        ts = _timestamp(timestamp, "ManualWatermarkEstimator.set_watermark")
+        if ts is None:
+            raise InvalidArgumentError("ManualWatermarkEstimator.set_watermark needs a Timestamp")
+        if self._watermark is not None and ts < self._watermark:
+            raise InvalidArgumentError(
+                f"ManualWatermarkEstimator.set_watermark({ts}) would move the watermark back from "
+                f"{self._watermark}; watermarks only move forward")
+        self._watermark = ts
+
+    def current_watermark(self) -> Optional[Timestamp]:
+        """The last watermark set (None before the first)."""
+        return self._watermark
+
+    def get_estimator_state(self) -> Optional[Timestamp]:
+        """The current watermark."""
+        return self._watermark
+
+    @staticmethod
+    def default_provider() -> WatermarkEstimatorProvider:
+        """A provider whose estimators start with no watermark."""
+        return _DefaultProvider(ManualWatermarkEstimator)

@@ -1,0 +1,279 @@
+"""Splittable DoFn: the user-facing abstractions, under Beam's names and signatures.
+
+A splittable DoFn (SDF) processes one element in pieces. Its `process` takes
+`tracker=DoFn.RestrictionParam(provider)`: a `RestrictionProvider` gives each element an initial
+restriction (e.g. an `OffsetRange` of a file's bytes), splits it into parts a runner can read in
+parallel and sizes them; for each part the runner creates a `RestrictionTracker` and calls
+`process`, which claims positions one by one (`tracker.try_claim(position)`) and outputs only
+what it has claimed. Either side may cut the rest off: the DoFn by checkpointing
+(`tracker.defer_remainder(delay)`, or by returning once a claim failed), the runner by
+`try_split(fraction_of_remainder)` (to rebalance work, or to end a streaming micro-batch); the
+part cut off (the residual) is processed later, possibly elsewhere. An SDF may also take
+`DoFn.WatermarkEstimatorParam(provider)` to report the event time of what it has yet to output
+(the step's output watermark is held back by it), and be decorated `@DoFn.unbounded_per_element()`
+when one element's work never ends (a queue, a growing file). See the Splittable DoFn blog post
+(https://beam.apache.org/blog/splittable-do-fn/) and docs/architecture.md for how runners run it.
+
+The io modules and the runner kit (`runners/kit/sdf.py`) build on this module.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, Iterable, NamedTuple, Optional, Tuple
+
+from headrace.errors import PipelineConstructionError
+from headrace.model.time import Duration, Timestamp
+
+
+class RestrictionProgress:
+    """How much of a restriction is done and how much is left, in the tracker's own units.
+
+    Give `completed` and `remaining` (work units, e.g. bytes), or `fraction` (of the whole done),
+    as Beam's `RestrictionProgress(completed=, remaining=, fraction=)`."""
+
+    def __init__(self, completed: Optional[float] = None, remaining: Optional[float] = None,
+                 fraction: Optional[float] = None) -> None:
+        self._completed = completed
+        self._remaining = remaining
+        self._fraction = fraction
+
+    @property
+    def completed_work(self) -> float:
+        """The work done (0 when only a fraction is known)."""
+        if self._completed is not None:
+            return self._completed
+        return float(self._fraction or 0.0) if self._remaining is None else 0.0
+
+    @property
+    def remaining_work(self) -> float:
+        """The work left (1 - fraction when only a fraction is known)."""
+        if self._remaining is not None:
+            return self._remaining
+        return 1.0 - float(self._fraction or 0.0)
+
+    @property
+    def fraction_completed(self) -> float:
+        """The fraction of the work done, in [0, 1]."""
+        if self._fraction is not None:
+            return self._fraction
+        total = self.completed_work + self.remaining_work
+        return self.completed_work / total if total else 1.0
+
+    @property
+    def total_work(self) -> float:
+        """Done plus left."""
+        return self.completed_work + self.remaining_work
+
+    def with_completed(self, completed: float) -> "RestrictionProgress":
+        """The same total with `completed` work done."""
+        return RestrictionProgress(completed=completed,
+                                   remaining=max(0.0, self.total_work - completed))
+
+    def __repr__(self) -> str:
+        return (f"RestrictionProgress(completed={self.completed_work!r}, "
+                f"remaining={self.remaining_work!r})")
+
+
+class RestrictionTracker:
+    """Tracks the claimed positions of one restriction while an SDF processes it (Beam's API).
+
+    A subclass implements `current_restriction`, `try_claim`, `try_split`, `check_done`,
+    `is_bounded` and, for progress-based splitting and sizing, `current_progress`. A runner may
+    call `try_split` while `process` is claiming (from another thread, or between claims), so
+    the two must agree: after a split, claims beyond the primary fail."""
+
+    def current_restriction(self) -> Any:
+        """The restriction as it is now (shrunk by splits)."""
+        raise NotImplementedError(f"{type(self).__name__} must implement current_restriction()")
+
+    def current_progress(self) -> RestrictionProgress:
+        """The work done and left (used to size residuals and balance work)."""
+        raise NotImplementedError(f"{type(self).__name__} must implement current_progress()")
+
+    def try_claim(self, position: Any) -> bool:
+        """Claims `position`: True when it is within the restriction (then the DoFn may output
+        for it), False when it is past the end (then the DoFn must return at once)."""
+        raise NotImplementedError(f"{type(self).__name__} must implement try_claim(position)")
+
+    def try_split(self, fraction_of_remainder: float) -> Optional[Tuple[Any, Any]]:
+        """Splits the unclaimed remainder at about `fraction_of_remainder` of it: returns
+        (primary, residual), the primary kept by this tracker and the residual processed
+        later, together exactly the current restriction; or None when it cannot split. A
+        fraction of 0 is a checkpoint: the primary ends right after the last claimed position."""
+        raise NotImplementedError(f"{type(self).__name__} must implement try_split(fraction)")
+
+    def check_done(self) -> None:
+        """Raises (naming what is left) unless every position of the restriction was claimed or
+        a claim past its end failed."""
+        raise NotImplementedError(f"{type(self).__name__} must implement check_done()")
+
+    def is_bounded(self) -> bool:
+        """Whether the restriction has an end (False for a growing one)."""
+        raise NotImplementedError(f"{type(self).__name__} must implement is_bounded()")
+
+
+class RestrictionTrackerView:
+    """What `process` receives as `tracker=DoFn.RestrictionParam(...)`: the tracker's claim
+    side, and `defer_remainder` to checkpoint (as Beam's view)."""
+
+    def current_restriction(self) -> Any:
+        """The restriction as it is now."""
+        raise NotImplementedError
+
+    def try_claim(self, position: Any) -> bool:
+        """Claims `position` (see `RestrictionTracker.try_claim`)."""
+        raise NotImplementedError
+
+    def defer_remainder(self, deferred_time: Any = None) -> None:
+        """Checkpoints: the unclaimed rest is processed again later, `deferred_time` from now (a
+        Duration or seconds) or at that processing time (a Timestamp); None: as soon as the
+        runner likes. `process` should return right after calling it."""
+        raise NotImplementedError
+
+    def is_bounded(self) -> bool:
+        """Whether the restriction has an end."""
+        raise NotImplementedError
+
+
+class RestrictionProvider:
+    """Creates, splits and sizes the restrictions of a splittable DoFn's elements (Beam's API).
+
+    Implement `initial_restriction`, `create_tracker` and `restriction_size`; `split`,
+    `split_and_size`, `truncate` and `restriction_coder` have defaults. A DoFn may be its own
+    provider: it subclasses both and asks for `DoFn.RestrictionParam()` with no argument."""
+
+    def initial_restriction(self, element: Any) -> Any:
+        """The restriction covering all of `element`'s work."""
+        raise NotImplementedError(f"{type(self).__name__} must implement initial_restriction(element)")
+
+    def create_tracker(self, restriction: Any) -> RestrictionTracker:
+        """A new tracker over `restriction`."""
+        raise NotImplementedError(f"{type(self).__name__} must implement create_tracker(restriction)")
+
+    def split(self, element: Any, restriction: Any) -> Iterable[Any]:
+        """Parts of the initial restriction to read in parallel (default: the whole)."""
+        yield restriction
+
+    def restriction_size(self, element: Any, restriction: Any) -> float:
+        """The size of a restriction's work (e.g. bytes), used to balance parts."""
+        raise NotImplementedError(
+            f"{type(self).__name__} must implement restriction_size(element, restriction)")
+
+    def split_and_size(self, element: Any, restriction: Any) -> Iterable[Tuple[Any, float]]:
+        """`split`'s parts, each with its `restriction_size`."""
+        for part in self.split(element, restriction):
+            yield part, self.restriction_size(element, part)
+
+    def restriction_coder(self) -> Any:
+        """The coder of restrictions (headrace stores them pickled: any picklable value works)."""
+        from headrace.model.element_coders import PickleCoder
+        return PickleCoder()
+
+    def truncate(self, element: Any, restriction: Any) -> Optional[Any]:
+        """The part of `restriction` still to process when a pipeline drains: the whole of a
+        bounded one, nothing (None) of an unbounded one."""
+        if self.create_tracker(restriction).is_bounded():
+            return restriction
+        return None
+
+
+class WatermarkEstimator:
+    """Estimates the event time of what an SDF has yet to output for one restriction (Beam's API).
+
+    Its state (`get_estimator_state`) travels with a residual, so that the estimator resumes
+    where it stopped."""
+
+    def get_estimator_state(self) -> Any:
+        """The state to resume from (picklable)."""
+        raise NotImplementedError(f"{type(self).__name__} must implement get_estimator_state()")
+
+    def current_watermark(self) -> Optional[Timestamp]:
+        """No later output will be earlier than this; None: nothing known yet."""
+        raise NotImplementedError(f"{type(self).__name__} must implement current_watermark()")
+
+    def observe_timestamp(self, timestamp: Timestamp) -> None:
+        """Called with each output's timestamp."""
+
+
+class WatermarkEstimatorProvider:
+    """Creates an SDF's watermark estimators and their initial states (Beam's API)."""
+
+    def initial_estimator_state(self, element: Any, restriction: Any) -> Any:
+        """The state of a new restriction's estimator."""
+        raise NotImplementedError(
+            f"{type(self).__name__} must implement initial_estimator_state(element, restriction)")
+
+    def create_watermark_estimator(self, estimator_state: Any) -> WatermarkEstimator:
+        """An estimator resuming from `estimator_state`."""
+        raise NotImplementedError(
+            f"{type(self).__name__} must implement create_watermark_estimator(estimator_state)")
+
+
+def deferred_until(now: Timestamp, deferred_time: Any) -> Timestamp:
+    """The processing time a checkpoint asked to resume at: `now` plus a Duration (or seconds),
+    a Timestamp as is, `now` for None."""
+    if deferred_time is None:
+        return now
+    if isinstance(deferred_time, Timestamp):
+        return deferred_time
+    return now + Duration.of(deferred_time)
+
+
+class Signature(NamedTuple):
+    """What a splittable DoFn declares: its providers and whether one element's work may be endless."""
+
+    restriction_provider: RestrictionProvider
+    estimator_provider: Optional[WatermarkEstimatorProvider]
+    unbounded_per_element: bool
+
+
+def signature(label: str, dofn: Any) -> Signature:
+    """The splittable DoFn's providers; a construction error names the step when one is missing."""
+    from headrace.pipeline.dofn import _RestrictionDoFnParam, _WatermarkEstimatorDoFnParam
+    classes = (_RestrictionDoFnParam, _WatermarkEstimatorDoFnParam)
+    params = {n: (p.default() if any(p.default is c for c in classes) else p.default)
+              for n, p in inspect.signature(dofn.process).parameters.items()}
+    restriction = [p for p in params.values() if isinstance(p, _RestrictionDoFnParam)]
+    if not restriction:
+        raise PipelineConstructionError(
+            f"step {label!r}: {type(dofn).__name__}.process takes no DoFn.RestrictionParam; it is "
+            "not a splittable DoFn")
+    provider = restriction[0].restriction_provider
+    if provider is None:
+        if not isinstance(dofn, RestrictionProvider):
+            raise PipelineConstructionError(
+                f"step {label!r}: {type(dofn).__name__} asks for DoFn.RestrictionParam() without a "
+                "provider, so it must be its own RestrictionProvider; subclass both (class "
+                f"{type(dofn).__name__}(beam.DoFn, RestrictionProvider)) or pass one: "
+                "DoFn.RestrictionParam(MyProvider())")
+        provider = dofn
+    estimators = [p for p in params.values() if isinstance(p, _WatermarkEstimatorDoFnParam)]
+    estimator: Optional[WatermarkEstimatorProvider] = None
+    if estimators:
+        estimator = estimators[0].watermark_estimator_provider
+        if estimator is None:
+            if not isinstance(dofn, WatermarkEstimatorProvider):
+                raise PipelineConstructionError(
+                    f"step {label!r}: {type(dofn).__name__} asks for "
+                    "DoFn.WatermarkEstimatorParam() without a provider, so it must be its own "
+                    "WatermarkEstimatorProvider; subclass it or pass one, e.g. "
+                    "DoFn.WatermarkEstimatorParam(ManualWatermarkEstimator.default_provider())")
+            estimator = dofn
+    unbounded = bool(getattr(dofn.process, "unbounded_per_element", False))
+    return Signature(provider, estimator, unbounded)
+
+
+def check_splittable_step(label: str, dofn: Any, has_side_inputs: bool, stateful: bool) -> None:
+    """Refuses, when the pipeline is built, what no runner honours for a splittable DoFn."""
+    signature(label, dofn)
+    if has_side_inputs:
+        raise PipelineConstructionError(
+            f"step {label!r}: {type(dofn).__name__} is a splittable DoFn with side inputs, which "
+            "headrace does not support; read the side input in a step before it and pass it in the "
+            "element")
+    if stateful:
+        raise PipelineConstructionError(
+            f"step {label!r}: {type(dofn).__name__} is a splittable DoFn with user state or "
+            "timers, which Beam does not allow either; keep the state in a step after it")
+

@@ -1,0 +1,411 @@
+"""Splittable DoFns as every runner runs them: one expansion, one way to process a restriction.
+
+A ParDo of a splittable DoFn (a `Kind.SPLITTABLE` unit) runs in three moves, whatever the
+runner:
+
+1. `SplittableProcessor.initial_works(element)`: pair the element with its initial restriction,
+   split it (`RestrictionProvider.split_and_size`) and give each part, with its size and a new
+   watermark-estimator state, as a `Work`.
+2. The runner places the works (balanced by size, in Spark partitions or in a streaming state
+   store) and processes each with `SplittableProcessor.process(work, now_us, split_policy)`: a
+   tracker over the work's restriction, the DoFn's `process` claiming positions and outputting,
+   the watermark estimator observing each output's timestamp.
+3. What is left of a work comes back as residual `Work`s: the rest of a self-checkpoint
+   (`defer_remainder(delay)`, resumed at `resume_at_us`) and the parts the runner split off
+   (`SplitPolicy`: a budget reached, a straggler split, the local runner's test splits). The
+   runner processes them later (a next wave, a next micro-batch, a timer), until none is left.
+
+The step's output watermark is held by every work not yet finished: `Work.hold_us` is its
+estimator's watermark (or the element's timestamp while the estimator has none), and a runner
+takes the minimum over its live works and its input watermark (`output_watermark`).
+Checks that name the step and the element: a position claimed out of order, output without a
+successful claim, a restriction left unfinished without a checkpoint.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
+
+from headrace.errors import ElementError, PipelineExecutionError, _short_repr
+from headrace.metrics.metric import MetricsContainer, metrics_scope
+from headrace.model.time import (
+    MAX_TIMESTAMP_MICROS, MIN_TIMESTAMP_MICROS, Timestamp, set_processing_time, to_micros,
+)
+from headrace.model.windowed import WindowedValue
+from headrace.pipeline.dofn import _RestrictionDoFnParam, _WatermarkEstimatorDoFnParam
+from headrace.pipeline.splittable import (
+    RestrictionTracker, RestrictionTrackerView, WatermarkEstimator, deferred_until, signature,
+)
+from headrace.runners.kit.dofn_runner import ParDoRunner
+from headrace.runners.kit.stage import StepSpec, bundle_failure, serialize_dofn, step_spec
+
+_log = logging.getLogger(__name__)
+
+
+class Work(NamedTuple):
+    """One element with one restriction to process: what a runner places, stores and resumes."""
+
+    element: WindowedValue
+    restriction: Any
+    estimator_state: Any
+    #: Processing time (microseconds) before which it must not run (MIN: at once).
+    resume_at_us: int
+    #: Its watermark hold: no output for it will be earlier than this (microseconds).
+    hold_us: int
+    #: The restriction's size (`restriction_size`), for balancing.
+    size: float
+
+
+class Outcome(NamedTuple):
+    """What processing one work left: residual works (none: the work is done)."""
+
+    residuals: List[Work]
+    claimed: int
+
+
+class SplitPolicy:
+    """When the runner splits a work while it is processed (asked after each successful claim).
+
+    `max_claims` / `max_seconds`: a budget, after which the rest is checkpointed (a streaming
+    micro-batch, a straggler). `test_split_probability` with `seed`: after a claim, split the
+    rest at a random fraction with that probability (the local runner's test of trackers)."""
+
+    def __init__(self, max_claims: Optional[int] = None, max_seconds: Optional[float] = None,
+                 test_split_probability: float = 0.0, seed: int = 0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.max_claims = max_claims
+        self.max_seconds = max_seconds
+        self.test_split_probability = test_split_probability
+        self.random = random.Random(seed)
+        self.clock = clock
+
+    def checkpoint_now(self, claims: int, started: float) -> bool:
+        """True when the budget is spent: checkpoint the rest."""
+        if self.max_claims is not None and claims >= self.max_claims:
+            return True
+        return self.max_seconds is not None and self.clock() - started >= self.max_seconds
+
+    def test_split(self) -> Optional[float]:
+        """A fraction of the remainder to split at now, or None."""
+        if self.test_split_probability and self.random.random() < self.test_split_probability:
+            return self.random.random() * 0.99
+        return None
+
+
+NO_SPLITS = SplitPolicy()
+
+
+class _View(RestrictionTrackerView):
+    """The tracker as `process` sees it; it records claims, checkpoints and the runner's splits."""
+
+    def __init__(self, tracker: RestrictionTracker, policy: SplitPolicy, started: float) -> None:
+        self.tracker = tracker
+        self.policy = policy
+        self.started = started
+        self.claims = 0
+        self.last_claim_ok = False
+        self.deferred: Optional[Tuple[Any]] = None
+        self.split_off: List[Any] = []   # residual restrictions the runner split off
+
+    def current_restriction(self) -> Any:
+        return self.tracker.current_restriction()
+
+    def is_bounded(self) -> bool:
+        return self.tracker.is_bounded()
+
+    def try_claim(self, position: Any) -> bool:
+        if self.claims and self.policy.checkpoint_now(self.claims, self.started):
+            self._split(0.0)
+        ok = self.tracker.try_claim(position)
+        self.last_claim_ok = ok
+        if ok:
+            self.claims += 1
+            fraction = self.policy.test_split()
+            if fraction is not None:
+                self._split(fraction)
+        return ok
+
+    def _split(self, fraction: float) -> None:
+        parts = self.tracker.try_split(fraction)
+        if parts is not None:
+            self.split_off.append(parts[1])
+
+    def defer_remainder(self, deferred_time: Any = None) -> None:
+        self.deferred = (deferred_time,)
+
+
+class SplittableProcessor:
+    """One splittable step in a worker: a ParDoRunner whose `process` gets a tracker view and a
+    watermark estimator, with outputs checked against claims (see the module doc)."""
+
+    def __init__(self, pardo: ParDoRunner,
+                 receivers: Dict[Optional[str], Sequence[Callable[[WindowedValue], None]]]) -> None:
+        self.pardo = pardo
+        self.label = pardo.label
+        self.sig = signature(pardo.label, pardo.dofn)
+        self._view: Optional[_View] = None
+        self._estimator: Optional[WatermarkEstimator] = None
+        pardo.receivers = {tag: [self._guard(r) for r in rs] for tag, rs in receivers.items()}
+        pardo.sdf_param = self._param
+        pardo.bind()
+
+    # ---- lifecycle (the ParDoRunner's) -----------------------------------------------
+
+    def setup(self) -> None:
+        """The DoFn's setup."""
+        self.pardo.setup()
+
+    def start_bundle(self) -> None:
+        """The DoFn's start_bundle (and a fresh bundle finalizer)."""
+        self.pardo.start_bundle()
+
+    def finish_bundle(self) -> None:
+        """The DoFn's finish_bundle."""
+        self.pardo.finish_bundle()
+
+    def teardown(self) -> None:
+        """The DoFn's teardown."""
+        self.pardo.teardown()
+
+    def finalize_bundle(self) -> None:
+        """Runs the bundle finalizer's callbacks (call once the bundle's outputs are committed)."""
+        if self.pardo.finalizer is not None:
+            self.pardo.finalizer.finalize_bundle()
+
+    # ---- the expansion ---------------------------------------------------------------
+
+    def _provider_call(self, what: str, element: Any, fn: Callable[[], Any]) -> Any:
+        try:
+            return fn()
+        except ElementError:
+            raise
+        except Exception as exc:
+            raise ElementError(self.label, element, exc, what) from exc
+
+    def initial_works(self, wv: WindowedValue) -> List[Work]:
+        """The element's initial restriction, split and sized, as works to process."""
+        provider, value = self.sig.restriction_provider, wv.value
+        restriction = self._provider_call(
+            "initial_restriction", value, lambda: provider.initial_restriction(value))
+        parts = self._provider_call(
+            "split_and_size", value, lambda: list(provider.split_and_size(value, restriction)))
+        works = []
+        for part, size in parts:
+            state = self._initial_state(value, part)
+            works.append(Work(wv, part, state, MIN_TIMESTAMP_MICROS,
+                              self._hold(wv, self._estimator_of(value, state)), float(size)))
+        return works
+
+    def _initial_state(self, value: Any, restriction: Any) -> Any:
+        est = self.sig.estimator_provider
+        if est is None:
+            return None
+        return self._provider_call("initial_estimator_state", value,
+                                   lambda: est.initial_estimator_state(value, restriction))
+
+    def _estimator_of(self, value: Any, state: Any) -> Optional[WatermarkEstimator]:
+        est = self.sig.estimator_provider
+        if est is None:
+            return None
+        return self._provider_call("create_watermark_estimator", value,
+                                   lambda: est.create_watermark_estimator(state))
+
+    @staticmethod
+    def _hold(wv: WindowedValue, estimator: Optional[WatermarkEstimator]) -> int:
+        wm = estimator.current_watermark() if estimator is not None else None
+        return wv.timestamp_us if wm is None else to_micros(wm)
+
+    def size(self, work: Work, restriction: Any) -> float:
+        """`restriction_size` of a restriction of the work's element."""
+        value = work.element.value
+        return float(self._provider_call(
+            "restriction_size", value,
+            lambda: self.sig.restriction_provider.restriction_size(value, restriction)))
+
+    def process(self, work: Work, now_us: int, policy: SplitPolicy = NO_SPLITS) -> Outcome:
+        """Processes one work at processing time `now_us`; returns its residuals."""
+        value = work.element.value
+        tracker = self._provider_call(
+            "create_tracker", value, lambda: self.sig.restriction_provider.create_tracker(work.restriction))
+        estimator = self._estimator_of(value, work.estimator_state)
+        view = _View(tracker, policy, time.monotonic())
+        self._view, self._estimator = view, estimator
+        before = set_processing_time(now_us)
+        try:
+            self.pardo.process(work.element)
+        finally:
+            set_processing_time(before)
+            self._view = self._estimator = None
+        return Outcome(self._residuals(work, tracker, estimator, view, now_us), view.claims)
+
+    def _residuals(self, work: Work, tracker: RestrictionTracker,
+                   estimator: Optional[WatermarkEstimator], view: _View, now_us: int) -> List[Work]:
+        value = work.element.value
+        state = estimator.get_estimator_state() if estimator is not None else None
+        hold = self._hold(work.element, estimator)
+        out = [Work(work.element, r, state, MIN_TIMESTAMP_MICROS, hold, self.size(work, r))
+               for r in view.split_off]
+        if view.deferred is not None:
+            parts = self._provider_call("try_split", value, lambda: tracker.try_split(0))
+            if parts is not None:
+                resume = deferred_until(Timestamp(micros=now_us), view.deferred[0])
+                out.append(Work(work.element, parts[1], state, resume.micros, hold,
+                                self.size(work, parts[1])))
+        try:
+            tracker.check_done()
+        except Exception as exc:
+            raise ElementError(self.label, value, exc, "process (check_done)") from exc
+        return out
+
+    # ---- inside process ----------------------------------------------------------------
+
+    def _param(self, p: Any) -> Any:
+        if isinstance(p, _RestrictionDoFnParam):
+            return self._view
+        if isinstance(p, _WatermarkEstimatorDoFnParam):
+            return self._estimator
+        return None
+
+    def _guard(self, receiver: Callable[[WindowedValue], None]) -> Callable[[WindowedValue], None]:
+        label = self.label
+
+        def checked(wv: WindowedValue) -> None:
+            view = self._view
+            if view is not None:
+                if not view.last_claim_ok:
+                    raise PipelineExecutionError(
+                        f"step {label!r}: output {_short_repr(wv.value)} without a successful "
+                        "tracker.try_claim(position) before it; claim the position an output "
+                        "comes from, and output nothing once a claim failed", step=label)
+                if self._estimator is not None:
+                    self._estimator.observe_timestamp(Timestamp(micros=wv.timestamp_us))
+            receiver(wv)
+        return checked
+
+
+def output_watermark(input_watermark_us: int, holds: Iterable[int]) -> int:
+    """A splittable step's output watermark: its input's, held by every live work's hold."""
+    return min([input_watermark_us, *holds])
+
+
+class SplittableSpec(NamedTuple):
+    """A splittable ParDo as plain data a runner can ship to its workers."""
+
+    step: StepSpec
+    #: True when one element's work may never end (`@DoFn.unbounded_per_element()`).
+    unbounded_per_element: bool
+
+    @staticmethod
+    def of(node: Any) -> "SplittableSpec":
+        """The spec of a splittable ParDo application."""
+        label = node.full_label
+        fn = node.transform.fn
+        return SplittableSpec(step_spec(node, serialize_dofn(label, fn)),
+                              signature(label, fn).unbounded_per_element)
+
+    @property
+    def label(self) -> str:
+        """The step's full label."""
+        return self.step.label
+
+
+class BundleResult(NamedTuple):
+    """What one committed bundle of a splittable step produced."""
+
+    outputs: Dict[int, List[WindowedValue]]   # by PCollection id
+    residuals: List[Work]
+    claims: int
+
+
+class SplittableStep:
+    """A splittable step where it runs: its processor (built on first use), its outputs by
+    PCollection id, and bundles run with whole-bundle retries: a failed attempt's outputs,
+    residuals and metric updates are dropped, its finalizer's callbacks never run, its DoFn is
+    torn down, and the same works are processed again (works are immutable, so a retry is exact)."""
+
+    def __init__(self, spec: SplittableSpec) -> None:
+        self.spec = spec
+        self.label = spec.label
+        self.outs: Dict[int, List[WindowedValue]] = {pc: [] for _, pc in spec.step.outputs}
+        self._processor: Optional[SplittableProcessor] = None
+
+    def processor(self) -> SplittableProcessor:
+        """The processor (its DoFn built, wired and set up on first use)."""
+        proc = self._processor
+        if proc is None:
+            receivers: Dict[Optional[str], List[Callable[[WindowedValue], None]]] = {}
+            for tag, pc in self.spec.step.outputs:
+                receivers.setdefault(tag, []).append(self.outs[pc].append)
+            proc = self._processor = SplittableProcessor(ParDoRunner.of(self.spec.step), receivers)
+            with metrics_scope(None, self.label):
+                proc.setup()
+        return proc
+
+    def initial_works(self, elements: Iterable[WindowedValue]) -> List[Work]:
+        """The works of new input elements (initial restrictions, split and sized)."""
+        proc = self.processor()
+        works: List[Work] = []
+        with metrics_scope(None, self.label):
+            for wv in elements:
+                works.extend(proc.initial_works(wv))
+        return works
+
+    def run_bundle(self, works: Sequence[Work], now_us: int, policy: SplitPolicy,
+                   max_attempts: int, committed: MetricsContainer, attempted: MetricsContainer,
+                   finalize: bool = True) -> BundleResult:
+        """Processes `works` as one bundle (start_bundle, each work, finish_bundle), retried whole
+        up to `max_attempts`; returns its outputs and residuals. With `finalize`, the bundle
+        finalizer's callbacks run at once (for a runner whose hand-over of the outputs is their
+        commit); otherwise the caller calls `finalize_bundle()` once it has committed them."""
+        attempts = 0
+        while True:
+            attempts += 1
+            container = MetricsContainer()
+            for lst in self.outs.values():
+                lst.clear()
+            residuals: List[Work] = []
+            claims = 0
+            try:
+                with metrics_scope(container, self.label):
+                    proc = self.processor()
+                    proc.start_bundle()
+                    for work in works:
+                        outcome = proc.process(work, now_us, policy)
+                        residuals.extend(outcome.residuals)
+                        claims += outcome.claimed
+                    proc.finish_bundle()
+            except ElementError as err:
+                attempted.merge(container)
+                self.teardown()
+                if attempts >= max_attempts:
+                    raise bundle_failure(err, attempts) from err.cause
+                _log.warning("bundle of step %r failed (attempt %d of %d); retrying: %s",
+                             self.label, attempts, max_attempts, err.cause)
+                continue
+            attempted.merge(container)
+            committed.merge(container)
+            result = BundleResult({pc: list(lst) for pc, lst in self.outs.items()}, residuals, claims)
+            if finalize:
+                self.finalize_bundle()
+            return result
+
+    def finalize_bundle(self) -> None:
+        """Runs the last committed bundle's finalizer callbacks."""
+        if self._processor is not None:
+            with metrics_scope(None, self.label):
+                self._processor.finalize_bundle()
+
+    def teardown(self) -> None:
+        """Tears the DoFn down (the next bundle builds a fresh one)."""
+        proc, self._processor = self._processor, None
+        if proc is not None:
+            with metrics_scope(None, self.label):
+                proc.teardown()
+
+
+def next_resume(works: Iterable[Work]) -> int:
+    """The earliest processing time at which one of `works` may run (MAX when none)."""
+    return min((w.resume_at_us for w in works), default=MAX_TIMESTAMP_MICROS)
