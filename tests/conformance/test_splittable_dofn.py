@@ -20,7 +20,6 @@ from headrace.testing.util import assert_that, equal_to
 from headrace.transforms import window
 from headrace.transforms.core import RestrictionProvider
 from headrace.utils.timestamp import Duration, Timestamp
-from tests._support import Journal
 
 US = 1_000_000
 
