@@ -14,25 +14,33 @@ elements are `data`'s values, cycled, at those timestamps; with `apply_windowing
 is in its own `FixedWindows(fire_interval)` window. The position is the index of the next
 element, so a replayed streaming batch reads exactly the same elements.
 
-    p | beam.Create([(start, stop, interval), ...]) | PeriodicSequence()
+    pcoll_of_tuples | PeriodicSequence()
 
-emits, for each (start, stop, interval) element, the same sequence as
-`PeriodicImpulse(start, stop, interval)`; the sequences of several elements are merged.
+emits, for each (start, stop, interval) element of any PCollection, the same sequence as
+`PeriodicImpulse(start, stop, interval)`; the sequences of several elements are merged. It is a
+splittable DoFn (`ImpulseSeqGenDoFn`, as in Beam): each element's restriction is the range of
+its timestamps' indexes, read as processing time reaches them, checkpointed until the next one
+is due, with a manual watermark estimator at the next timestamp. (PeriodicImpulse is still read
+as an UnboundedSource by the Spark runners' source path; it moves to the SDF with `Read`.)
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any, Iterator, List, Optional, Sequence
+from typing import Any, Iterator, List, Optional, Sequence, Tuple
 
-from headrace.errors import InvalidArgumentError, UnsupportedArgumentError
+from headrace.errors import InvalidArgumentError
 from headrace.io.iobase import Read, UnboundedSource, even_positions
+from headrace.io.restriction_trackers import OFFSET_INFINITY, OffsetRange, OffsetRestrictionTracker
+from headrace.io.watermark_estimators import ManualWatermarkEstimator
 from headrace.model.time import MAX_TIMESTAMP_MICROS, duration_micros, to_micros
 from headrace.model.windowed import TimestampedValue
+from headrace.pipeline.dofn import DoFn
 from headrace.pipeline.ptransform import PTransform
+from headrace.pipeline.splittable import RestrictionProvider
 from headrace.utils.timestamp import Timestamp
 
-__all__ = ["PeriodicImpulse", "PeriodicSequence"]
+__all__ = ["ImpulseSeqGenDoFn", "PeriodicImpulse", "PeriodicSequence"]
 
 
 class _ImpulseSource(UnboundedSource):
@@ -119,40 +127,72 @@ class PeriodicImpulse(PTransform):
         return out
 
 
+class _SequenceRange(RestrictionProvider):
+    """An element (start, stop, interval)'s restriction: the indexes of its timestamps,
+    [0, count) or [0, OFFSET_INFINITY) without a stop."""
+
+    def initial_restriction(self, element: Any) -> OffsetRange:
+        start_us, stop_us, interval_us = element
+        if stop_us >= MAX_TIMESTAMP_MICROS:
+            return OffsetRange(0, OFFSET_INFINITY)
+        return OffsetRange(0, max(0, -((start_us - stop_us) // interval_us)))
+
+    def create_tracker(self, restriction: OffsetRange) -> OffsetRestrictionTracker:
+        return OffsetRestrictionTracker(restriction)
+
+    def restriction_size(self, element: Any, restriction: OffsetRange) -> float:
+        return float(restriction.size())
+
+
+class ImpulseSeqGenDoFn(DoFn):
+    """The splittable DoFn of PeriodicSequence (Beam's name): for an element (start, stop,
+    interval), claims the index of each timestamp once processing time has reached it, outputs
+    the timestamp (seconds, a float) at that event time, and keeps its watermark at the next
+    timestamp; when the next one is in the future it checkpoints until then."""
+
+    @DoFn.unbounded_per_element()
+    def process(self, element: Any,
+                tracker: Any = DoFn.RestrictionParam(_SequenceRange()),
+                estimator: Any = DoFn.WatermarkEstimatorParam(
+                    ManualWatermarkEstimator.default_provider())) -> Iterator[TimestampedValue]:
+        start_us, _, interval_us = element
+        now_us = Timestamp.now().micros
+        i = tracker.current_restriction().start
+        while True:
+            ts = start_us + i * interval_us
+            if ts > now_us:  # not due yet: wake up at its time
+                estimator.set_watermark(Timestamp(micros=ts))
+                tracker.defer_remainder(Timestamp(micros=ts))
+                return
+            if not tracker.try_claim(i):
+                return
+            estimator.set_watermark(Timestamp(micros=ts))
+            yield TimestampedValue(ts / 1e6, Timestamp(micros=ts))
+            i += 1
+
+
 class PeriodicSequence(PTransform):
     """For each (start_timestamp, stop_timestamp, fire_interval) input element, the timestamps
-    start, start + interval, ... before stop (as PeriodicImpulse emits them), unbounded.
-
-    Beam runs it as a Splittable DoFn over any input; headrace has no Splittable DoFns yet, so
-    the input must be a `beam.Create` of the (start, stop, interval) tuples, read when the
-    pipeline is built: each becomes a PeriodicImpulse source and their outputs are flattened.
-    """
+    start, start + interval, ... before stop (as PeriodicImpulse emits them), unbounded: a
+    splittable DoFn (`ImpulseSeqGenDoFn`) over any input, as in Beam."""
 
     def expand(self, pcoll: Any) -> Any:
-        from headrace.transforms.core import Create, Flatten
-        producer = getattr(pcoll, "producer", None)
+        from headrace.transforms.core import Map, ParDo
         label = pcoll.pipeline.current_transform().full_label
-        if producer is None or not isinstance(producer.transform, Create):
-            raise UnsupportedArgumentError(
-                f"PeriodicSequence {label!r}: its input {getattr(pcoll, 'label', pcoll)!r} is not "
-                "a beam.Create of (start, stop, interval) tuples; headrace reads the tuples when "
-                "the pipeline is built (a Splittable DoFn over computed elements is not supported "
-                "yet): use p | beam.Create([(start, stop, interval)]) | PeriodicSequence(), or "
-                "PeriodicImpulse(start, stop, interval)")
-        sources = []
-        for i, element in enumerate(producer.transform.values):
-            value = element.value if isinstance(element, TimestampedValue) else element
-            if not (isinstance(value, (tuple, list)) and len(value) == 3):
-                raise InvalidArgumentError(
-                    f"PeriodicSequence {label!r}: element {i} of the input is {value!r}; each must "
-                    "be a (start_timestamp, stop_timestamp, fire_interval) tuple")
-            start, stop, interval = value
-            impulse = PeriodicImpulse(start, stop, interval)
-            sources.append(_ImpulseSource(impulse.start_us, impulse.stop_us, impulse.interval_us, None))
-        reads = [pcoll.pipeline | f"Sequence[{i}]" >> Read(src) for i, src in enumerate(sources)]
-        if len(reads) == 1:
-            return reads[0]
-        return tuple(reads) | "Merge" >> Flatten(pipeline=pcoll.pipeline)
+        return (pcoll | "Check" >> Map(_checked_spec, label)
+                | "GenSequence" >> ParDo(ImpulseSeqGenDoFn()))
+
+
+def _checked_spec(element: Any, label: str) -> Tuple[int, int, int]:
+    """An input element of PeriodicSequence as (start, stop, interval) microseconds; an error
+    names the step and says what an element must be."""
+    if not (isinstance(element, (tuple, list)) and len(element) == 3):
+        raise InvalidArgumentError(
+            f"PeriodicSequence {label!r}: an input element is {element!r}; each must be a "
+            "(start_timestamp, stop_timestamp, fire_interval) tuple")
+    start, stop, interval = element
+    impulse = PeriodicImpulse(start, stop, interval)
+    return impulse.start_us, impulse.stop_us, impulse.interval_us
 
 
 def _micros(value: Any, where: str) -> int:

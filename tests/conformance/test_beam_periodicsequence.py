@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 import headrace as beam
-from headrace.errors import InvalidArgumentError, UnsupportedArgumentError
+from headrace.errors import PipelineExecutionError
 from headrace.testing.util import assert_that, equal_to
 from headrace.transforms import periodicsequence, window
 from headrace.transforms.periodicsequence import PeriodicImpulse, PeriodicSequence
@@ -37,10 +37,15 @@ def test_the_beam_module_path_is_the_same_module():
     assert periodicsequence.PeriodicSequence is beam.io.PeriodicSequence
 
 
-def test_periodic_sequence_needs_created_tuples():
-    p = beam.Pipeline()
-    computed = p | beam.Create([1]) | beam.Map(lambda x: (0, 10, 1))
-    with pytest.raises(UnsupportedArgumentError, match="not a beam.Create"):
-        _ = computed | PeriodicSequence()
-    with pytest.raises(InvalidArgumentError, match="start_timestamp, stop_timestamp"):
-        _ = p | "Bad" >> beam.Create([(0, 10)]) | "Seq" >> PeriodicSequence()
+def test_periodic_sequence_reads_computed_elements(make_pipeline):
+    p = make_pipeline()
+    out = (p | beam.Create([3, 5]) | beam.Map(lambda n: (n * 100, n * 100 + n, 1))
+           | PeriodicSequence() | beam.WindowInto(window.FixedWindows(1000)))
+    assert_that(out, equal_to([float(n * 100 + i) for n in (3, 5) for i in range(n)]))
+    p.run().wait_until_finish()
+
+
+def test_periodic_sequence_elements_must_be_triples():
+    with pytest.raises(PipelineExecutionError, match="start_timestamp, stop_timestamp"):
+        with beam.Pipeline() as p:
+            _ = p | "Bad" >> beam.Create([(0, 10)]) | "Seq" >> PeriodicSequence()
