@@ -42,15 +42,14 @@ setattr(transforms, "periodicsequence", io.periodicsequence)
 __version__ = "0.1.0"
 
 __all__ = [
-    "BatchElements", "LogElements", "Regex", "Reify", "Tee", "ToString",
-    "CoGroupByKey", "CombineFn", "CombineGlobally", "CombinePerKey", "CombineValues", "Create",
-    "Distinct", "DoFn", "Filter", "FlatMap", "FlatMapTuple", "Flatten", "FlattenWith", "GroupByKey",
-    "GroupIntoBatches", "HeadraceError", "Impulse", "Keys", "KvSwap", "LocalRunner", "Map",
-    "MapTuple", "Metrics", "PCollection",
-    "PTransform", "PaneInfo", "PaneInfoTiming", "ParDo", "Partition", "PartitionFn", "Pipeline",
-    "PipelineOptions", "PipelineResult", "PipelineState", "Read", "ReadFromText", "RemoveDuplicates",
-    "Reshuffle", "RestrictionProvider", "Row", "TaggedOutput", "TimeDomain", "TimestampCombiner", "TimestampedValue", "Values",
-    "WatermarkEstimatorProvider",
-    "WindowInto", "Windowing", "WithKeys", "WriteToText", "coders", "combiners", "io", "metrics",
-    "ptransform_fn", "pvalue", "transforms", "typehints", "window",
+    "BatchElements", "CoGroupByKey", "CombineFn", "CombineGlobally", "CombinePerKey",
+    "CombineValues", "Create", "Distinct", "DoFn", "Filter", "FlatMap", "FlatMapTuple", "Flatten",
+    "FlattenWith", "GroupByKey", "GroupIntoBatches", "HeadraceError", "Impulse", "Keys", "KvSwap",
+    "LocalRunner", "LogElements", "Map", "MapTuple", "Metrics", "PCollection", "PTransform",
+    "PaneInfo", "PaneInfoTiming", "ParDo", "Partition", "PartitionFn", "Pipeline",
+    "PipelineOptions", "PipelineResult", "PipelineState", "Read", "ReadFromText", "Regex", "Reify",
+    "RemoveDuplicates", "Reshuffle", "RestrictionProvider", "Row", "TaggedOutput", "Tee",
+    "TimeDomain", "TimestampCombiner", "TimestampedValue", "ToString", "Values",
+    "WatermarkEstimatorProvider", "WindowInto", "Windowing", "WithKeys", "WriteToText", "coders",
+    "combiners", "io", "metrics", "ptransform_fn", "pvalue", "transforms", "typehints", "window",
 ]

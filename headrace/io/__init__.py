@@ -5,7 +5,7 @@ which is `headrace.transforms.periodicsequence` too), and Beam's `filesystems.Fi
 local paths."""
 
 from headrace.io import (
-    filebasedsink, filesystem, filesystems, jsonio, localfilesystem, parquetio, periodicsequence,
+    filebasedsink, fileio, filesystem, filesystems, jsonio, localfilesystem, parquetio, periodicsequence,
     restriction_trackers, textio, watch, watermark_estimators,
 )
 from headrace.io.filebasedsink import FileBasedSink, FileFormatWriter
@@ -21,11 +21,13 @@ from headrace.io.textio import (
     ReadAllFromText, ReadFromText, ReadFromTextContinuously, ReadFromTextWithFilename, WriteToText,
 )
 
-__all__ = ["BeamIOError", "BoundedSource", "CompressionTypes", "FileBasedSink", "FileFormatWriter",
-           "FileMetadata", "FileSystems", "MatchResult", "PeriodicImpulse", "PeriodicSequence",
-           "Read", "ReadAllFromText", "RestrictionProgress", "RestrictionTracker", "ReadFromJson", "ReadFromJsonContinuously",
-           "ReadFromParquet", "ReadFromParquetBatched", "ReadFromText", "ReadFromTextContinuously",
-           "ReadFromTextWithFilename", "UnboundedSource", "WatermarkEstimator", "WriteToJson", "WriteToParquet",
-           "WriteToText", "filebasedsink", "filesystem", "filesystems", "jsonio",
-           "localfilesystem", "parquetio", "periodicsequence", "restriction_trackers", "textio",
-           "watch", "watermark_estimators"]
+__all__ = [
+    "BeamIOError", "BoundedSource", "CompressionTypes", "FileBasedSink", "FileFormatWriter",
+    "FileMetadata", "FileSystems", "MatchResult", "PeriodicImpulse", "PeriodicSequence", "Read",
+    "ReadAllFromText", "ReadFromJson", "ReadFromJsonContinuously", "ReadFromParquet",
+    "ReadFromParquetBatched", "ReadFromText", "ReadFromTextContinuously",
+    "ReadFromTextWithFilename", "RestrictionProgress", "RestrictionTracker", "UnboundedSource",
+    "WatermarkEstimator", "WriteToJson", "WriteToParquet", "WriteToText", "filebasedsink",
+    "fileio", "filesystem", "filesystems", "jsonio", "localfilesystem", "parquetio",
+    "periodicsequence", "restriction_trackers", "textio", "watch", "watermark_estimators",
+]
