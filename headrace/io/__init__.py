@@ -15,7 +15,9 @@ from headrace.io.iobase import (
     BoundedSource, Read, RestrictionProgress, RestrictionTracker, UnboundedSource, WatermarkEstimator,
 )
 from headrace.io.jsonio import ReadFromJson, ReadFromJsonContinuously, WriteToJson
-from headrace.io.parquetio import ReadFromParquet, ReadFromParquetBatched, WriteToParquet
+from headrace.io.parquetio import (
+    ReadAllFromParquet, ReadAllFromParquetBatched, ReadFromParquet, ReadFromParquetBatched, WriteToParquet,
+)
 from headrace.io.periodicsequence import PeriodicImpulse, PeriodicSequence
 from headrace.io.textio import (
     ReadAllFromText, ReadFromText, ReadFromTextContinuously, ReadFromTextWithFilename, WriteToText,
@@ -24,10 +26,11 @@ from headrace.io.textio import (
 __all__ = [
     "BeamIOError", "BoundedSource", "CompressionTypes", "FileBasedSink", "FileFormatWriter",
     "FileMetadata", "FileSystems", "MatchResult", "PeriodicImpulse", "PeriodicSequence", "Read",
-    "ReadAllFromText", "ReadFromJson", "ReadFromJsonContinuously", "ReadFromParquet",
-    "ReadFromParquetBatched", "ReadFromText", "ReadFromTextContinuously",
-    "ReadFromTextWithFilename", "RestrictionProgress", "RestrictionTracker", "UnboundedSource",
-    "WatermarkEstimator", "WriteToJson", "WriteToParquet", "WriteToText", "filebasedsink",
-    "fileio", "filesystem", "filesystems", "jsonio", "localfilesystem", "parquetio",
-    "periodicsequence", "restriction_trackers", "textio", "watch", "watermark_estimators",
+    "ReadAllFromParquet", "ReadAllFromParquetBatched", "ReadAllFromText", "ReadFromJson",
+    "ReadFromJsonContinuously", "ReadFromParquet", "ReadFromParquetBatched", "ReadFromText",
+    "ReadFromTextContinuously", "ReadFromTextWithFilename", "RestrictionProgress",
+    "RestrictionTracker", "UnboundedSource", "WatermarkEstimator", "WriteToJson", "WriteToParquet",
+    "WriteToText", "filebasedsink", "fileio", "filesystem", "filesystems", "jsonio",
+    "localfilesystem", "parquetio", "periodicsequence", "restriction_trackers", "textio", "watch",
+    "watermark_estimators",
 ]

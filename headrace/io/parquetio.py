@@ -1,4 +1,6 @@
-"""Parquet files: `ReadFromParquet` / `ReadFromParquetBatched` (split by row groups) and `WriteToParquet`."""
+"""Parquet files: `ReadFromParquet` / `ReadFromParquetBatched` (split by row groups),
+`ReadAllFromParquet` / `ReadAllFromParquetBatched` (a PCollection of patterns, a splittable DoFn
+over each file's row groups) and `WriteToParquet`."""
 
 from __future__ import annotations
 
@@ -10,13 +12,17 @@ from headrace.io.filebasedsink import FileBasedSink, FileFormatWriter, write_fil
 from headrace.io.filesystem import check_files_exist, match_files
 from headrace.io.iobase import ArrowBatchSource, BoundedSource, Read
 from headrace.io.localfilesystem import local_pattern
+from headrace.io.restriction_trackers import OffsetRange, OffsetRestrictionTracker
+from headrace.pipeline.dofn import DoFn
 from headrace.pipeline.ptransform import PTransform
+from headrace.pipeline.splittable import RestrictionProvider
 from headrace.pipeline.pvalue import PCollection, Row
 
 if TYPE_CHECKING:  # pyarrow is imported where it is used: `import headrace` does not need it
     import pyarrow as pa
 
-__all__ = ["ReadFromParquet", "ReadFromParquetBatched", "WriteToParquet"]
+__all__ = ["ReadAllFromParquet", "ReadAllFromParquetBatched", "ReadFromParquet",
+           "ReadFromParquetBatched", "WriteToParquet"]
 
 _SPLIT_BYTES = 64 * 1024 * 1024
 _BATCH_ROWS = 65536
@@ -192,6 +198,160 @@ class ReadFromParquetBatched(PTransform):
     def expand(self, pbegin: Any) -> PCollection:
         import pyarrow as pa
         return pbegin | "Read" >> Read(self._source).with_output_types(pa.Table)
+
+
+class _RowGroups(RestrictionProvider):
+    """A Parquet file's restriction: the range of its row-group indexes, split into ranges of
+    about `desired_bundle_size` bytes (never less than `min_bundle_size`), sized in bytes."""
+
+    def __init__(self, desired_bundle_size: int, min_bundle_size: int) -> None:
+        self.desired = max(1, desired_bundle_size, min_bundle_size)
+        self._sizes: Dict[str, List[int]] = {}
+
+    def sizes(self, path: str) -> List[int]:
+        """The byte size of each row group of `path` (read from its footer once)."""
+        sizes = self._sizes.get(path)
+        if sizes is None:
+            import pyarrow.parquet as pq
+            with pq.ParquetFile(path) as pf:
+                meta = pf.metadata
+                sizes = [meta.row_group(i).total_byte_size for i in range(meta.num_row_groups)]
+            self._sizes[path] = sizes
+        return sizes
+
+    def initial_restriction(self, element: str) -> OffsetRange:
+        return OffsetRange(0, len(self.sizes(element)))
+
+    def create_tracker(self, restriction: OffsetRange) -> OffsetRestrictionTracker:
+        return OffsetRestrictionTracker(restriction)
+
+    def split(self, element: str, restriction: OffsetRange) -> Iterable[OffsetRange]:
+        sizes = self.sizes(element)
+        start = acc = restriction.start
+        acc = 0
+        for i in range(restriction.start, restriction.stop):
+            acc += sizes[i]
+            if acc >= self.desired:
+                yield OffsetRange(start, i + 1)
+                start, acc = i + 1, 0
+        if start < restriction.stop:
+            yield OffsetRange(start, restriction.stop)
+
+    def restriction_size(self, element: str, restriction: OffsetRange) -> float:
+        return float(sum(self.sizes(element)[restriction.start:restriction.stop]))
+
+
+class _ReadRowGroups(DoFn, RestrictionProvider):
+    """A splittable DoFn over a Parquet file's row groups, its own RestrictionProvider (by its
+    `_RowGroups`): per claimed group, its rows (dicts or Rows) or its `pyarrow.Table`, with the
+    file name when asked."""
+
+    def __init__(self, provider: _RowGroups, columns: Optional[Sequence[str]], batched: bool,
+                 as_rows: bool, with_filename: bool) -> None:
+        self.provider = provider
+        self.columns = list(columns) if columns is not None else None
+        self.batched = batched
+        self.as_rows = as_rows
+        self.with_filename = with_filename
+
+    def setup(self) -> None:
+        self._makers: Dict[Tuple[str, ...], Callable[..., Dict[str, Any]]] = {}
+
+    def process(self, path: str, tracker: Any = DoFn.RestrictionParam()) -> Iterable[Any]:
+        import pyarrow.parquet as pq
+        r = tracker.current_restriction()
+        with pq.ParquetFile(path) as pf:
+            for group in range(r.start, r.stop):
+                if not tracker.try_claim(group):
+                    return
+                if self.batched:
+                    out: Iterable[Any] = [pf.read_row_group(group, columns=self.columns)]
+                else:
+                    out = (row for batch in pf.iter_batches(batch_size=_BATCH_ROWS, row_groups=[group],
+                                                            columns=self.columns)
+                           for row in self._rows(batch))
+                for o in out:
+                    yield (path, o) if self.with_filename else o
+
+    def initial_restriction(self, element: str) -> OffsetRange:
+        return self.provider.initial_restriction(element)
+
+    def create_tracker(self, restriction: OffsetRange) -> OffsetRestrictionTracker:
+        return self.provider.create_tracker(restriction)
+
+    def split(self, element: str, restriction: OffsetRange) -> Iterable[OffsetRange]:
+        return self.provider.split(element, restriction)
+
+    def restriction_size(self, element: str, restriction: OffsetRange) -> float:
+        return self.provider.restriction_size(element, restriction)
+
+    def _rows(self, batch: Any) -> List[Any]:
+        names = tuple(batch.schema.names)
+        make_row = self._makers.get(names)
+        if make_row is None:
+            make_row = self._makers[names] = _row_maker(list(names))
+        rows = _rows_of(batch, make_row)
+        return [Row(**r) for r in rows] if self.as_rows else list(rows)
+
+
+class ReadAllFromParquetBatched(PTransform):
+    """Reads a PCollection of Parquet file patterns: one `pyarrow.Table` per row group, the row
+    groups of each file read in parallel by a splittable DoFn (Beam's ReadAllFromParquetBatched)."""
+
+    DEFAULT_DESIRED_BUNDLE_SIZE = _SPLIT_BYTES
+
+    def __init__(self, min_bundle_size: int = 0,
+                 desired_bundle_size: int = DEFAULT_DESIRED_BUNDLE_SIZE,
+                 columns: Optional[Sequence[str]] = None, with_filename: bool = False,
+                 label: str = "ReadAllFiles") -> None:
+        super().__init__()
+        self._fn = _read_row_groups(min_bundle_size, desired_bundle_size, columns, True, False,
+                                    with_filename)
+        self.label = label
+
+    def expand(self, pcoll: Any) -> PCollection:
+        return _read_all(pcoll, self._fn)
+
+
+class ReadAllFromParquet(PTransform):
+    """Reads a PCollection of Parquet file patterns: one dict (or Row) per row, the row groups
+    of each file read in parallel by a splittable DoFn (Beam's ReadAllFromParquet)."""
+
+    def __init__(self, with_filename: bool = False, min_bundle_size: int = 0,
+                 desired_bundle_size: int = _SPLIT_BYTES, columns: Optional[Sequence[str]] = None,
+                 as_rows: bool = False) -> None:
+        super().__init__()
+        self._fn = _read_row_groups(min_bundle_size, desired_bundle_size, columns, False,
+                                    bool(as_rows), with_filename)
+
+    def expand(self, pcoll: Any) -> PCollection:
+        return _read_all(pcoll, self._fn)
+
+
+def _read_row_groups(min_bundle_size: int, desired_bundle_size: int,
+                     columns: Optional[Sequence[str]], batched: bool, as_rows: bool,
+                     with_filename: bool) -> _ReadRowGroups:
+    for name, value in (("min_bundle_size", min_bundle_size),
+                        ("desired_bundle_size", desired_bundle_size)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise InvalidArgumentError(f"ReadAllFromParquet: {name} must be an int >= 0, got {value!r}")
+    if columns is not None and (isinstance(columns, str)
+                                or not all(isinstance(c, str) for c in columns)):
+        raise InvalidArgumentError(
+            f"ReadAllFromParquet: columns must be a list of column names, got {columns!r}")
+    return _ReadRowGroups(_RowGroups(desired_bundle_size, min_bundle_size), columns, batched,
+                                as_rows, with_filename)
+
+
+def _read_all(pcoll: Any, fn: DoFn) -> PCollection:
+    from headrace.transforms.core import FlatMap, ParDo
+
+    def files(pattern: str) -> List[str]:
+        found = match_files(local_pattern("ReadAllFromParquet", os.fspath(pattern)))
+        if not found:
+            raise FileNotFoundError(f"no files match {pattern!r}")
+        return found
+    return pcoll | "Match" >> FlatMap(files) | "ReadRowGroups" >> ParDo(fn)
 
 
 def _pattern(transform: str, file_pattern: Any) -> str:
