@@ -185,7 +185,8 @@ class GrowableOffsetRangeTracker(OffsetRestrictionTracker):
     """An OffsetRestrictionTracker over `OffsetRange(start, OFFSET_INFINITY)` whose progress and
     splits are measured against `range_end_estimator()`: the end of what can be read now
     (e.g. a queue's last sequence number + 1). A split of the unbounded range gives a bounded
-    primary and the unbounded rest as residual (Beam Java's GrowableOffsetRangeTracker)."""
+    primary and the unbounded rest as residual (Beam Java's GrowableOffsetRangeTracker). A read
+    that should end claims `OFFSET_INFINITY`: the claim fails and the restriction is done."""
 
     def __init__(self, offset_range: OffsetRange,
                  range_end_estimator: Union[Callable[[], int], Any]) -> None:
