@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any, List
 
 from headrace.io.iobase import batched
-from headrace.model.time import MAX_TIMESTAMP_MICROS
+from headrace.model.time import MAX_TIMESTAMP_MICROS, MIN_TIMESTAMP_MICROS
 from headrace.pipeline.pipeline import AppliedPTransform
 from headrace.runners.kit.sdf import SplitPolicy, SplittableSpec, SplittableStep, Work, next_resume
 from headrace.runners.local.units import Bundle, Unit, UnitHost
@@ -32,10 +32,10 @@ class SplittableUnit(Unit):
                         for pc_id in dict.fromkeys(p for _, p in spec.step.outputs)]
         self.outputs = tuple(pc for _, pc in self.out_pcs)
         self.waiting: List[Work] = []
-        # an endless restriction is checkpointed every bundle_size claims, so that the pipeline
-        # settles (watermarks, triggers) while it is read
+        # a bundle is at most bundle_size claims: the rest of a restriction is split off and
+        # processed in the next bundle (memory stays bounded, outputs flow bundle by bundle)
         self.policy = SplitPolicy(
-            max_claims=ex.bundle_size if spec.unbounded_per_element else None,
+            max_claims=ex.bundle_size,
             test_split_probability=float(getattr(options, "sdf_test_split_probability", 0.0) or 0.0),
             seed=int(getattr(options, "sdf_test_split_seed", 0) or 0))
 
@@ -51,20 +51,21 @@ class SplittableUnit(Unit):
         self._run(self.step_.initial_works(bundle))
 
     def _run(self, works: List[Work]) -> None:
-        """Processes the due works as one bundle; the rest, and the residuals, wait."""
-        now = self.ex.clock.now()
+        """Processes the due works in bundles; the parts this runner split off (resumable at
+        once) follow in further bundles, the self-checkpoints' rests wait for a later step."""
+        ex = self.ex
+        now = ex.clock.now()
         due = [w for w in works if w.resume_at_us <= now]
         self.waiting.extend(w for w in works if w.resume_at_us > now)
-        if not due:
-            return
-        ex = self.ex
-        result = self.step_.run_bundle(due, now, self.policy, ex.max_attempts, ex.committed,
-                                       ex.attempted, finalize=False)
-        for pc_id, pc in self.out_pcs:
-            for chunk in batched(result.outputs[pc_id], ex.bundle_size):
-                ex.emit(pc, chunk)
-        self.step_.finalize_bundle()  # the outputs are in the executor's hands
-        self.waiting.extend(result.residuals)
+        while due:
+            result = self.step_.run_bundle(due, now, self.policy, ex.max_attempts, ex.committed,
+                                           ex.attempted, finalize=False)
+            for pc_id, pc in self.out_pcs:
+                for chunk in batched(result.outputs[pc_id], ex.bundle_size):
+                    ex.emit(pc, chunk)
+            self.step_.finalize_bundle()  # the outputs are in the executor's hands
+            due = [w for w in result.residuals if w.resume_at_us == MIN_TIMESTAMP_MICROS]
+            self.waiting.extend(w for w in result.residuals if w.resume_at_us != MIN_TIMESTAMP_MICROS)
 
     def step(self) -> None:
         """Processes the works due now; when none is, lets processing time reach the next."""
