@@ -124,7 +124,8 @@ def test_get_all_options_drop_default_and_current_only():
     assert changed == {k: v for k, v in everything.items() if v != defaults[k]}
     assert set(changed) == {"runner", "bundle_size"}  # max_bundle_attempts=4 is the default
     local = opts.view_as(LocalRunnerOptions).get_all_options(current_only=True)
-    assert local == {"bundle_size": 5, "max_bundle_attempts": 4}
+    assert local == {"bundle_size": 5, "max_bundle_attempts": 4, "sdf_test_split_probability": 0.0,
+                     "sdf_test_split_seed": 0}
 
 
 def test_get_all_options_sees_values_set_after_parsing():

@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+import time
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, Any, Iterable, Iterator, List, Optional, Protocol, runtime_checkable
+from typing import (
+    TYPE_CHECKING, Any, Iterable, Iterator, List, NamedTuple, Optional, Protocol, Tuple,
+    runtime_checkable,
+)
 
 from headrace.errors import InvalidArgumentError, PipelineConstructionError
-from headrace.model.window import GlobalWindows
+from headrace.io.watermark_estimators import ManualWatermarkEstimator
 from headrace.model.strategy import Windowing
+from headrace.model.time import MAX_TIMESTAMP_MICROS, Duration, Timestamp, to_micros
+from headrace.model.window import GlobalWindows
+from headrace.pipeline.dofn import DoFn
 from headrace.pipeline.ptransform import PTransform
 from headrace.pipeline.pvalue import PBegin, PCollection
 from headrace.pipeline.splittable import (  # noqa: F401  (Beam's names here)
-    RestrictionProgress, RestrictionTracker, WatermarkEstimator,
+    RestrictionProgress, RestrictionProvider, RestrictionTracker, WatermarkEstimator,
 )
 
 if TYPE_CHECKING:
@@ -162,3 +169,202 @@ class Read(PTransform):
         return self.pipeline.new_pcollection(Windowing(GlobalWindows()),
                                              isinstance(self.source, BoundedSource),
                                              element_type=self.get_output_type())
+
+
+# ---- Read as a splittable DoFn (Beam's wrappers of its legacy sources) -----------------------
+
+#: The position a wrapper claims when its source (part) has no more records: the claim fails and
+#: the restriction is done.
+END_OF_SOURCE = "end of source"
+
+
+class SourcePart(NamedTuple):
+    """A BoundedSource wrapper's restriction: one part of the source (None: the whole, before
+    splitting)."""
+
+    part: Any
+    whole: bool = False
+
+
+class _SourcePartTracker(RestrictionTracker):
+    """Claims the records of one part of a BoundedSource by index; a part is read whole (a
+    BoundedSource cannot resume mid-part), so it refuses splits once a record is claimed."""
+
+    def __init__(self, restriction: SourcePart) -> None:
+        self._restriction = restriction
+        self._next = 0
+        self._done = False
+        self._given_up = False
+
+    def current_restriction(self) -> SourcePart:
+        return self._restriction
+
+    def current_progress(self) -> RestrictionProgress:
+        return RestrictionProgress(completed=float(self._next), remaining=0.0 if self._done else 1.0)
+
+    def try_claim(self, position: Any) -> bool:
+        if self._done or self._given_up:
+            return False
+        if position == END_OF_SOURCE:
+            self._done = True
+            return False
+        if position != self._next:
+            raise ValueError(f"record {position} of a source part claimed after record "
+                             f"{self._next - 1}; claim them in order")
+        self._next += 1
+        return True
+
+    def try_split(self, fraction_of_remainder: float) -> Optional[Tuple[SourcePart, SourcePart]]:
+        if self._next or self._done or self._given_up:
+            return None
+        self._given_up = True  # nothing read yet: the whole part is the residual
+        return SourcePart(None), self._restriction
+
+    def check_done(self) -> None:
+        if not (self._done or self._given_up or self._restriction.part is None):
+            raise ValueError(f"the source part was not read to its end ({self._next} records "
+                             "claimed)")
+
+    def is_bounded(self) -> bool:
+        return True
+
+
+class BoundedSourceReader(DoFn, RestrictionProvider):
+    """Reads a BoundedSource (the element) as a splittable DoFn: its parts are the restrictions
+    (`split(desired_parallelism)`), each read whole (Beam's SDF wrapper of bounded sources)."""
+
+    def __init__(self, desired_parallelism: int = 1) -> None:
+        self.desired_parallelism = max(1, desired_parallelism)
+
+    def initial_restriction(self, element: BoundedSource) -> SourcePart:
+        return SourcePart(None, True)
+
+    def split(self, element: BoundedSource, restriction: SourcePart) -> Iterator[SourcePart]:
+        if not restriction.whole:
+            yield restriction
+            return
+        for part in element.split(self.desired_parallelism):
+            yield SourcePart(part)
+
+    def create_tracker(self, restriction: SourcePart) -> RestrictionTracker:
+        return _SourcePartTracker(restriction)
+
+    def restriction_size(self, element: BoundedSource, restriction: SourcePart) -> float:
+        return 1.0
+
+    def process(self, element: BoundedSource, tracker: Any = DoFn.RestrictionParam()
+                ) -> Iterator[Any]:
+        r = tracker.current_restriction()
+        if r.part is None and not r.whole:
+            return  # an empty primary left by a split
+        i = 0
+        for batch in element.read_batches(r.part, 1024):
+            for record in batch:
+                if not tracker.try_claim(i):
+                    return
+                yield record
+                i += 1
+        tracker.try_claim(END_OF_SOURCE)
+
+
+class SourcePositions(NamedTuple):
+    """An UnboundedSource wrapper's restriction: positions from `start` on (to `stop` once a
+    split ended it)."""
+
+    start: Any
+    stop: Any = None
+    ended: bool = False
+
+
+class _PositionTracker(RestrictionTracker):
+    """Claims an UnboundedSource's positions in the source's order: a claim of position p means
+    the records between the last claimed position and p are read."""
+
+    def __init__(self, restriction: SourcePositions) -> None:
+        self._restriction = restriction
+        self._position = restriction.start
+        self._done = restriction.ended
+
+    def current_restriction(self) -> SourcePositions:
+        return self._restriction
+
+    @property
+    def position(self) -> Any:
+        """The last claimed position (the start before any claim)."""
+        return self._position
+
+    def current_progress(self) -> RestrictionProgress:
+        return RestrictionProgress(completed=0.0, remaining=0.0 if self._done else 1.0)
+
+    def try_claim(self, position: Any) -> bool:
+        if self._done:
+            return False
+        if position == END_OF_SOURCE:
+            self._done = True
+            return False
+        self._position = position
+        return True
+
+    def try_split(self, fraction_of_remainder: float) -> Optional[Tuple[SourcePositions, SourcePositions]]:
+        if self._done:
+            return None
+        self._done = True
+        primary = SourcePositions(self._restriction.start, self._position, True)
+        self._restriction = primary
+        return primary, SourcePositions(self._position)
+
+    def check_done(self) -> None:
+        if not self._done:
+            raise ValueError("the unbounded source read neither ended nor checkpointed")
+
+    def is_bounded(self) -> bool:
+        return self._done
+
+
+class UnboundedSourceReader(DoFn, RestrictionProvider):
+    """Reads an UnboundedSource (the element) as a splittable DoFn, unbounded per element: each
+    call reads what the source has now (at most `max_records`), sets the watermark to the
+    source's, and checkpoints (after `poll_seconds` when nothing was new); it ends once the
+    source's watermark is MAX_TIMESTAMP (Beam's SDF wrapper of unbounded sources)."""
+
+    def __init__(self, max_records: int = 1000, poll_seconds: float = 0.02) -> None:
+        self.max_records = max(1, max_records)
+        self.poll_seconds = poll_seconds
+
+    def initial_restriction(self, element: UnboundedSource) -> SourcePositions:
+        return SourcePositions(element.initial_position())
+
+    def create_tracker(self, restriction: SourcePositions) -> RestrictionTracker:
+        return _PositionTracker(restriction)
+
+    def restriction_size(self, element: UnboundedSource, restriction: SourcePositions) -> float:
+        return 1.0
+
+    def truncate(self, element: UnboundedSource, restriction: SourcePositions) -> None:
+        return None
+
+    @DoFn.unbounded_per_element()
+    def process(self, element: UnboundedSource, tracker: Any = DoFn.RestrictionParam(),
+                estimator: Any = DoFn.WatermarkEstimatorParam(
+                    ManualWatermarkEstimator.default_provider())) -> Iterator[Any]:
+        start = tracker.current_restriction().start
+        if to_micros(element.watermark(start)) >= MAX_TIMESTAMP_MICROS:
+            tracker.try_claim(END_OF_SOURCE)
+            return
+        end = element.available(start, time.time_ns() // 1000, self.max_records)
+        if end == start:
+            self._watermark(estimator, element.watermark(start))
+            tracker.defer_remainder(Duration.of(self.poll_seconds))
+            return
+        if not tracker.try_claim(end):
+            return
+        yield from element.read(start, end)
+        self._watermark(estimator, element.watermark(end))
+        tracker.defer_remainder()
+
+    @staticmethod
+    def _watermark(estimator: Any, watermark: Any) -> None:
+        wm = Timestamp(micros=min(to_micros(watermark), MAX_TIMESTAMP_MICROS))
+        current = estimator.current_watermark()
+        if current is None or wm > current:
+            estimator.set_watermark(wm)

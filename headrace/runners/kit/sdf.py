@@ -30,16 +30,19 @@ import time
 from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
 from headrace.errors import ElementError, PipelineExecutionError, _short_repr
+from headrace.io.iobase import BoundedSource, SourcePart, UnboundedSourceReader
 from headrace.metrics.metric import MetricsContainer, metrics_scope
 from headrace.model.time import (
     MAX_TIMESTAMP_MICROS, MIN_TIMESTAMP_MICROS, Timestamp, set_processing_time, to_micros,
 )
+from headrace.model.window import GLOBAL_WINDOWS_TUPLE
 from headrace.model.windowed import WindowedValue
 from headrace.pipeline.dofn import _RestrictionDoFnParam, _WatermarkEstimatorDoFnParam
 from headrace.pipeline.splittable import (
     RestrictionTracker, RestrictionTrackerView, WatermarkEstimator, deferred_until, signature,
 )
 from headrace.runners.kit.dofn_runner import ParDoRunner
+from headrace.runners.kit.sources import split_source
 from headrace.runners.kit.stage import StepSpec, bundle_failure, serialize_dofn, step_spec
 
 _log = logging.getLogger(__name__)
@@ -409,3 +412,30 @@ class SplittableStep:
 def next_resume(works: Iterable[Work]) -> int:
     """The earliest processing time at which one of `works` may run (MAX when none)."""
     return min((w.resume_at_us for w in works), default=MAX_TIMESTAMP_MICROS)
+
+
+# ---- Read as a splittable DoFn ----------------------------------------------------------------
+
+
+def source_element(source: Any) -> WindowedValue:
+    """The one element a Read's wrapper processes: the source, at the start of time."""
+    return WindowedValue(source, MIN_TIMESTAMP_MICROS, GLOBAL_WINDOWS_TUPLE)
+
+
+def read_spec(node: Any, reader: Any) -> SplittableSpec:
+    """The spec of a Read step run as the splittable DoFn `reader` (a BoundedSourceReader or an
+    UnboundedSourceReader of `io.iobase`) over its source."""
+    label = node.full_label
+    outputs = tuple((tag, pc._id) for tag, pc in node.outputs.items())
+    step = StepSpec(label, -1, outputs, None, serialize_dofn(label, reader), (), {}, None, None)
+    return SplittableSpec(step, isinstance(reader, UnboundedSourceReader))
+
+
+def read_works(label: str, source: Any, parallelism: int, step: SplittableStep) -> List[Work]:
+    """The initial works of a Read: a bounded source's parts (`kit.sources.split_source`, whose
+    errors name the step), or an unbounded source's one restriction."""
+    element = source_element(source)
+    if isinstance(source, BoundedSource):
+        return [Work(element, SourcePart(part), None, MIN_TIMESTAMP_MICROS, MIN_TIMESTAMP_MICROS, 1.0)
+                for part in split_source(label, source, parallelism)]
+    return step.initial_works([element])

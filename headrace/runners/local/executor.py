@@ -14,6 +14,7 @@ import time
 from typing import Any, Dict, List, Optional, Sequence, Union
 
 from headrace.errors import PipelineExecutionError
+from headrace.io.iobase import Read
 from headrace.metrics.metric import MetricsContainer
 from headrace.options.pipeline_options import LocalRunnerOptions
 from headrace.pipeline.pipeline import AppliedPTransform, Pipeline
@@ -22,10 +23,10 @@ from headrace.runners.kit import plan as planning
 from headrace.runners.kit.runtime import relax_gc
 from headrace.runners.kit.side_inputs import SideInputReader
 from headrace.runners.local.clock import RealClock, VirtualClock
-from headrace.runners.local.splittable import SplittableUnit
+from headrace.runners.local.splittable import POLL_SECONDS, SplittableUnit
 from headrace.runners.local.units import (
     Bundle, GroupUnit, PassUnit, SourceUnit, StageUnit, StatefulUnit, TagOutput, TestStreamUnit,
-    UnboundedReadUnit, Unit, UnitHost,
+    Unit, UnitHost,
 )
 
 
@@ -42,7 +43,7 @@ class Executor(UnitHost):
         self.units: List[Unit] = []
         self.unit_of_input: Dict[PCollection, List[Unit]] = {}
         self.producer_unit: Dict[PCollection, Union[Unit, TagOutput]] = {}
-        self.streams: List[Union[TestStreamUnit, UnboundedReadUnit, SplittableUnit]] = []
+        self.streams: List[Union[TestStreamUnit, SplittableUnit]] = []
         self.options = options
         self._next_stream = 0
         self.side_contents: Dict[PCollection, Dict[Any, list]] = {}
@@ -60,13 +61,16 @@ class Executor(UnitHost):
             unit: Unit
             if isinstance(planned, planning.Stage):
                 unit = StageUnit(self, planned)
+            elif planned.kind == planning.Kind.SOURCE and isinstance(planned.node.transform, Read):
+                unit = SplittableUnit.for_read(self, planned.node, self.options.view_as(LocalRunnerOptions))
+                self.streams.append(unit)
             elif planned.kind == planning.Kind.SOURCE:
                 unit = SourceUnit(self, planned.node)
             elif planned.kind == planning.Kind.TEST_STREAM:
                 unit = TestStreamUnit(self, planned.node)
                 self.streams.append(unit)
             elif planned.kind == planning.Kind.UNBOUNDED:
-                unit = UnboundedReadUnit(self, planned.node)
+                unit = SplittableUnit.for_read(self, planned.node, self.options.view_as(LocalRunnerOptions))
                 self.streams.append(unit)
             elif planned.kind == planning.Kind.GROUPING:
                 unit = GroupUnit(self, planned.node)
@@ -122,7 +126,7 @@ class Executor(UnitHost):
                     isinstance(u, TestStreamUnit) and not u.finished for u in self.streams):
                 clock.advance(micros - clock.now())
             return
-        time.sleep(min(max(0, micros - clock.now()) / 1e6, UnboundedReadUnit.POLL_SECONDS))
+        time.sleep(min(max(0, micros - clock.now()) / 1e6, POLL_SECONDS))
 
     def _advance_watermarks(self) -> bool:
         changed = False

@@ -1,5 +1,9 @@
 """The local runner's unit for a splittable DoFn (`kit.sdf`): the reference for every runner.
 
+Every `Read` runs here too, as Beam's wrappers of legacy sources (`io.iobase.BoundedSourceReader`
+over a bounded source's parts, `UnboundedSourceReader` over an unbounded one's positions): the
+local runner reads everything through this one mechanism.
+
 Each input bundle's elements become works (initial restrictions, split and sized) processed at
 once as one bundle; what is left of them (self-checkpoints, and the runner's own splits under
 `--sdf_test_split_probability`) waits in the unit until its resume time on the executor's clock
@@ -9,24 +13,31 @@ which the pipeline settles. The unit's output watermark is held by every waiting
 
 from __future__ import annotations
 
-from typing import Any, List
+from typing import Any, List, Optional
 
-from headrace.io.iobase import batched
+from headrace.io.iobase import BoundedSource, BoundedSourceReader, UnboundedSourceReader, batched
 from headrace.model.time import MAX_TIMESTAMP_MICROS, MIN_TIMESTAMP_MICROS
 from headrace.pipeline.pipeline import AppliedPTransform
-from headrace.runners.kit.sdf import SplitPolicy, SplittableSpec, SplittableStep, Work, next_resume
+from headrace.runners.kit.sdf import (
+    SplitPolicy, SplittableSpec, SplittableStep, Work, next_resume, read_spec, read_works,
+)
 from headrace.runners.local.units import Bundle, Unit, UnitHost
+
+#: Seconds an unbounded source with nothing new is left before it is asked again.
+POLL_SECONDS = 0.02
 
 
 class SplittableUnit(Unit):
-    """A ParDo of a splittable DoFn (see the module doc); the executor steps it like a stream
-    while works wait (`finished` is False)."""
+    """A ParDo of a splittable DoFn, or a Read run as one (`for_read`; see the module doc); the
+    executor steps it like a stream while works wait (`finished` is False)."""
 
-    def __init__(self, ex: UnitHost, node: AppliedPTransform, options: Any) -> None:
+    def __init__(self, ex: UnitHost, node: AppliedPTransform, options: Any,
+                 spec: Optional[SplittableSpec] = None) -> None:
         super().__init__(ex, node.full_label)
-        self.inputs = (node.inputs[0],)
-        spec = SplittableSpec.of(node)
+        self.inputs = tuple(node.inputs[:1])
+        spec = spec or SplittableSpec.of(node)
         self.step_ = SplittableStep(spec)
+        self.initial: List[Work] = []  # a Read's works, processed at its first run
         by_id = {pc._id: pc for pc in node.outputs.values()}
         self.out_pcs = [(pc_id, by_id[pc_id])
                         for pc_id in dict.fromkeys(p for _, p in spec.step.outputs)]
@@ -39,13 +50,35 @@ class SplittableUnit(Unit):
             test_split_probability=float(getattr(options, "sdf_test_split_probability", 0.0) or 0.0),
             seed=int(getattr(options, "sdf_test_split_seed", 0) or 0))
 
+    @classmethod
+    def for_read(cls, ex: UnitHost, node: AppliedPTransform, options: Any) -> "SplittableUnit":
+        """A Read as a splittable DoFn over its source (`io.iobase`'s wrappers): every source is
+        read by the one mechanism."""
+        source = node.transform.source
+        reader: Any = (BoundedSourceReader(ex.parallelism) if isinstance(source, BoundedSource)
+                       else UnboundedSourceReader(ex.bundle_size, POLL_SECONDS))
+        unit = cls(ex, node, options, read_spec(node, reader))
+        unit.initial = read_works(unit.label, source, ex.parallelism, unit.step_)
+        return unit
+
     def input_watermark(self) -> int:
-        return self.ex.watermark(self.inputs[0])
+        return self.ex.watermark(self.inputs[0]) if self.inputs else MAX_TIMESTAMP_MICROS
 
     @property
     def finished(self) -> bool:
         """True while no work waits (new input is processed as it arrives)."""
-        return not self.waiting
+        return not self.waiting and not self.initial
+
+    def has_work(self) -> bool:
+        return bool(self.queue) or bool(self.initial)
+
+    def run_pending(self) -> bool:
+        progressed = False
+        if self.initial:
+            works, self.initial = self.initial, []
+            self._run(works)
+            progressed = True
+        return super().run_pending() or progressed
 
     def process_bundle(self, bundle: Bundle) -> None:
         self._run(self.step_.initial_works(bundle))
@@ -77,7 +110,7 @@ class SplittableUnit(Unit):
         self._run(works)
 
     def hold(self) -> int:
-        return min((w.hold_us for w in self.waiting), default=MAX_TIMESTAMP_MICROS)
+        return min((w.hold_us for w in self.waiting + self.initial), default=MAX_TIMESTAMP_MICROS)
 
     def close(self) -> None:
         self.step_.teardown()

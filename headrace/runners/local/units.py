@@ -5,9 +5,8 @@ Each unit has an input queue of bundles, an output watermark, and a hold on it; 
 the executor only through `UnitHost`, the few settings and calls listed there (this module
 does not import the executor):
 
-* `SourceUnit`: Create / Read, cut into bundles of `--bundle_size`;
+* `SourceUnit`: Create, cut into bundles of `--bundle_size`;
 * `TestStreamUnit`: replays a TestStream's script, one event per settled pipeline;
-* `UnboundedReadUnit`: reads an UnboundedSource, what it has now per settled pipeline;
 * `StageUnit`: a fused stage (`kit.stage.FusedStage`); with side inputs, elements wait for
   the side windows they read, holding the output watermark;
 * `GroupUnit`: a GroupByKey / CombinePerKey over `kit.grouping.GroupingCore`, one `KeyState`
@@ -16,16 +15,15 @@ does not import the executor):
   `UserKeyState` per key;
 * `PassUnit`: Flatten and Reshuffle.
 
-The unit of a splittable DoFn is in `splittable.py`.
+The unit of a splittable DoFn, and of a Read (bounded or not) run as one, is in `splittable.py`.
 """
 
 from __future__ import annotations
 
 import pickle
-import time
 from typing import Any, Dict, List, Optional, Protocol, Sequence, Tuple, Union
 
-from headrace.io.iobase import Read, batched
+from headrace.io.iobase import batched
 from headrace.metrics.metric import MetricsContainer, metrics_scope
 from headrace.model import coders
 from headrace.model.reduce import Element, KeyState, Pane
@@ -40,8 +38,7 @@ from headrace.runners.kit.grouping import (
 from headrace.runners.kit.plan import Stage
 from headrace.runners.kit.side_inputs import SideInputCombiner, SideInputReader
 from headrace.runners.kit.sources import (
-    read_bundles, read_unbounded, split_source, to_windowed_value, unbounded_available,
-    unbounded_watermark,
+    to_windowed_value,
 )
 from headrace.runners.kit.stage import FusedStage
 from headrace.runners.kit.stateful import (
@@ -135,7 +132,8 @@ class Unit:
 
 
 class SourceUnit(Unit):
-    """Create and Read: emits the source's elements in bundles, then releases its watermark."""
+    """Create: emits its elements in bundles, then releases its watermark (a Read is a
+    `splittable.SplittableUnit`)."""
 
     def __init__(self, ex: UnitHost, node: AppliedPTransform) -> None:
         super().__init__(ex, node.full_label)
@@ -156,55 +154,11 @@ class SourceUnit(Unit):
         size = self.ex.bundle_size
         out = self.outputs[0]
         with metrics_scope(self.ex.committed, self.label):
-            if isinstance(t, Create):
-                for chunk in batched(t.values, size):
-                    self.ex.emit(out, [to_windowed_value(v) for v in chunk])
-            else:
-                assert isinstance(t, Read)
-                for part in split_source(self.label, t.source, self.ex.parallelism):
-                    for bundle in read_bundles(self.label, t.source, part, size):
-                        self.ex.emit(out, bundle)
+            assert isinstance(t, Create)
+            for chunk in batched(t.values, size):
+                self.ex.emit(out, [to_windowed_value(v) for v in chunk])
         self.done = True
         return True
-
-
-class UnboundedReadUnit(Unit):
-    """Read of an UnboundedSource: each step reads what the source has now (at most a bundle),
-    then its watermark moves to the source's; when nothing is new, the step waits a little (the
-    executor settles between steps, so processing-time triggers fire meanwhile)."""
-
-    POLL_SECONDS = 0.02
-
-    def __init__(self, ex: UnitHost, node: AppliedPTransform) -> None:
-        super().__init__(ex, node.full_label)
-        t = node.transform
-        assert isinstance(t, Read)
-        self.source = t.source
-        self.outputs = (node.outputs[None],)
-        self.position = self.source.initial_position()
-        self.wm = unbounded_watermark(self.label, self.source, self.position)
-        self.finished = self.wm >= MAX_TIMESTAMP_MICROS
-
-    def input_watermark(self) -> int:
-        return self.wm
-
-    def run_pending(self) -> bool:
-        return False  # read by the executor's steps
-
-    def step(self) -> None:
-        """Reads what is readable now (or waits a little when nothing is)."""
-        src = self.source
-        end = unbounded_available(self.label, src, self.position, time.time_ns() // 1000,
-                                  self.ex.bundle_size)
-        if end == self.position:
-            time.sleep(self.POLL_SECONDS)
-            return
-        with metrics_scope(self.ex.committed, self.label):
-            for bundle in read_unbounded(self.label, src, self.position, end, self.ex.bundle_size):
-                self.ex.emit(self.outputs[0], bundle)
-        self.position = end
-        self.wm = max(self.wm, unbounded_watermark(self.label, src, end))
-        self.finished = self.wm >= MAX_TIMESTAMP_MICROS
 
 
 class TagOutput:
