@@ -442,43 +442,91 @@ class _Keyed:
         return lt
 
 
+class _TopAcc:
+    """TopCombineFn's accumulator: a bounded min-heap of `_Keyed` (the worst kept at the root)
+    and the log of the inputs the heap admitted, in order (None once longer than its bound)."""
+
+    __slots__ = ("heap", "log")
+
+    def __init__(self, heap: List[_Keyed], log: Optional[List[_Keyed]]) -> None:
+        self.heap, self.log = heap, log
+
+    def __getstate__(self) -> Tuple[List[_Keyed], Optional[List[_Keyed]]]:
+        return self.heap, self.log
+
+    def __setstate__(self, state: Tuple[List[_Keyed], Optional[List[_Keyed]]]) -> None:
+        self.heap, self.log = state
+
+
 class TopCombineFn(CombineFn):
-    """The `n` largest inputs (by `key`, or smallest when `reverse=True`), sorted best first."""
+    """The `n` largest inputs (by `key`, or smallest when `reverse=True`), sorted best first.
+
+    Among inputs that compare equal, the ones kept and their order are Beam's: inputs enter a
+    bounded min-heap one by one (`heapq`: a new input replaces the root only when greater, so
+    an input equal to the worst kept one is dropped), and the output is that heap sorted
+    best first by a stable sort. Merging accumulators gives what adding their inputs one by one
+    in the accumulators' order would give: each accumulator logs the inputs its heap admitted
+    (an input its own heap dropped would be dropped by any heap holding more), and the later
+    accumulators' logs are replayed into the first one's heap. A log longer than
+    `8 * n + 64` is dropped; such an accumulator is merged by adding its kept inputs (Beam's
+    own merge). docs/semantics.md ("Top among equal elements") states the rule.
+    """
 
     def __init__(self, n: int, key: Optional[Callable[[Any], Any]] = None, reverse: bool = False) -> None:
         if not isinstance(n, int) or isinstance(n, bool) or n < 0:
             raise InvalidArgumentError(f"Top needs a non-negative int n, got {n!r}")
         self._n, self._key, self._reverse = n, key, reverse
+        self._log_bound = 8 * n + 64
 
     def _wrap(self, x: Any) -> _Keyed:
         return _Keyed(x if self._key is None else self._key(x), x, self._reverse)
 
-    def create_accumulator(self) -> List[_Keyed]:
-        return []
+    def _admit(self, acc: _TopAcc, item: _Keyed) -> None:
+        """Adds one item to the heap as Beam's bounded heap does, logging it if admitted."""
+        heap = acc.heap
+        if len(heap) < self._n:
+            heapq.heappush(heap, item)
+        elif self._n and heap[0] < item:
+            heapq.heapreplace(heap, item)
+        else:
+            return
+        log = acc.log
+        if log is not None:
+            log.append(item)
+            if len(log) > self._log_bound:
+                acc.log = None
 
-    def add_input(self, acc: List[_Keyed], element: Any) -> List[_Keyed]:
-        item = self._wrap(element)
-        if len(acc) < self._n:
-            heapq.heappush(acc, item)
-        elif self._n and acc[0] < item:
-            heapq.heapreplace(acc, item)
+    def create_accumulator(self) -> _TopAcc:
+        return _TopAcc([], [])
+
+    def add_input(self, acc: _TopAcc, element: Any) -> _TopAcc:
+        self._admit(acc, self._wrap(element))
         return acc
 
-    def merge_accumulators(self, accumulators: Iterable[List[_Keyed]]) -> List[_Keyed]:
-        out: List[_Keyed] = []
+    def merge_accumulators(self, accumulators: Iterable[_TopAcc]) -> _TopAcc:
+        out: Optional[_TopAcc] = None
         for a in accumulators:
-            for item in a:
-                if len(out) < self._n:
-                    heapq.heappush(out, item)
-                elif self._n and out[0] < item:
-                    heapq.heapreplace(out, item)
-        return out
+            if out is None:  # the first one's heap is the base (copied: inputs stay unchanged)
+                out = _TopAcc(list(a.heap), None if a.log is None else list(a.log))
+            elif a.log is not None:  # replayed: as if its inputs followed the base's
+                for item in a.log:
+                    self._admit(out, item)
+            else:
+                for item in list(a.heap):  # its log was dropped: its kept items, in heap order
+                    self._admit(out, item)
+                out.log = None
+        return out if out is not None else self.create_accumulator()
 
-    def compact(self, acc: List[_Keyed]) -> List[_Keyed]:
+    def compact(self, acc: _TopAcc) -> _TopAcc:
         return acc
 
-    def extract_output(self, acc: List[_Keyed]) -> List[Any]:
-        return [k.item for k in sorted(acc, reverse=True)]
+    def extract_output(self, acc: _TopAcc) -> List[Any]:
+        return [k.item for k in sorted(acc.heap, reverse=True)]
+
+    def _extract_bundle_order(self, acc: _TopAcc) -> List[Any]:
+        """The output of Beam's `Top.Of` in the default windowing: sorted ascending (stable), then
+        reversed, so equal elements come in the reverse of `extract_output`'s order."""
+        return [k.item for k in reversed(sorted(acc.heap))]
 
 
 #: LatestCombineFn's accumulator: (value, timestamp_us) of the latest input, (None, None) for none.

@@ -16,6 +16,7 @@ from headrace.model.combine import (
 )
 from headrace.pipeline.dofn import DoFn
 from headrace.pipeline.ptransform import PTransform
+from headrace.transforms import core  # noqa: F401  (Beam's combiners module has `core` too)
 from headrace.transforms.core import KV_TYPE, CombineGlobally, CombinePerKey, FlatMap, Map, ParDo
 
 __all__ = ["Count", "Mean", "Top", "Sample", "ToList", "ToDict", "ToSet", "Latest",
@@ -109,6 +110,17 @@ class Smallest(TopCombineFn):
         return f"Smallest({self._n})"
 
 
+class _TopOfFn(TopCombineFn):
+    """`Top.Of`'s CombineFn in the default windowing: TopCombineFn, with equal elements output
+    in the order Beam's per-bundle `Top.Of` gives them (docs/semantics.md)."""
+
+    def __init__(self, fn: TopCombineFn) -> None:
+        super().__init__(fn._n, fn._key, fn._reverse)
+
+    def extract_output(self, acc: Any) -> List[Any]:
+        return self._extract_bundle_order(acc)
+
+
 class Top:
     """Extremal elements: `Top.Of`, `Top.PerKey`, `Top.Largest`, `Top.Smallest`, `...PerKey`."""
 
@@ -125,6 +137,10 @@ class Top:
             return f"Top({self._n})"
 
         def expand(self, pcoll: Any) -> Any:
+            if pcoll.windowing.is_default():
+                # Beam combines per bundle here: the same elements win, equal ones come out in
+                # the reverse order, and there is always one output (`[]` for no input)
+                return pcoll | CombineGlobally(_TopOfFn(self._fn))
             return pcoll | self._globally(self._fn)
 
     class PerKey(PTransform):

@@ -153,9 +153,16 @@ class PartialSide(MapSide):
 
 
 def _partial_record(merging: bool) -> Callable[[bytes, Any, Any, int, Any], tuple]:
-    """The shuffle record of a partial accumulator (a `PartialCombiner.emit` record function)."""
+    """The shuffle record of a partial accumulator (a `PartialCombiner.emit` record function).
+    Its key ends with the map partition's index, so a key's accumulators of equal time reach
+    the reduce side, and are merged, in the order of the partitions, whatever order Spark
+    fetches them in (which of equal elements `Top` keeps depends on it, docs/semantics.md)."""
+    from pyspark import TaskContext
+    ctx = TaskContext.get()
+    part = ctx.partitionId() if ctx is not None else 0
+
     def record(kb: bytes, k: Any, a: Any, ts: int, w: Any) -> tuple:
-        return ((kb, _sort_time(merging, ts, w), False), (k, a, ts, w))
+        return ((kb, _sort_time(merging, ts, w), False, part), (k, a, ts, w))
     return record
 
 

@@ -92,7 +92,8 @@ def _reduce_all(grouping: GroupingCore, it: Iterator[Any], size: int, follow: bo
     chunk: List[Element] = []
     out: List[WindowedValue] = []
     late: Optional[List[WindowedValue]] = [] if grouping.late_output else None
-    for (kb, t, r), (k, v, ts, w) in it:
+    for rkey, (k, v, ts, w) in it:
+        kb, t, r = rkey[0], rkey[1], rkey[2]  # a partial accumulator's key has its map partition too
         if not follow:
             t = MIN_TIMESTAMP_MICROS
         if kb != current or len(chunk) >= size:
