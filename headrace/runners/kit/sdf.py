@@ -189,7 +189,11 @@ class SplittableProcessor:
             raise ElementError(self.label, element, exc, what) from exc
 
     def initial_works(self, wv: WindowedValue) -> List[Work]:
-        """The element's initial restriction, split and sized, as works to process."""
+        """The element's initial restriction, split and sized, as works to process; an element
+        in several windows is one element per window (each window's work is claimed apart)."""
+        if len(wv.windows) > 1:
+            return [w for window in wv.windows for w in self.initial_works(
+                WindowedValue(wv.value, wv.timestamp_us, (window,), wv.pane_info, wv.is_retraction))]
         provider, value = self.sig.restriction_provider, wv.value
         restriction = self._provider_call(
             "initial_restriction", value, lambda: provider.initial_restriction(value))
