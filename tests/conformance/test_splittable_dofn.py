@@ -341,11 +341,21 @@ def test_sdf_without_a_provider_is_refused_when_built():
             _ = p | beam.Create([3]) | "NoProv" >> beam.ParDo(NoProvider())
 
 
+class EmitPositionsInWindow(beam.DoFn):
+    """EmitPositions that reads its window: (element, position, window start)."""
+
+    def process(self, element, w=beam.DoFn.WindowParam,
+                tracker=beam.DoFn.RestrictionParam(RangeProvider(3))):
+        pos = tracker.current_restriction().start
+        while tracker.try_claim(pos):
+            yield (element, pos), float(w.start)
+            pos += 1
+
+
 def test_sdf_over_elements_in_several_windows_reads_each_window_once(make_pipeline):
     ns = [4, 2]
     with make_pipeline() as p:
         out = (p | beam.Create(ns) | beam.Map(lambda n: beam.TimestampedValue(n, 10))
-               | beam.WindowInto(window.SlidingWindows(10, 5)) | beam.ParDo(EmitPositions())
-               | beam.Map(lambda kv, w=beam.DoFn.WindowParam: (kv, float(w.start))))
+               | beam.WindowInto(window.SlidingWindows(10, 5)) | beam.ParDo(EmitPositionsInWindow()))
         # timestamp 10 is in the sliding windows starting at 5 and 10
         assert_that(out, equal_to([(kv, start) for kv in every_position(ns) for start in (5.0, 10.0)]))
