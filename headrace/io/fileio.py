@@ -14,8 +14,7 @@ appeared for `stop_after_idle` seconds (Beam Java's `afterTimeSinceNewOutput`).
 from __future__ import annotations
 
 import enum
-import io
-from typing import Any, FrozenSet, Iterator, List, NamedTuple, Optional
+from typing import Any, BinaryIO, FrozenSet, Iterator, List, NamedTuple, Optional
 
 from headrace.errors import InvalidArgumentError
 from headrace.io.filesystem import BeamIOError, CompressionTypes, FileMetadata
@@ -100,7 +99,7 @@ class ReadableFile:
         self.compression = compression
 
     def open(self, mime_type: str = "text/plain",
-             compression_type: Optional[str] = None) -> io.IOBase:
+             compression_type: Optional[str] = None) -> BinaryIO:
         """The file, open for reading bytes (decompressed by its suffix unless told otherwise)."""
         return FileSystems.open(self.metadata.path, mime_type,
                                 compression_type or self.compression)

@@ -27,7 +27,9 @@ from __future__ import annotations
 import logging
 import random
 import time
-from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
+from typing import (
+    Any, Callable, Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Tuple,
+)
 
 from headrace.errors import ElementError, PipelineExecutionError, _short_repr
 from headrace.io.iobase import BoundedSource, SourcePart, UnboundedSourceReader
@@ -145,7 +147,7 @@ class SplittableProcessor:
     watermark estimator, with outputs checked against claims (see the module doc)."""
 
     def __init__(self, pardo: ParDoRunner,
-                 receivers: Dict[Optional[str], Sequence[Callable[[WindowedValue], None]]]) -> None:
+                 receivers: Mapping[Optional[str], Sequence[Callable[[WindowedValue], None]]]) -> None:
         self.pardo = pardo
         self.label = pardo.label
         self.sig = signature(pardo.label, pardo.dofn)

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 from typing import Any, List, Optional
 
-from headrace.io.iobase import BoundedSource, BoundedSourceReader, UnboundedSourceReader, batched
+from headrace.io.iobase import (
+    BoundedSource, BoundedSourceReader, Read, UnboundedSourceReader, batched,
+)
 from headrace.model.time import MAX_TIMESTAMP_MICROS, MIN_TIMESTAMP_MICROS
 from headrace.pipeline.pipeline import AppliedPTransform
 from headrace.runners.kit.sdf import (
@@ -54,7 +56,9 @@ class SplittableUnit(Unit):
     def for_read(cls, ex: UnitHost, node: AppliedPTransform, options: Any) -> "SplittableUnit":
         """A Read as a splittable DoFn over its source (`io.iobase`'s wrappers): every source is
         read by the one mechanism."""
-        source = node.transform.source
+        transform = node.transform
+        assert isinstance(transform, Read)
+        source = transform.source
         reader: Any = (BoundedSourceReader(ex.parallelism) if isinstance(source, BoundedSource)
                        else UnboundedSourceReader(ex.bundle_size, POLL_SECONDS))
         unit = cls(ex, node, options, read_spec(node, reader))
