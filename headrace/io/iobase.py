@@ -187,8 +187,9 @@ class SourcePart(NamedTuple):
 
 
 class _SourcePartTracker(RestrictionTracker):
-    """Claims the records of one part of a BoundedSource by index; a part is read whole (a
-    BoundedSource cannot resume mid-part), so it refuses splits once a record is claimed."""
+    """Claims the batches of records (`read_batches`) of one part of a BoundedSource by index; a
+    part is read whole (a BoundedSource cannot resume mid-part), so it refuses splits once a
+    batch is claimed."""
 
     def __init__(self, restriction: SourcePart) -> None:
         self._restriction = restriction
@@ -209,7 +210,7 @@ class _SourcePartTracker(RestrictionTracker):
             self._done = True
             return False
         if position != self._next:
-            raise ValueError(f"record {position} of a source part claimed after record "
+            raise ValueError(f"batch {position} of a source part claimed after batch "
                              f"{self._next - 1}; claim them in order")
         self._next += 1
         return True
@@ -222,7 +223,7 @@ class _SourcePartTracker(RestrictionTracker):
 
     def check_done(self) -> None:
         if not (self._done or self._given_up or self._restriction.part is None):
-            raise ValueError(f"the source part was not read to its end ({self._next} records "
+            raise ValueError(f"the source part was not read to its end ({self._next} batches "
                              "claimed)")
 
     def is_bounded(self) -> bool:
@@ -257,13 +258,10 @@ class BoundedSourceReader(DoFn, RestrictionProvider):
         r = tracker.current_restriction()
         if r.part is None and not r.whole:
             return  # an empty primary left by a split
-        i = 0
-        for batch in element.read_batches(r.part, 1024):
-            for record in batch:
-                if not tracker.try_claim(i):
-                    return
-                yield record
-                i += 1
+        for i, batch in enumerate(element.read_batches(r.part, 1024)):
+            if not tracker.try_claim(i):
+                return
+            yield from batch
         tracker.try_claim(END_OF_SOURCE)
 
 
