@@ -49,8 +49,8 @@ __all__ = [
     "MapTuple", "Metrics", "PCollection",
     "PTransform", "PaneInfo", "PaneInfoTiming", "ParDo", "Partition", "PartitionFn", "Pipeline",
     "PipelineOptions", "PipelineResult", "PipelineState", "Read", "ReadFromText", "RemoveDuplicates",
-    "Reshuffle", "RestrictionProvider", "Row", "TaggedOutput", "TimeDomain", "TimestampCombiner", "TimestampedValue", "Values",
-    "WatermarkEstimatorProvider",
+    "Reshuffle", "RestrictionProvider", "Row", "TaggedOutput", "TimeDomain", "TimestampCombiner",
+    "TimestampedValue", "Values", "WatermarkEstimatorProvider",
     "WindowInto", "Windowing", "WithKeys", "WriteToText", "coders", "combiners", "io", "metrics",
     "ptransform_fn", "pvalue", "transforms", "typehints", "window",
 ]

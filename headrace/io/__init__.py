@@ -23,9 +23,10 @@ from headrace.io.textio import (
 
 __all__ = ["BeamIOError", "BoundedSource", "CompressionTypes", "FileBasedSink", "FileFormatWriter",
            "FileMetadata", "FileSystems", "MatchResult", "PeriodicImpulse", "PeriodicSequence",
-           "Read", "ReadAllFromText", "RestrictionProgress", "RestrictionTracker", "ReadFromJson", "ReadFromJsonContinuously",
-           "ReadFromParquet", "ReadFromParquetBatched", "ReadFromText", "ReadFromTextContinuously",
-           "ReadFromTextWithFilename", "UnboundedSource", "WatermarkEstimator", "WriteToJson", "WriteToParquet",
+           "Read", "ReadAllFromText", "RestrictionProgress", "RestrictionTracker", "ReadFromJson",
+           "ReadFromJsonContinuously", "ReadFromParquet", "ReadFromParquetBatched", "ReadFromText",
+           "ReadFromTextContinuously", "ReadFromTextWithFilename", "UnboundedSource",
+           "WatermarkEstimator", "WriteToJson", "WriteToParquet",
            "WriteToText", "filebasedsink", "filesystem", "filesystems", "jsonio",
            "localfilesystem", "parquetio", "periodicsequence", "restriction_trackers", "textio",
            "watch", "watermark_estimators"]
