@@ -147,3 +147,11 @@ def test_a_dofn_that_is_its_own_provider_with_a_manual_watermark():
         # per element n: the positions [0, n) fall into windows of 4 seconds
         expected = [(n, min(4, n - w)) for n in (5, 12) for w in range(0, n, 4)]
         assert_that(out, equal_to([(n, c) for n, c in expected]))
+
+
+def test_params_refuse_what_is_not_a_provider_with_a_value_error():
+    # Beam raises ValueError for both
+    with pytest.raises(ValueError, match="RestrictionParam needs a RestrictionProvider"):
+        beam.DoFn.RestrictionParam(object())
+    with pytest.raises(ValueError, match="WatermarkEstimatorParam needs a WatermarkEstimatorProvider"):
+        beam.DoFn.WatermarkEstimatorParam(_Positions())
