@@ -17,12 +17,16 @@ if SDK == "headrace":
     from headrace.io import ReadAllFromText, ReadFromText, ReadFromTextWithFilename, WriteToText
     from headrace.io.filesystem import CompressionTypes
     from headrace.io.filesystems import FileSystems
+    from headrace.io.iobase import RestrictionProgress, RestrictionTracker, WatermarkEstimator
+    from headrace.io.restriction_trackers import OffsetRange, OffsetRestrictionTracker
+    from headrace.io import watermark_estimators
     from headrace.options.pipeline_options import PipelineOptions, StandardOptions
     from headrace.runners.runner import PipelineState
     from headrace.testing.test_stream import TestStream
     from headrace.testing import util as testing_util
     from headrace.testing.util import assert_that, equal_to
     from headrace.transforms import combiners, deduplicate, trigger, userstate, util, window
+    from headrace.transforms.core import RestrictionProvider, WatermarkEstimatorProvider
     from headrace.transforms.ptransform import PTransform, ptransform_fn
     from headrace.transforms.userstate import (
         BagStateSpec, CombiningValueStateSpec, OrderedListStateSpec, ReadModifyWriteStateSpec,
@@ -36,12 +40,16 @@ elif SDK == "beam":
     from apache_beam.io import ReadAllFromText, ReadFromText, ReadFromTextWithFilename, WriteToText
     from apache_beam.io.filesystem import CompressionTypes
     from apache_beam.io.filesystems import FileSystems
+    from apache_beam.io.iobase import RestrictionProgress, RestrictionTracker, WatermarkEstimator
+    from apache_beam.io.restriction_trackers import OffsetRange, OffsetRestrictionTracker
+    from apache_beam.io import watermark_estimators
     from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
     from apache_beam.runners.runner import PipelineState
     from apache_beam.testing.test_stream import TestStream
     from apache_beam.testing import util as testing_util
     from apache_beam.testing.util import assert_that, equal_to
     from apache_beam.transforms import combiners, deduplicate, trigger, userstate, util, window
+    from apache_beam.transforms.core import RestrictionProvider, WatermarkEstimatorProvider
     from apache_beam.transforms.ptransform import PTransform, ptransform_fn
     from apache_beam.transforms.userstate import (
         BagStateSpec, CombiningValueStateSpec, OrderedListStateSpec, ReadModifyWriteStateSpec,
@@ -60,4 +68,7 @@ __all__ = [
     "ptransform_fn", "BagStateSpec", "CombiningValueStateSpec", "OrderedListStateSpec",
     "ReadModifyWriteStateSpec", "SetStateSpec", "TimeDomain", "TimerSpec", "on_timer",
     "MAX_TIMESTAMP", "MIN_TIMESTAMP", "Duration", "Timestamp", "PaneInfoTiming",
+    "RestrictionProgress", "RestrictionTracker", "WatermarkEstimator", "OffsetRange",
+    "OffsetRestrictionTracker", "watermark_estimators", "RestrictionProvider",
+    "WatermarkEstimatorProvider",
 ]

@@ -61,30 +61,40 @@ class OffsetRange:
 
     def split(self, desired_num_offsets_per_split: int,
               min_num_offsets_per_split: int = 1) -> Iterator["OffsetRange"]:
-        """Consecutive parts of about `desired_num_offsets_per_split` positions (a last part
-        smaller than `min_num_offsets_per_split` joins the one before)."""
-        if desired_num_offsets_per_split < 1:
+        """Consecutive parts of `max(desired_num_offsets_per_split, min_num_offsets_per_split)`
+        positions; a last part smaller than a quarter of the desired size or than the minimum
+        joins the one before (as Beam's)."""
+        size = max(desired_num_offsets_per_split, min_num_offsets_per_split)
+        if size < 1:
             raise InvalidArgumentError(
-                f"OffsetRange.split needs desired_num_offsets_per_split >= 1, got "
-                f"{desired_num_offsets_per_split!r}")
+                f"OffsetRange.split needs desired_num_offsets_per_split >= 1 (or "
+                f"min_num_offsets_per_split >= 1), got {desired_num_offsets_per_split!r} and "
+                f"{min_num_offsets_per_split!r}")
         current = self.start
         while current < self.stop:
-            end = min(self.stop, current + desired_num_offsets_per_split)
-            if self.stop - end < min_num_offsets_per_split:
+            end = min(self.stop, current + size)
+            left = self.stop - end
+            if left < desired_num_offsets_per_split // 4 or left < min_num_offsets_per_split:
                 end = self.stop
             yield OffsetRange(current, end)
             current = end
 
     def split_at(self, split_pos: int) -> Tuple["OffsetRange", "OffsetRange"]:
-        """([start, split_pos), [split_pos, stop))."""
-        if not self.start < split_pos < self.stop:
+        """([start, split_pos), [split_pos, stop)); `split_pos` may be the start or the stop
+        (one part is then empty)."""
+        if not self.start <= split_pos <= self.stop:
             raise InvalidArgumentError(
-                f"OffsetRange.split_at({split_pos}) needs a position strictly inside {self!r}")
+                f"OffsetRange.split_at({split_pos}) needs a position within {self!r} "
+                "(start <= split_pos <= stop)")
         return OffsetRange(self.start, split_pos), OffsetRange(split_pos, self.stop)
 
     def new_tracker(self) -> "OffsetRestrictionTracker":
         """An OffsetRestrictionTracker over this range."""
         return OffsetRestrictionTracker(self)
+
+
+class _RestrictionNotDoneError(PipelineExecutionError, ValueError):
+    """`check_done` found positions neither claimed nor checkpointed (a ValueError, as Beam's)."""
 
 
 class OffsetRestrictionTracker(RestrictionTracker):
@@ -105,6 +115,15 @@ class OffsetRestrictionTracker(RestrictionTracker):
         with self._lock:
             return self._range
 
+    def start_position(self) -> int:
+        """The start of the range."""
+        return self._range.start
+
+    def stop_position(self) -> int:
+        """The stop of the range as it is now."""
+        with self._lock:
+            return self._range.stop
+
     @property
     def last_claimed(self) -> Optional[int]:
         """The last position successfully claimed (None: none yet)."""
@@ -115,14 +134,16 @@ class OffsetRestrictionTracker(RestrictionTracker):
         return self._range.start if self._last_attempted is None else self._last_attempted + 1
 
     def try_claim(self, position: int) -> bool:
-        """Claims `position`; False (and no more claims) when it is at or past the stop."""
+        """Claims `position`: True when it is before the stop, False (and no more claims) when
+        it is at or past it; raises (a ValueError) for a position not after the last attempted
+        one or before the start."""
         with self._lock:
             if self._last_attempted is not None and position <= self._last_attempted:
-                raise PipelineExecutionError(
-                    f"{type(self).__name__}: position {position} claimed after {self._last_attempted}"
-                    "; claim positions in increasing order")
+                raise InvalidArgumentError(
+                    f"{type(self).__name__}: position {position} claimed after "
+                    f"{self._last_attempted}; claim positions in strictly increasing order")
             if position < self._range.start:
-                raise PipelineExecutionError(
+                raise InvalidArgumentError(
                     f"{type(self).__name__}: position {position} is before the range "
                     f"{self._range!r}; claim positions from its start")
             self._last_attempted = position
@@ -132,48 +153,48 @@ class OffsetRestrictionTracker(RestrictionTracker):
             return True
 
     def _end_estimate(self) -> int:
+        """The end that progress and splits measure against (at least the next position)."""
         return self._range.stop
 
     def current_progress(self) -> RestrictionProgress:
-        """Done: positions up to the last attempted one; left: the rest up to the stop (or the
-        estimated end)."""
+        """Completed: the positions up to the last attempted one; remaining: the rest up to the
+        stop (or the estimated end). They add up to the current range's size when bounded."""
         with self._lock:
-            done = self._next() - self._range.start
-            left = max(0, self._end_estimate() - self._next())
-            return RestrictionProgress(completed=float(done), remaining=float(left))
+            nxt = min(self._next(), self._range.stop)
+            left = max(0, self._end_estimate() - nxt)
+            return RestrictionProgress(completed=float(nxt - self._range.start),
+                                       remaining=float(left))
 
     def try_split(self, fraction_of_remainder: float) -> Optional[Tuple[OffsetRange, OffsetRange]]:
-        """Cuts the unclaimed rest at `fraction_of_remainder` of it (0: right after the last
-        claim); None when nothing is left to cut."""
+        """Cuts the range after the last attempted position plus `fraction_of_remainder` of what
+        follows it (at least one position on: 0 cuts right after the last claim, a checkpoint);
+        returns (primary, residual), or None when nothing is left to cut (as Beam's)."""
+        if not 0 <= fraction_of_remainder <= 1:
+            raise InvalidArgumentError(
+                f"try_split needs 0 <= fraction_of_remainder <= 1, got {fraction_of_remainder!r}")
         with self._lock:
-            if not 0 <= fraction_of_remainder < 1:
-                raise InvalidArgumentError(
-                    f"try_split needs 0 <= fraction_of_remainder < 1, got {fraction_of_remainder!r}")
-            cur = self._next()
+            cur = self._next() - 1   # the last attempted position (start - 1 when none)
             end = self._end_estimate()
-            if cur >= self._range.stop or (self._last_attempted is not None
-                                            and self._last_attempted >= self._range.stop):
+            split = cur + int(max(1, (end - cur) * fraction_of_remainder))
+            if split >= self._range.stop or split > end:
                 return None
-            split = cur + int(math.ceil((max(end, cur) - cur) * fraction_of_remainder))
-            split = min(max(split, cur), self._range.stop)
-            if split >= self._range.stop:
-                return None
-            primary, residual = (OffsetRange(self._range.start, split),
-                                 OffsetRange(split, self._range.stop))
+            primary, residual = self._range.split_at(split)
             self._range = primary
             return primary, residual
 
     def check_done(self) -> None:
-        """Raises unless every position was claimed or a claim at/after the stop failed."""
+        """Raises (a ValueError) unless every position was claimed or a claim at/after the stop
+        failed."""
         with self._lock:
             if self._range.start == self._range.stop:
                 return
             last = self._last_attempted
             if last is None or last < self._range.stop - 1:
-                done = "nothing" if last is None else f"up to {last}"
-                raise PipelineExecutionError(
-                    f"the restriction {self._range!r} is not done: {done} was attempted; claim "
-                    "every position (until try_claim returns False) or checkpoint the rest with "
+                first = self._range.start if last is None else last + 1
+                raise _RestrictionNotDoneError(
+                    f"the restriction {self._range!r} is not done: positions [{first}, "
+                    f"{self._range.stop}) were not claimed; claim every position (until "
+                    "try_claim returns False) or checkpoint the rest with "
                     "tracker.defer_remainder()")
 
     def is_bounded(self) -> bool:

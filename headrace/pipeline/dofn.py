@@ -127,9 +127,10 @@ class _RestrictionDoFnParam(_DoFnParam):
     __slots__ = ("restriction_provider",)
 
     def __init__(self, restriction_provider: Any = None) -> None:
+        from headrace.errors import InvalidArgumentError
         from headrace.pipeline.splittable import RestrictionProvider
         if restriction_provider is not None and not isinstance(restriction_provider, RestrictionProvider):
-            raise TypeError(
+            raise InvalidArgumentError(
                 "DoFn.RestrictionParam needs a RestrictionProvider (or nothing, when the DoFn "
                 f"subclasses RestrictionProvider itself), got {restriction_provider!r}")
         super().__init__("RestrictionParam")
@@ -150,10 +151,11 @@ class _WatermarkEstimatorDoFnParam(_DoFnParam):
     __slots__ = ("watermark_estimator_provider",)
 
     def __init__(self, watermark_estimator_provider: Any = None) -> None:
+        from headrace.errors import InvalidArgumentError
         from headrace.pipeline.splittable import WatermarkEstimatorProvider
         if watermark_estimator_provider is not None and not isinstance(
                 watermark_estimator_provider, WatermarkEstimatorProvider):
-            raise TypeError(
+            raise InvalidArgumentError(
                 "DoFn.WatermarkEstimatorParam needs a WatermarkEstimatorProvider (e.g. "
                 "ManualWatermarkEstimator.default_provider()), or nothing when the DoFn subclasses "
                 f"WatermarkEstimatorProvider itself; got {watermark_estimator_provider!r}")

@@ -40,39 +40,51 @@ class RestrictionProgress:
 
     @property
     def completed_work(self) -> float:
-        """The work done (0 when only a fraction is known)."""
+        """The work done (given, or derived from `remaining` and `fraction`, or the fraction)."""
         if self._completed is not None:
             return self._completed
-        return float(self._fraction or 0.0) if self._remaining is None else 0.0
+        if self._remaining is not None and self._fraction is not None and self._fraction < 1:
+            return self._remaining * self._fraction / (1 - self._fraction)
+        return float(self._fraction or 0.0)
 
     @property
     def remaining_work(self) -> float:
-        """The work left (1 - fraction when only a fraction is known)."""
+        """The work left (given, or derived from `completed` and `fraction`, or 1 - fraction)."""
         if self._remaining is not None:
             return self._remaining
+        if self._completed is not None and self._fraction:
+            return self._completed * (1 - self._fraction) / self._fraction
         return 1.0 - float(self._fraction or 0.0)
-
-    @property
-    def fraction_completed(self) -> float:
-        """The fraction of the work done, in [0, 1]."""
-        if self._fraction is not None:
-            return self._fraction
-        total = self.completed_work + self.remaining_work
-        return self.completed_work / total if total else 1.0
 
     @property
     def total_work(self) -> float:
         """Done plus left."""
         return self.completed_work + self.remaining_work
 
+    @property
+    def fraction_completed(self) -> float:
+        """The fraction of the work done, in [0, 1] (1 when there is no work)."""
+        if self._fraction is not None:
+            return self._fraction
+        total = self.total_work
+        return self.completed_work / total if total else 1.0
+
+    @property
+    def fraction_remaining(self) -> float:
+        """The fraction of the work left, in [0, 1] (0 when there is no work)."""
+        if self._fraction is not None:
+            return 1 - self._fraction
+        total = self.total_work
+        return self.remaining_work / total if total else 0.0
+
     def with_completed(self, completed: float) -> "RestrictionProgress":
-        """The same total with `completed` work done."""
-        return RestrictionProgress(completed=completed,
-                                   remaining=max(0.0, self.total_work - completed))
+        """A copy with `completed` as the work done (the fraction and remaining work kept)."""
+        return RestrictionProgress(completed=completed, remaining=self._remaining,
+                                   fraction=self._fraction)
 
     def __repr__(self) -> str:
-        return (f"RestrictionProgress(completed={self.completed_work!r}, "
-                f"remaining={self.remaining_work!r})")
+        return (f"RestrictionProgress(fraction={self._fraction!r}, completed={self._completed!r}, "
+                f"remaining={self._remaining!r})")
 
 
 class RestrictionTracker:
@@ -208,6 +220,11 @@ class WatermarkEstimatorProvider:
         """An estimator resuming from `estimator_state`."""
         raise NotImplementedError(
             f"{type(self).__name__} must implement create_watermark_estimator(estimator_state)")
+
+    def estimator_state_coder(self) -> Any:
+        """The coder of estimator states (headrace stores them pickled: any picklable value)."""
+        from headrace.model.element_coders import PickleCoder
+        return PickleCoder()
 
 
 def deferred_until(now: Timestamp, deferred_time: Any) -> Timestamp:
