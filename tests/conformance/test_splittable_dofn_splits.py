@@ -1,8 +1,8 @@
 """Splittable DoFns on the local runner, through the public API (Beam's names).
 
-An SDF reads `OffsetRange(0, n)` for each element, outputting (element, position) for every
-position it claims, on the local runner (its random test splits). However the runner splits the restrictions while they are read
-(`--sdf_test_split_probability`, at random fractions after claims), however the provider splits
+An SDF reads `OffsetRange(0, n)` for each element on the local runner, outputting (element,
+position) for every position it claims. However the runner splits the restrictions while they
+are read (`--sdf_test_split_probability`, at random fractions after claims), however the provider splits
 them initially, and however often the DoFn checkpoints itself (`defer_remainder` every k claims),
 the output is every (element, position) exactly once.
 """
