@@ -3,28 +3,27 @@
     p | MatchFiles("/data/*.csv") | ReadMatches() | beam.Map(lambda f: f.read_utf8())
     p | MatchContinuously("/incoming/*.json", interval=10, stop_after_idle=600)
 
-`MatchContinuously` watches a pattern (Beam Java's `Watch.growthOf`, Beam Python's
-`MatchContinuously`): a splittable DoFn, unbounded per element, whose restriction is what the
-watch has seen; each call polls the pattern, claims the new state, outputs the files not seen
-before (stamped with the poll's processing time, which is also its watermark) and checkpoints
-until the next poll, `interval` seconds later. It ends at `stop_timestamp` or once no new file
-appeared for `stop_after_idle` seconds (Beam Java's `afterTimeSinceNewOutput`).
+`MatchContinuously` (Beam Python's) watches a pattern with `io.watch.Watch`'s splittable DoFn,
+unbounded per element, whose restriction is what the watch has seen: each call polls the
+pattern, claims the new state, outputs the files not seen before (stamped with the poll's
+processing time, which is also its watermark) and checkpoints until the next poll, `interval`
+seconds later. It ends at `stop_timestamp` or once no new file appeared for `stop_after_idle`
+seconds (Beam Java's `afterTimeSinceNewOutput`).
 """
 
 from __future__ import annotations
 
 import enum
-from typing import Any, BinaryIO, FrozenSet, Iterator, List, NamedTuple, Optional
+from typing import Any, BinaryIO, Iterator, List, NamedTuple, Optional
 
 from headrace.errors import InvalidArgumentError
 from headrace.io.filesystem import BeamIOError, CompressionTypes, FileMetadata
 from headrace.io.filesystems import FileSystems
-from headrace.io.watermark_estimators import ManualWatermarkEstimator
-from headrace.model.time import MAX_TIMESTAMP_MICROS, Duration, duration_micros, to_micros
-from headrace.model.windowed import TimestampedValue
-from headrace.pipeline.dofn import DoFn
+from headrace.io.watch import (
+    PollResult, WatchGrowthFn, after_time_since_new_output, after_timestamp, either_of, never,
+)
+from headrace.model.time import Duration, duration_micros, to_micros
 from headrace.pipeline.ptransform import PTransform
-from headrace.pipeline.splittable import RestrictionProgress, RestrictionProvider, RestrictionTracker
 from headrace.utils.timestamp import Timestamp
 
 __all__ = ["EmptyMatchTreatment", "MatchAll", "MatchContinuously", "MatchFiles", "ReadMatches",
@@ -144,116 +143,41 @@ class ReadMatches(PTransform):
         return pcoll | "ReadMatches" >> FlatMap(readable)
 
 
-# ---- watching a pattern: a splittable DoFn ------------------------------------------------
+class _PollPattern:
+    """MatchContinuously's poll function: the files matching the pattern now (none before the
+    start), stamped with the poll's processing time; without deduplication, each poll's files
+    are new ones."""
 
-
-class WatchState(NamedTuple):
-    """A watched pattern's restriction: the keys of the files it output, the processing time
-    of the last poll that found a new one (None before the first poll), and whether it ended."""
-
-    seen: FrozenSet[Any]
-    last_new_us: Optional[int]
-    done: bool
-
-
-class WatchTracker(RestrictionTracker):
-    """Claims the successive states of a watch (Beam Java's GrowthTracker): each claim is the
-    state after a poll; claiming a `done` state ends the watch (that claim fails, as a claim
-    past the end does). A split leaves the primary ended where it is and the rest of the watch
-    (from the current state) as the residual."""
-
-    def __init__(self, restriction: WatchState) -> None:
-        self._state = restriction
-        self._finished = restriction.done
-        self._split = False
-
-    def current_restriction(self) -> WatchState:
-        return self._state
-
-    def current_progress(self) -> RestrictionProgress:
-        return RestrictionProgress(completed=float(len(self._state.seen)), remaining=1.0)
-
-    def try_claim(self, position: WatchState) -> bool:
-        if self._finished or self._split:
-            return False
-        if position.done:
-            self._state = position
-            self._finished = True
-            return False
-        self._state = position
-        return True
-
-    def try_split(self, fraction_of_remainder: float) -> Optional[tuple]:
-        if self._finished or self._split:
-            return None
-        self._split = True
-        return self._state._replace(done=True), self._state
-
-    def check_done(self) -> None:
-        if not (self._finished or self._split):
-            raise InvalidArgumentError(
-                "the watch neither ended (claim a done state) nor checkpointed "
-                "(tracker.defer_remainder) before process returned")
-
-    def is_bounded(self) -> bool:
-        return self._finished or self._split
-
-
-class _WatchProvider(RestrictionProvider):
-    def initial_restriction(self, element: Any) -> WatchState:
-        return WatchState(frozenset(), None, False)
-
-    def create_tracker(self, restriction: WatchState) -> WatchTracker:
-        return WatchTracker(restriction)
-
-    def restriction_size(self, element: Any, restriction: WatchState) -> float:
-        return 1.0
-
-    def truncate(self, element: Any, restriction: WatchState) -> None:
-        return None  # a drained watch stops
-
-
-class WatchFn(DoFn):
-    """MatchContinuously's splittable DoFn: polls an input file pattern (see the module doc)."""
-
-    def __init__(self, interval_us: int, has_deduplication: bool, start_us: int,
-                 stop_us: int, match_updated_files: bool, treatment: EmptyMatchTreatment,
-                 idle_us: Optional[int]) -> None:
-        self.interval_us = interval_us
-        self.has_deduplication = has_deduplication
-        self.start_us = start_us
-        self.stop_us = stop_us
-        self.match_updated_files = match_updated_files
+    def __init__(self, treatment: EmptyMatchTreatment, start_us: Optional[int],
+                 deduplicate: bool) -> None:
         self.treatment = treatment
-        self.idle_us = idle_us
+        self.start_us = start_us
+        self.deduplicate = deduplicate
 
-    def _key(self, m: FileMetadata) -> Any:
-        return (m.path, m.last_updated_in_seconds) if self.match_updated_files else m.path
-
-    @DoFn.unbounded_per_element()
-    def process(self, pattern: str, tracker: Any = DoFn.RestrictionParam(_WatchProvider()),
-                estimator: Any = DoFn.WatermarkEstimatorParam(
-                    ManualWatermarkEstimator.default_provider())) -> Iterator[TimestampedValue]:
-        now_us = Timestamp.now().micros
-        state: WatchState = tracker.current_restriction()
-        if now_us < self.start_us:
-            tracker.defer_remainder(Timestamp(micros=self.start_us))
-            return
-        last_new = now_us if state.last_new_us is None else state.last_new_us
-        if now_us >= self.stop_us or (self.idle_us is not None and now_us - last_new >= self.idle_us):
-            tracker.try_claim(state._replace(done=True))
-            return
+    def __call__(self, pattern: str) -> PollResult:
+        now = Timestamp.now()
+        if self.start_us is not None and now.micros < self.start_us:
+            return PollResult.incomplete([], now)
         found = _match(pattern, self.treatment)
-        new = [m for m in found if not self.has_deduplication or self._key(m) not in state.seen]
-        seen = state.seen | {self._key(m) for m in new} if self.has_deduplication else state.seen
-        fresh = [m for m in new if self._key(m) not in state.seen]
-        if not tracker.try_claim(WatchState(frozenset(seen), now_us if fresh else last_new, False)):
-            return
-        stamp = Timestamp(micros=now_us)
-        for m in new:
-            yield TimestampedValue(m, stamp)
-        estimator.set_watermark(stamp)  # the next poll's files are stamped later
-        tracker.defer_remainder(Duration(micros=self.interval_us))
+        if not self.deduplicate:
+            found = [_Polled(m, now.micros) for m in found]
+        return PollResult.incomplete(found, now)
+
+
+class _Polled(NamedTuple):
+    """A file as one poll saw it (MatchContinuously without deduplication)."""
+
+    metadata: FileMetadata
+    poll_us: int
+
+
+def _file_key(m: Any) -> Any:
+    return m.metadata.path if isinstance(m, _Polled) else m.path
+
+
+def _file_version(m: Any) -> Any:
+    meta = m.metadata if isinstance(m, _Polled) else m
+    return (meta.path, meta.last_updated_in_seconds) + ((m.poll_us,) if isinstance(m, _Polled) else ())
 
 
 class MatchContinuously(PTransform):
@@ -272,17 +196,25 @@ class MatchContinuously(PTransform):
                 f"MatchContinuously needs a file pattern str, got {file_pattern!r}")
         self.file_pattern = file_pattern
         self.interval = interval
-        self.fn = WatchFn(
-            _positive_micros(interval, "interval"), has_deduplication,
-            to_micros(start_timestamp) if start_timestamp is not None else 0,
-            to_micros(stop_timestamp) if stop_timestamp is not None else MAX_TIMESTAMP_MICROS,
-            match_updated_files, empty_match_treatment,
-            None if stop_after_idle is None else _positive_micros(stop_after_idle, "stop_after_idle"))
+        start_us = to_micros(start_timestamp) if start_timestamp is not None else None
+        termination = never()
+        if stop_timestamp is not None:
+            termination = after_timestamp(stop_timestamp)
+        if stop_after_idle is not None:
+            idle = after_time_since_new_output(
+                Duration(micros=_positive_micros(stop_after_idle, "stop_after_idle")))
+            termination = idle if stop_timestamp is None else either_of(termination, idle)
+        self.fn = WatchGrowthFn(
+            _PollPattern(empty_match_treatment, start_us, has_deduplication),
+            _positive_micros(interval, "interval"), termination,
+            _file_key if not match_updated_files else _file_version, with_input=False)
         self.apply_windowing = apply_windowing
 
     def expand(self, pbegin: Any) -> Any:
-        from headrace.transforms.core import Create, ParDo, WindowInto
+        from headrace.transforms.core import Create, Map, ParDo, WindowInto
         out = pbegin | "Pattern" >> Create([self.file_pattern]) | "Watch" >> ParDo(self.fn)
+        if not self.fn.poll_fn.deduplicate:
+            out = out | "Files" >> Map(lambda polled: polled.metadata)
         if self.apply_windowing:
             from headrace.model.window import FixedWindows
             out = out | "ApplyWindowing" >> WindowInto(FixedWindows(self.interval))

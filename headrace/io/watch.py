@@ -1,4 +1,12 @@
-"""Records of files that keep appearing and growing: an `UnboundedSource` over a file pattern.
+"""Watching things grow: Beam's `Watch` (a splittable DoFn polling each input), and the
+records of files that keep appearing and growing (an `UnboundedSource` over a file pattern).
+
+`Watch(poll_fn, poll_interval, termination)` (Beam's `io.watch`, and Beam Java's
+`Watch.growthOf`) calls `poll_fn(input)` every `poll_interval` for each input element, emits
+each output it has not emitted before, and stops when the poll says it is complete or the
+termination condition (`never()`, `after_total_of(d)`, `after_time_since_new_output(d)`,
+`after_timestamp(t)`, `either_of(a, b)`) fires.
+`fileio.MatchContinuously` is a Watch of a file pattern.
 
 `ReadFromTextContinuously` (textio) and `ReadFromJsonContinuously` (jsonio) read every complete
 line of every file matching a pattern, and keep watching it: new files and lines appended to
@@ -20,15 +28,24 @@ from __future__ import annotations
 
 import glob
 import os
-from typing import Any, Callable, Dict, Iterator, List, Optional
+from typing import (
+    Any, Callable, Dict, FrozenSet, Iterable, Iterator, List, NamedTuple, Optional, Sequence, Tuple,
+)
 
-from headrace.errors import DataFormatError, InvalidArgumentError
+from headrace.errors import DataFormatError, InvalidArgumentError, UnsupportedArgumentError
 from headrace.io.iobase import UnboundedSource
-from headrace.model.time import MAX_TIMESTAMP_MICROS, MIN_TIMESTAMP_MICROS, to_micros
+from headrace.io.watermark_estimators import ManualWatermarkEstimator
+from headrace.model.time import (
+    MAX_TIMESTAMP_MICROS, MIN_TIMESTAMP_MICROS, Duration, duration_micros, to_micros,
+)
 from headrace.model.windowed import TimestampedValue
+from headrace.pipeline.dofn import DoFn
+from headrace.pipeline.ptransform import PTransform
+from headrace.pipeline.splittable import RestrictionProgress, RestrictionProvider, RestrictionTracker
 from headrace.utils.timestamp import Timestamp
 
-__all__ = ["GrowingFilesSource", "SKIP"]
+__all__ = ["GrowingFilesSource", "PollFn", "PollResult", "SKIP", "TerminationCondition", "Watch",
+           "after_time_since_new_output", "after_timestamp", "after_total_of", "either_of", "never"]
 
 SKIP = object()   # what `decode` returns for a line that is no record (a blank JSON line)
 
@@ -218,3 +235,321 @@ class GrowingFilesSource(UnboundedSource):
             return Timestamp(micros=MAX_TIMESTAMP_MICROS)
         return Timestamp(micros=position["wm"])
 
+
+
+# ---- Watch: a growing set of outputs per input, polled (Beam's `io.watch`) --------------------
+
+
+class PollResult:
+    """What one poll found: its outputs (TimestampedValues) and, optionally, a watermark (no
+    later output of this input is earlier); `complete(...)` ends the input's polling."""
+
+    def __init__(self, outputs: Sequence[TimestampedValue], watermark: Optional[Timestamp] = None
+                 ) -> None:
+        self.outputs = tuple(outputs)
+        self.watermark = watermark
+
+    @property
+    def is_complete(self) -> bool:
+        """True when the poll said no more outputs will come."""
+        return self.watermark is not None and self.watermark.micros >= MAX_TIMESTAMP_MICROS
+
+    @staticmethod
+    def _stamped(outputs: Iterable[Any], timestamp: Any) -> List[TimestampedValue]:
+        stamp = Timestamp.now() if timestamp is None else Timestamp.of(timestamp)
+        return [o if isinstance(o, TimestampedValue) else TimestampedValue(o, stamp) for o in outputs]
+
+    @staticmethod
+    def incomplete(outputs: Iterable[Any], timestamp: Any = None) -> "PollResult":
+        """Outputs (plain values stamped with `timestamp`, else now), more to come; the
+        watermark is the earliest new output's time."""
+        return PollResult(PollResult._stamped(outputs, timestamp))
+
+    @staticmethod
+    def complete(outputs: Iterable[Any], timestamp: Any = None) -> "PollResult":
+        """The last outputs of the input: polling stops and its watermark is released."""
+        return PollResult(PollResult._stamped(outputs, timestamp),
+                          Timestamp(micros=MAX_TIMESTAMP_MICROS))
+
+    def with_watermark(self, watermark: Any) -> "PollResult":
+        """The same outputs with an explicit watermark."""
+        return PollResult(self.outputs, Timestamp.of(watermark))
+
+    def __repr__(self) -> str:
+        return f"PollResult({list(self.outputs)!r}, watermark={self.watermark})"
+
+
+class PollFn:
+    """An optional base class of poll functions (`input -> PollResult`)."""
+
+    def __call__(self, element: Any) -> PollResult:
+        raise NotImplementedError(f"{type(self).__name__} must implement __call__(element)")
+
+    def default_output_coder(self) -> Any:
+        """A coder for the outputs (unused by headrace, which pickles its state)."""
+        return None
+
+
+class TerminationCondition:
+    """When to stop polling one input; its state is immutable and travels with the watch."""
+
+    def for_new_input(self, now: Timestamp, element: Any) -> Any:
+        """The state of a new input."""
+        raise NotImplementedError(f"{type(self).__name__} must implement for_new_input")
+
+    def on_seen_new_output(self, now: Timestamp, state: Any) -> Any:
+        """The state after a poll found a new output."""
+        return state
+
+    def on_poll_complete(self, state: Any) -> Any:
+        """The state after a poll."""
+        return state
+
+    def can_stop_polling(self, now: Timestamp, state: Any) -> bool:
+        """True when polling the input should stop."""
+        raise NotImplementedError(f"{type(self).__name__} must implement can_stop_polling")
+
+    def state_coder(self) -> Any:
+        """A coder of the state (unused by headrace, which pickles its state)."""
+        return None
+
+
+class _Never(TerminationCondition):
+    def for_new_input(self, now: Timestamp, element: Any) -> Any:
+        return None
+
+    def can_stop_polling(self, now: Timestamp, state: Any) -> bool:
+        return False
+
+
+class _AfterTotalOf(TerminationCondition):
+    def __init__(self, micros: int) -> None:
+        self.micros = micros
+
+    def for_new_input(self, now: Timestamp, element: Any) -> int:
+        return now.micros
+
+    def can_stop_polling(self, now: Timestamp, state: int) -> bool:
+        return now.micros - state > self.micros
+
+
+class _AfterTimeSinceNewOutput(TerminationCondition):
+    def __init__(self, micros: int) -> None:
+        self.micros = micros
+
+    def for_new_input(self, now: Timestamp, element: Any) -> int:
+        return now.micros
+
+    def on_seen_new_output(self, now: Timestamp, state: int) -> int:
+        return now.micros
+
+    def can_stop_polling(self, now: Timestamp, state: int) -> bool:
+        return now.micros - state >= self.micros
+
+
+def never() -> TerminationCondition:
+    """Polls until the poll function returns `PollResult.complete(...)`."""
+    return _Never()
+
+
+def after_total_of(duration: Any) -> TerminationCondition:
+    """Stops polling an input `duration` (a Duration or seconds) after it was first seen."""
+    return _AfterTotalOf(duration_micros(duration))
+
+
+def after_time_since_new_output(duration: Any) -> TerminationCondition:
+    """Stops polling an input once no new output was seen for `duration` (Beam Java's
+    `afterTimeSinceNewOutput`)."""
+    return _AfterTimeSinceNewOutput(duration_micros(duration))
+
+
+class GrowthState(NamedTuple):
+    """A watched input's restriction: the termination state, the keys of the outputs it has
+    emitted, and whether it has ended."""
+
+    termination: Any
+    seen: FrozenSet[bytes]
+    done: bool = False
+
+
+class GrowthTracker(RestrictionTracker):
+    """Claims the successive states of a watch, one per poll (Beam's growth tracker): claiming a
+    `done` state ends it (the claim fails); a split ends the primary where it is and leaves the
+    rest of the watch, from the current state, as the residual."""
+
+    def __init__(self, restriction: GrowthState) -> None:
+        self._state = restriction
+        self._finished = restriction.done
+        self._split = False
+
+    def current_restriction(self) -> GrowthState:
+        return self._state
+
+    def current_progress(self) -> RestrictionProgress:
+        return RestrictionProgress(completed=float(len(self._state.seen)), remaining=1.0)
+
+    def try_claim(self, position: GrowthState) -> bool:
+        if self._finished or self._split:
+            return False
+        self._state = position
+        if position.done:
+            self._finished = True
+            return False
+        return True
+
+    def try_split(self, fraction_of_remainder: float) -> Optional[Tuple[GrowthState, GrowthState]]:
+        if self._finished or self._split:
+            return None
+        self._split = True
+        return self._state._replace(done=True), self._state
+
+    def check_done(self) -> None:
+        if not (self._finished or self._split):
+            raise ValueError("the watch neither ended nor checkpointed before process returned")
+
+    def is_bounded(self) -> bool:
+        return self._finished or self._split
+
+
+def _key_bytes(key: Any) -> bytes:
+    from headrace.model.coders import encode_key
+    try:
+        return encode_key(key)
+    except Exception:
+        import hashlib
+        import pickle
+        return b"p" + hashlib.sha256(pickle.dumps(key)).digest()
+
+
+class WatchGrowthFn(DoFn, RestrictionProvider):
+    """Watch's splittable DoFn (see `Watch`): one input's polls, unbounded per element."""
+
+    def __init__(self, poll_fn: Callable[[Any], PollResult], poll_interval_us: int,
+                 termination: TerminationCondition, output_key_fn: Optional[Callable[[Any], Any]],
+                 with_input: bool = True) -> None:
+        self.poll_fn = poll_fn
+        self.poll_interval_us = poll_interval_us
+        self.termination = termination
+        self.output_key_fn = output_key_fn
+        self.with_input = with_input
+
+    def initial_restriction(self, element: Any) -> GrowthState:
+        return GrowthState(self.termination.for_new_input(Timestamp.now(), element), frozenset())
+
+    def create_tracker(self, restriction: GrowthState) -> GrowthTracker:
+        return GrowthTracker(restriction)
+
+    def restriction_size(self, element: Any, restriction: GrowthState) -> float:
+        return 1.0
+
+    def truncate(self, element: Any, restriction: GrowthState) -> None:
+        return None  # a drained watch stops
+
+    @DoFn.unbounded_per_element()
+    def process(self, element: Any, tracker: Any = DoFn.RestrictionParam(),
+                estimator: Any = DoFn.WatermarkEstimatorParam(
+                    ManualWatermarkEstimator.default_provider())) -> Iterator[Any]:
+        now = Timestamp.now()
+        state: GrowthState = tracker.current_restriction()
+        result = self.poll_fn(element)
+        if not isinstance(result, PollResult):
+            raise InvalidArgumentError(
+                f"Watch's poll function returned {result!r}; return a PollResult, e.g. "
+                "PollResult.incomplete(outputs)")
+        key_fn = self.output_key_fn
+        new, seen = [], set(state.seen)
+        for out in result.outputs:
+            kb = _key_bytes(out.value if key_fn is None else key_fn(out.value))
+            if kb not in seen:
+                seen.add(kb)
+                new.append(out)
+        term = state.termination
+        if new:
+            term = self.termination.on_seen_new_output(now, term)
+        term = self.termination.on_poll_complete(term)
+        if not tracker.try_claim(GrowthState(term, frozenset(seen))):
+            return
+        for out in new:
+            yield TimestampedValue((element, out.value) if self.with_input else out.value,
+                                   out.timestamp)
+        watermark = result.watermark
+        if watermark is None and new:
+            watermark = min(out.timestamp for out in new)
+        if watermark is not None:
+            current = estimator.current_watermark()
+            wm = Timestamp(micros=min(watermark.micros, MAX_TIMESTAMP_MICROS))
+            if current is None or wm > current:
+                estimator.set_watermark(wm)
+        if result.is_complete or self.termination.can_stop_polling(Timestamp.now(), term):
+            tracker.try_claim(GrowthState(term, frozenset(seen), True))
+            return
+        tracker.defer_remainder(Duration(micros=self.poll_interval_us))
+
+
+class Watch(PTransform):
+    """For each input, the outputs of `poll_fn(input)` (a PollResult) polled every
+    `poll_interval` (a Duration or seconds) until `termination` says stop or a poll is complete,
+    each output emitted once (deduplicated by `output_key_fn(output)`, the output itself by
+    default) as an `(input, output)` pair at its timestamp; unbounded (Beam's `io.watch.Watch`).
+    A splittable DoFn, unbounded per element, whose restriction is what the watch has seen."""
+
+    def __init__(self, poll_fn: Callable[[Any], PollResult], poll_interval: Any,
+                 termination: Optional[TerminationCondition] = None, output_coder: Any = None,
+                 output_key_fn: Optional[Callable[[Any], Any]] = None,
+                 output_key_coder: Any = None, timestamp_cursor: bool = False,
+                 allowed_lateness: Any = 0, now_fn: Any = None) -> None:
+        super().__init__()
+        if poll_interval is None:
+            raise InvalidArgumentError("Watch requires a poll_interval (a Duration or seconds)")
+        if not callable(poll_fn):
+            raise InvalidArgumentError(f"Watch needs a poll function, got {poll_fn!r}")
+        if timestamp_cursor or now_fn is not None:
+            raise UnsupportedArgumentError(
+                "Watch(timestamp_cursor=..., now_fn=...) is not supported by headrace: its watch "
+                "keeps the key of every output it emitted, and reads the runner's clock")
+        self.fn = WatchGrowthFn(poll_fn, duration_micros(poll_interval), termination or never(),
+                                output_key_fn)
+
+    def expand(self, pcoll: Any) -> Any:
+        from headrace.transforms.core import ParDo
+        return pcoll | "WatchGrowth" >> ParDo(self.fn)
+
+
+class _EitherOf(TerminationCondition):
+    def __init__(self, first: TerminationCondition, second: TerminationCondition) -> None:
+        self.first, self.second = first, second
+
+    def for_new_input(self, now: Timestamp, element: Any) -> Tuple[Any, Any]:
+        return self.first.for_new_input(now, element), self.second.for_new_input(now, element)
+
+    def on_seen_new_output(self, now: Timestamp, state: Tuple[Any, Any]) -> Tuple[Any, Any]:
+        return (self.first.on_seen_new_output(now, state[0]),
+                self.second.on_seen_new_output(now, state[1]))
+
+    def on_poll_complete(self, state: Tuple[Any, Any]) -> Tuple[Any, Any]:
+        return self.first.on_poll_complete(state[0]), self.second.on_poll_complete(state[1])
+
+    def can_stop_polling(self, now: Timestamp, state: Tuple[Any, Any]) -> bool:
+        return (self.first.can_stop_polling(now, state[0])
+                or self.second.can_stop_polling(now, state[1]))
+
+
+class _AfterTimestamp(TerminationCondition):
+    def __init__(self, micros: int) -> None:
+        self.micros = micros
+
+    def for_new_input(self, now: Timestamp, element: Any) -> None:
+        return None
+
+    def can_stop_polling(self, now: Timestamp, state: Any) -> bool:
+        return now.micros >= self.micros
+
+
+def either_of(first: TerminationCondition, second: TerminationCondition) -> TerminationCondition:
+    """Stops polling when either condition would (Beam Java's `eitherOf`)."""
+    return _EitherOf(first, second)
+
+
+def after_timestamp(timestamp: Any) -> TerminationCondition:
+    """Stops polling once processing time reaches `timestamp`."""
+    return _AfterTimestamp(to_micros(timestamp))
