@@ -8,9 +8,9 @@ Reads, for each element of ELEMENTS, the positions [0, LENGTH) of a generated se
 claims CLAIMS positions per call, moves its manual watermark estimator to the next position
 and checkpoints (`defer_remainder()`), so every micro-batch reads a few positions of each
 element. Its outputs are written per 10 s window (`seq-*`). Every claim is journaled in
-JOURNAL (the driver's process id, the element and the position). With --kill-at, the SDF SIGKILLs its driver once
-(a marker file in --marker remembers it) right after claiming that position of element 1:
-in the middle of a micro-batch.
+JOURNAL (the driver's process id, the element and the position). With --kill-at, the SDF
+SIGKILLs its driver once (a marker file in --marker remembers it) right after claiming that
+position of element 1: in the middle of a micro-batch.
 """
 
 from __future__ import annotations
