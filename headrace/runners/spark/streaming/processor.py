@@ -56,6 +56,8 @@ def processor(specs: Dict[int, Any], forward_key: bytes, env: Any) -> Any:
             self.groupings = GroupingOperator(self.cell, groupings, self.store)
             self.stateful = StatefulOperator(self.cell, stateful, env.max_attempts)
             self.splittable = SplittableOperator(self.cell, splittable, env.max_attempts)
+            self.keyed = {**{g: self.stateful for g in stateful},   # operators of element buckets
+                          **{g: self.splittable for g in splittable}}
 
         def handleInputRows(self, key: Any, rows_: Any, timerValues: Any) -> Iterator[Any]:
             return _guard(self._input(key, rows_), env)
@@ -67,9 +69,7 @@ def processor(specs: Dict[int, Any], forward_key: bytes, env: Any) -> Any:
             expired = expiredTimerInfo.getExpiryTimeInMs()
             if g in side_steps:
                 return _guard(self.side_steps.run(g, ctl, (), expired), env)
-            op = (self.stateful if g in stateful else self.splittable if g in splittable
-                  else self.groupings)
-            return _guard(op.run(g, ctl, {}, expired), env)
+            return _guard(self.keyed.get(g, self.groupings).run(g, ctl, {}, expired), env)
 
         def close(self) -> None:
             self.stateful.close()
@@ -91,10 +91,8 @@ def processor(specs: Dict[int, Any], forward_key: bytes, env: Any) -> Any:
                     yield from self.side_steps.run(g, ctl, rows_, None)
                 elif g in lifted:
                     yield from self.groupings.run(g, ctl, partials_of(rows_), None)
-                elif g in stateful:
-                    yield from self.stateful.run(g, ctl, elements_of(rows_), None)
-                elif g in splittable:
-                    yield from self.splittable.run(g, ctl, elements_of(rows_), None)
+                elif g in self.keyed:   # a stateful or splittable ParDo
+                    yield from self.keyed[g].run(g, ctl, elements_of(rows_), None)
                 else:
                     yield from self.groupings.run(g, ctl, elements_of(rows_), None)
 

@@ -77,13 +77,7 @@ def data_source_class() -> Any:
             state = self.files.batch_state(start.batch, coord.n_groupings)
             if state is None:  # the previous batch's sink has not written its state
                 return start_json
-            while True:
-                try:
-                    end = coord.next_offset(start, state, time.time_ns() // 1000)
-                except PipelineExecutionError as exc:  # a source failed: the driver names the step
-                    raise task_failure(exc) from exc
-                if end is not None or not _wait_for_works(coord, state):
-                    break
+            end = _next_offset(coord, start, state)
             if end is None:
                 if coord.finished(start, state):
                     self.files.mark_finished(start.batch)
@@ -124,6 +118,18 @@ def data_source_class() -> Any:
             return HeadraceStreamReader(self.options["run_dir"])
 
     return HeadraceStreamSource
+
+
+def _next_offset(coord: Any, start: Offset, state: Any) -> Optional[Offset]:
+    """The coordinator's next offset after `start` (None: nothing to do), waiting for the works
+    of splittable steps (`_wait_for_works`); a source's failure names the step."""
+    while True:
+        try:
+            end = coord.next_offset(start, state, time.time_ns() // 1000)
+        except PipelineExecutionError as exc:  # a source failed: the driver names the step
+            raise task_failure(exc) from exc
+        if end is not None or not _wait_for_works(coord, state):
+            return end  # type: ignore[no-any-return]
 
 
 def _wait_for_works(coord: Any, state: Any) -> bool:
