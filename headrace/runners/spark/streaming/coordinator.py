@@ -31,6 +31,12 @@ position it *reserved* when the previous batch was planned (what it had then, at
 `max_records` further): the reservation makes its next watermark known one batch ahead, for
 the Spark clock below; new records thus wait one batch (two when the stream was idle).
 
+A splittable step's works (`splittable`) report their resume times as processing-time wakeups
+and their watermark holds as holds. Due works make a batch run but not a round (the sources may
+advance meanwhile: an unbounded-per-element read must not stop its input); on a TestStream's
+virtual clock, once an island's sources are done, its processing time jumps to the next resume
+time (the local runner's `idle_until`); the query is finished only when no work is left.
+
 A grouping's output watermark stays at or below its input watermark of the previous batch
 (holds of input arriving in a batch are reported after it), so a chain of groupings catches up
 over one round per level.
@@ -95,8 +101,7 @@ class Node(NamedTuple):
 # source what it has, batch after batch; a TEST_STREAM one event per batch; a GROUPING (also a
 # stateful ParDo), a SIDE_STEP (a stage with side inputs, its main input held until they
 # are ready) and a SPLITTABLE step (its live works, `splittable`) hold their output watermark
-# by their keys' holds; the others (STAGE, FLATTEN,
-# RESHUFFLE) pass watermarks on.
+# by their keys' holds; the others (STAGE, FLATTEN, RESHUFFLE) pass watermarks on.
 _SOURCES = (Kind.SOURCE, Kind.UNBOUNDED, Kind.TEST_STREAM)
 _HOLDING = (Kind.GROUPING, Kind.SIDE_STEP, Kind.SPLITTABLE)
 
