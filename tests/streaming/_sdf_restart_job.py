@@ -4,13 +4,14 @@ as a subprocess.
     python _sdf_restart_job.py OUT_DIR CHECKPOINT JOURNAL [--kill-at POSITION --marker DIR]
 
 Reads, for each element of ELEMENTS, the positions [0, LENGTH) of a generated sequence (value
-`element * 1000 + position`, event time `position` seconds) with an offset-range SDF that
-claims CLAIMS positions per call, moves its manual watermark estimator to the next position
-and checkpoints (`defer_remainder()`), so every micro-batch reads a few positions of each
-element. Its outputs are written per 10 s window (`seq-*`). Every claim is journaled in
-JOURNAL (the driver's process id, the element and the position). With --kill-at, the SDF
-SIGKILLs its driver once (a marker file in --marker remembers it) right after claiming that
-position of element 1: in the middle of a micro-batch.
+`element * 1000 + position`, event time `position` seconds) with an offset-range SDF whose
+manual watermark estimator follows the next position. Element 1's calls claim CLAIMS positions
+each and checkpoint (`defer_remainder()`); element 2's claim until the runner's budget
+(`--sdf_max_claims_per_batch=BUDGET`) checkpoints them. So every micro-batch reads a few
+positions of each element. The outputs are written per 10 s window (`seq-*`). Every claim is
+journaled in JOURNAL (the driver's process id, the element and the position). With --kill-at,
+the SDF SIGKILLs its driver once (a marker file in --marker remembers it) right after claiming
+that position of element 1: in the middle of a micro-batch.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from headrace.utils.timestamp import Timestamp
 ELEMENTS = (1, 2)
 LENGTH = 40
 CLAIMS = 4
+BUDGET = 5
 
 
 class Positions(RestrictionProvider):
@@ -47,8 +49,9 @@ class Positions(RestrictionProvider):
 
 
 class ReadSequence(beam.DoFn):
-    """Claims CLAIMS positions per call, outputs their values at their event times, sets the
-    watermark to the next position and checkpoints; journals each claim."""
+    """Claims positions (element 1: CLAIMS per call, then checkpoints; element 2: until a claim
+    fails), outputs their values at their event times, the watermark following the next
+    position; journals each claim."""
 
     def __init__(self, driver_pid, journal, kill_at, marker):
         self.driver_pid = driver_pid
@@ -60,8 +63,8 @@ class ReadSequence(beam.DoFn):
     def process(self, element, tracker=beam.DoFn.RestrictionParam(Positions()),
                 estimator=beam.DoFn.WatermarkEstimatorParam(
                     ManualWatermarkEstimator.default_provider())):
-        pos = tracker.current_restriction().start
-        for _ in range(CLAIMS):
+        start = pos = tracker.current_restriction().start
+        while element != 1 or pos - start < CLAIMS:
             if not tracker.try_claim(pos):
                 return
             with open(self.journal, "a") as fh:
@@ -69,7 +72,7 @@ class ReadSequence(beam.DoFn):
             self._maybe_kill(element, pos)
             yield beam.TimestampedValue(element * 1000 + pos, pos)
             pos += 1
-        estimator.set_watermark(Timestamp(pos))
+            estimator.set_watermark(Timestamp(pos))
         tracker.defer_remainder()
 
     def _maybe_kill(self, element, pos):
@@ -93,7 +96,7 @@ def main(argv):
     a = ap.parse_args(argv)
     opts = PipelineOptions(runner="SparkRunner", spark_master="local[2]",
                            spark_conf=["spark.ui.enabled=false", "spark.sql.shuffle.partitions=2"],
-                           checkpoint_location=a.checkpoint)
+                           checkpoint_location=a.checkpoint, sdf_max_claims_per_batch=BUDGET)
     with beam.Pipeline(options=opts) as p:
         (p | beam.Create(ELEMENTS)
            | beam.ParDo(ReadSequence(os.getpid(), a.journal, a.kill_at, a.marker))
