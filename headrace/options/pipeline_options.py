@@ -464,6 +464,16 @@ class SparkRunnerOptions(PipelineOptions):
         parser.add_argument("--max_records_per_batch", type=int, default=100_000,
                             help="streaming: at most this many records of each source that may "
                                  "grow are read in one micro-batch (default 100000)")
+        parser.add_argument("--sdf_max_claims_per_batch", type=int, default=10_000, metavar="N",
+                            help="streaming: a splittable DoFn claims at most this many positions "
+                                 "of one restriction per micro-batch, then the rest is "
+                                 "checkpointed and resumed in the next (default 10000; 0: no "
+                                 "limit)")
+        parser.add_argument("--sdf_max_seconds_per_batch", type=float, default=5.0,
+                            metavar="SECONDS",
+                            help="streaming: a splittable DoFn works on one restriction for at "
+                                 "most this long per micro-batch (checked after each claim), then "
+                                 "the rest is checkpointed (default 5; 0: no limit)")
         parser.add_argument("--state_partitions", type=int, default=None, metavar="N",
                             help="streaming: partitions of the query's stateful operators (fixed "
                                  "for the life of its checkpoint; each costs time in every "

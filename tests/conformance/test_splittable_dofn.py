@@ -28,6 +28,11 @@ US = 1_000_000
 def _spark_in_progress(request):
     """TEMPORARY (issue 32 in progress): the Spark runners do not run splittable DoFns yet."""
     callspec = getattr(request.node, "callspec", None)
+    # the Spark streaming runner runs them (the tests whose pipeline is unbounded)
+    streaming = ("test_sdf_self_checkpoint_resumes_on_a_test_streams_clock",
+                 "test_unbounded_per_element_sdf_holds_windows_until_its_estimator_allows")
+    if request.node.originalname in streaming:
+        return
     if callspec and str(callspec.params.get("runner", "")).startswith("spark"):
         pytest.skip("splittable DoFns on the Spark runners: in progress")
 

@@ -152,8 +152,20 @@ def demo_stream(url, tmp):
             "too_late_lines": r.too_late_lines}
 
 
+def splittable_dofn(url):
+    """A splittable DoFn over Spark Connect (a bounded pipeline: a streaming query there): each
+    call claims two positions and checkpoints with a delay of 0.3 s of real processing time;
+    every position is read once, each resumed call after the delay."""
+    from tests.conformance.test_splittable_dofn import CheckpointEvery, _check_resumes
+    ns, k, delay = [5, 3], 2, 0.3
+    with beam.Pipeline(options=_options(url)) as p:
+        out = p | beam.Create(ns) | beam.ParDo(CheckpointEvery(k, delay))
+        assert_that(out, lambda got: _check_resumes(got, ns, k, delay))
+    return {"elements": len(ns)}
+
+
 SCENARIOS = [stream_panes, bounded_pipeline, step_failure, static_conf_refused,
-             runtime_conf_applied, bounded_read, demo_stream]
+             runtime_conf_applied, bounded_read, demo_stream, splittable_dofn]
 
 
 def main(argv):

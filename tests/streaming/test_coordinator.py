@@ -199,3 +199,42 @@ def test_a_processing_time_wakeup_in_one_part_does_not_hold_the_other_back():
     st.apply("pt", 0, MAX, 0)                    # a key of island 0 is due now: a round there
     first = c.next_offset(c.initial_offset(), st, wall_us=0)
     assert first.positions == [0, 1]                # island 1 moved on meanwhile
+
+
+# TestStream (pc 1) -> splittable step 0 (pc 2) -> grouping 1 (pc 3)
+SDF_NODES = [Node(TEST_STREAM, 0, (), (1,), (None,)), Node(Kind.SPLITTABLE, 0, (1,), (2,)),
+             Node(GROUPING, 1, (2,), (3,))]
+
+
+def test_due_works_of_a_splittable_step_run_batches_while_the_source_moves_on():
+    c = Coordinator(SDF_NODES, [script()], 2)
+    st = BatchState(2)
+    st.apply("pt", 0, MAX, MIN)                  # a work checkpointed by its budget: due now
+    st.apply("hold", 0, MAX, 1 * US)             # holding its output at 1 s
+    off = c.next_offset(c.initial_offset(), st, wall_us=0)
+    assert off is not None and off.positions == [1]   # not a round: the source advances
+    off = c.next_offset(off, st, wall_us=0)
+    assert off is not None and off.positions == [2]
+    off = c.next_offset(off, st, wall_us=0)      # a round: grouping 1's input moves to the hold
+    assert off is not None and off.input_watermarks == [10 * US, 1 * US]
+    off = c.next_offset(replace(off, positions=[5]), st, wall_us=0)
+    # the script is done, a work is due: batches go on (and the query is not finished)
+    assert off is not None and off.positions == [5] and not c.finished(off, st)
+    st.apply("pt", 0, MIN, MAX)
+    st.apply("hold", 0, 1 * US, MAX)             # the work is done
+    assert c.finished(replace(off, input_watermarks=[MAX, MAX]), st)
+
+
+def test_a_test_streams_clock_jumps_to_the_next_resume_time_once_the_script_is_done():
+    c = Coordinator(SDF_NODES, [script()], 2)
+    st = BatchState(2)
+    done = replace(c.initial_offset(), batch=5, positions=[5], reserved=[5],
+                   island_processing_times=[5 * US],
+                   input_watermarks=[MAX, MAX], output_watermarks=[MAX, MAX],
+                   output_watermarks_before=[MAX, MAX], clock=to_clock(MAX),
+                   next_clock=to_clock(MAX) + 1)
+    assert c.next_offset(done, st, wall_us=0) is None and c.finished(done, st)
+    st.apply("pt", 0, MAX, 35 * US)              # a work resumes 30 s later on the script's clock
+    nxt = c.next_offset(done, st, wall_us=0)
+    assert nxt is not None and nxt.island_processing_times == [35 * US]
+    assert not c.finished(done, st) and c.next_resume(st) == 35 * US

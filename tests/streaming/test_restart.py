@@ -100,3 +100,61 @@ def test_a_job_killed_at_several_points_resumes_with_exactly_once_output(referen
     code, err = _run(out, ckpt)   # the last restart runs to the end
     assert code == 0, err[-3000:]
     assert visible_files(out) == reference
+
+
+# ---- a splittable DoFn --------------------------------------------------------------
+
+SDF_JOB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_sdf_restart_job.py")
+
+
+def _run_sdf(out, ckpt, journal, *flags, kill_at_batch=None):
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYTHONPATH=ROOT)
+    proc = subprocess.Popen([sys.executable, SDF_JOB, str(out), str(ckpt), str(journal), *flags],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if kill_at_batch is not None:
+        deadline = time.monotonic() + 300
+        while proc.poll() is None and time.monotonic() < deadline:
+            if _batches_done(ckpt) >= kill_at_batch:
+                proc.send_signal(signal.SIGKILL)
+                break
+            time.sleep(0.05)
+    _, err = proc.communicate(timeout=600)
+    return proc.returncode, err
+
+
+def test_a_splittable_dofn_killed_mid_run_resumes_its_restrictions_exactly_once(tmp_path):
+    # The SDF's live restrictions are in the state store: a restart on the checkpoint replays
+    # the uncommitted batch from them, so every position is read again only if that batch had
+    # read it, and written exactly once.
+    sys.path.insert(0, os.path.dirname(SDF_JOB))
+    try:
+        import _sdf_restart_job as job
+    finally:
+        sys.path.pop(0)
+    out, ckpt, journal, marker = tmp_path / "out", tmp_path / "ckpt", tmp_path / "journal", tmp_path / "m"
+    marker.mkdir()
+    kill_at = job.LENGTH // 2 + 1   # in the middle of a call (of a micro-batch)
+    code, err = _run_sdf(out, ckpt, journal, "--kill-at", str(kill_at), "--marker", str(marker))
+    assert os.listdir(marker) == ["killed"] and code == -signal.SIGKILL, err[-3000:]
+    code, err = _run_sdf(out, ckpt, journal, kill_at_batch=_batches_done(ckpt) + 2)
+    assert code == -signal.SIGKILL, err[-3000:]
+    code, err = _run_sdf(out, ckpt, journal)
+    assert code == 0, err[-3000:]
+
+    positions = [(e, p) for e in job.ELEMENTS for p in range(job.LENGTH)]
+    lines = sorted(ln for got in visible_files(out).values() for ln in got)
+    assert lines == sorted(str(e * 1000 + p) for e, p in positions)   # exactly once
+    by_run = {}   # by driver process: one per run
+    for ln in journal.read_text().splitlines():
+        pid, e, p = map(int, ln.split())
+        by_run.setdefault(pid, []).append((e, p))
+    assert len(by_run) == 3
+    claimed = [c for cs in by_run.values() for c in cs]
+    assert sorted(set(claimed)) == positions
+    for e, per_batch in zip(job.ELEMENTS, (job.CLAIMS, job.BUDGET)):
+        # each of the two restarts re-reads at most what one batch read (the uncommitted one's)
+        again = [p for (el, p) in claimed if el == e]
+        assert len(again) - job.LENGTH <= 2 * per_batch, sorted(again)
+        assert len(again) >= job.LENGTH
+    first = set(list(by_run.values())[0])
+    assert (1, kill_at) in first and len(first) < len(positions)   # it was killed mid-run

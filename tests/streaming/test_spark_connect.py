@@ -184,3 +184,8 @@ def test_a_bounded_read_runs_over_spark_connect(connect_results):
 def test_the_streaming_demo_runs_over_spark_connect(connect_results):
     detail = _outcome(connect_results, "demo_stream")
     assert detail["late_panes"] > 0 and detail["too_late_lines"] > 0 and detail["dropped"] > 0
+
+
+def test_a_splittable_dofn_resumes_its_checkpoints_over_spark_connect(connect_results):
+    # connect_scenarios.splittable_dofn: works checkpointed with a real-time delay, resumed
+    assert _outcome(connect_results, "splittable_dofn") == {"elements": 2}

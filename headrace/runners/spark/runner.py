@@ -47,8 +47,8 @@ class SparkRunner:
 
 
 def is_streaming(pipeline: Pipeline, options: Any) -> bool:
-    """Whether a pipeline runs as a streaming query: --streaming, or an unbounded source."""
+    """Whether a pipeline runs as a streaming query: --streaming, or an unbounded PCollection
+    (an unbounded source's, or an unbounded-per-element splittable DoFn's output)."""
     if options is not None and getattr(options, "streaming", False):
         return True
-    return any(not pc.is_bounded for n in pipeline.primitives() if not n.inputs
-               for pc in n.outputs.values())
+    return any(not pc.is_bounded for n in pipeline.primitives() for pc in n.outputs.values())

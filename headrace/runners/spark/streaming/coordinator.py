@@ -31,6 +31,12 @@ position it *reserved* when the previous batch was planned (what it had then, at
 `max_records` further): the reservation makes its next watermark known one batch ahead, for
 the Spark clock below; new records thus wait one batch (two when the stream was idle).
 
+A splittable step's works (`splittable`) report their resume times as processing-time wakeups
+and their watermark holds as holds. Due works make a batch run but not a round (the sources may
+advance meanwhile: an unbounded-per-element read must not stop its input); on a TestStream's
+virtual clock, once an island's sources are done, its processing time jumps to the next resume
+time (the local runner's `idle_until`); the query is finished only when no work is left.
+
 A grouping's output watermark stays at or below its input watermark of the previous batch
 (holds of input arriving in a batch are reported after it), so a chain of groupings catches up
 over one round per level.
@@ -93,11 +99,11 @@ class Node(NamedTuple):
 
 # Node kinds: a SOURCE has all its elements in the first batch, then +infinity; an UNBOUNDED
 # source what it has, batch after batch; a TEST_STREAM one event per batch; a GROUPING (also a
-# stateful ParDo) and a SIDE_STEP (a stage with side inputs, its main input held until they
-# are ready) hold their output watermark by their keys' holds; the others (STAGE, FLATTEN,
-# RESHUFFLE) pass watermarks on.
+# stateful ParDo), a SIDE_STEP (a stage with side inputs, its main input held until they
+# are ready) and a SPLITTABLE step (its live works, `splittable`) hold their output watermark
+# by their keys' holds; the others (STAGE, FLATTEN, RESHUFFLE) pass watermarks on.
 _SOURCES = (Kind.SOURCE, Kind.UNBOUNDED, Kind.TEST_STREAM)
-_HOLDING = (Kind.GROUPING, Kind.SIDE_STEP)
+_HOLDING = (Kind.GROUPING, Kind.SIDE_STEP, Kind.SPLITTABLE)
 
 
 class BatchState:
@@ -159,6 +165,7 @@ class Coordinator:
         self._streams = [i for i, s in enumerate(scripts) if s is not None]
         self._tags = {node.ref: node.tags for node in self.nodes if node.kind is Kind.TEST_STREAM}
         self._side_steps = [node.ref for node in self.nodes if node.kind is Kind.SIDE_STEP]
+        self._splittable = [node.ref for node in self.nodes if node.kind is Kind.SPLITTABLE]
         pt_free = ([bool(merge_elements)] * n_groupings if isinstance(merge_elements, bool)
                    else [bool(b) for b in merge_elements])
         self._find_islands()
@@ -220,11 +227,39 @@ class Coordinator:
                       side_input_watermarks={node.ref: [MIN] * len(node.sides)
                                              for node in self.nodes if node.sides})
 
-    def finished(self, offset: Offset) -> bool:
+    def finished(self, offset: Offset, state: Optional[BatchState] = None) -> bool:
         """True when every source has ended and every grouping's input watermark is at +infinity
-        after the batch that ended at `offset` (nothing is left to do)."""
+        after the batch that ended at `offset` (nothing is left to do), and (with the `state`
+        after it) no splittable step has works left."""
         return (all(w == MAX for w in offset.input_watermarks)
-                and all(w == MAX for w in self.source_watermarks(offset.positions).values()))
+                and all(w == MAX for w in self.source_watermarks(offset.positions).values())
+                and (state is None or all(state.min_hold(g) == MAX and state.min_ptime(g) == MAX
+                                          for g in self._splittable)))
+
+    def works_due(self, state: BatchState, pts: List[int]) -> List[bool]:
+        """Per island, whether a splittable step's works are due at its processing time: a
+        batch must run, though it need not be a round (its sources may advance meanwhile)."""
+        due = [False] * self.n_islands
+        for g in self._splittable:
+            if state.min_ptime(g) <= pts[self._g_island[g]]:
+                due[self._g_island[g]] = True
+        return due
+
+    def next_resume(self, state: BatchState) -> int:
+        """The earliest processing time at which a splittable step's works resume (MAX: none)."""
+        return min([MAX] + [state.min_ptime(g) for g in self._splittable])
+
+    def _jump(self, k: int, pts: List[int], state: BatchState) -> bool:
+        """On a TestStream's virtual clock, once island k's sources are done: lets its processing
+        time jump to the next resume time of its splittable steps' works (as the local runner's
+        `idle_until` does); False if it has none."""
+        if not self.virtual_time:
+            return False
+        nxt = min([MAX] + [state.min_ptime(g) for g in self._splittable if self._g_island[g] == k])
+        if pts[k] < nxt < MAX:
+            pts[k] = nxt
+            return True
+        return False
 
     def next_offset(self, start: Offset, state: BatchState, wall_us: int) -> Optional[Offset]:
         """The end offset of the next batch after the batch that ended at `start` (whose
@@ -243,13 +278,16 @@ class Coordinator:
         rrs = list(start.round_robin)
         busy = self._busy(start, state, in_wm, sides, pts)
         moved = False
+        due = self.works_due(state, pts)
         for k in range(self.n_islands):
             if not busy[k] and self._advance(k, pos, pts, rrs, state, reserved):
                 moved = True
+            elif not busy[k] and not due[k] and self._jump(k, pts, state):
+                due[k] = True
         if moved:
             in_wm, out_wm = self.watermarks(pos, state, prev_out, prev_in)
             sides = self.side_watermarks(pos, state, prev_out, prev_in)
-        elif not any(busy) and self._reserve(pos, wall_us) == reserved:
+        elif not any(busy) and not any(due) and self._reserve(pos, wall_us) == reserved:
             # idle, unless an unbounded source has new records: a batch without input then
             # reserves them for the next one
             return None
@@ -278,7 +316,8 @@ class Coordinator:
         before = start.output_watermarks_before
         for g in range(self.n_groupings):
             k = self._g_island[g]
-            if (in_wm[g] != start.input_watermarks[g] or state.min_ptime(g) <= pts[k]
+            due = state.min_ptime(g) <= pts[k] and g not in self._splittable   # `works_due`
+            if (in_wm[g] != start.input_watermarks[g] or due
                     or (g in self._side_steps and start.output_watermarks[g] != before[g])):
                 busy[k] = True
         for ref, ws in sides.items():

@@ -19,12 +19,14 @@ from headrace.runners.kit import plan as planning
 from headrace.runners.kit.plan import Kind
 from headrace.runners.kit.partial import Lift, lift
 from headrace.runners.kit.side_inputs import SideInputCombiner, replace_views
+from headrace.runners.kit.sdf import SplittableSpec
 from headrace.runners.kit.sources import split_source
 from headrace.runners.kit.stateful import StatefulSpec
 from headrace.runners.spark.streaming import rows
 from headrace.runners.spark.streaming.coordinator import Coordinator, Node
 from headrace.runners.spark.streaming.grouping import GroupingSpec
 from headrace.runners.spark.streaming.side_steps import SideStepSpec
+from headrace.runners.spark.streaming.splittable import SplittableStepSpec
 from headrace.runners.spark.streaming.stateful import StatefulStepSpec
 from headrace.runners.spark.streaming.source import SourcePlan
 from headrace.runners.spark.streaming.stages import LevelSpec, LevelUnit
@@ -58,12 +60,13 @@ class StreamPlan(SourcePlan):
 
 
 def build_plan(pipeline: Pipeline, bundle_size: int, max_attempts: int, partitions: int,
-               ctl_keys: Tuple[bytes, ...], max_records: int = 100_000) -> StreamPlan:
-    """Plans `pipeline` as a streaming query (see the module doc); errors name the step."""
-    units = planning.plan(pipeline, "Spark streaming runner",
-                          planning.ALL_KINDS - {planning.Kind.SPLITTABLE},
-                          {planning.Kind.SPLITTABLE: "splittable DoFns run on the local runner only so far"})
-    planner = _Planner(partitions)
+               ctl_keys: Tuple[bytes, ...], max_records: int = 100_000,
+               sdf_budget: Tuple[Optional[int], Optional[float]] = (None, None)) -> StreamPlan:
+    """Plans `pipeline` as a streaming query (see the module doc); errors name the step.
+    `sdf_budget`: a splittable DoFn's claims and seconds per work and micro-batch (None: no
+    limit)."""
+    units = planning.plan(pipeline, "Spark streaming runner", planning.ALL_KINDS, {})
+    planner = _Planner(partitions, sdf_budget)
     for u in units:
         planner.add(u)
     return planner.finish(units, bundle_size, max_attempts, ctl_keys, max_records)
@@ -82,8 +85,11 @@ def _side_specs(views: List[Any]) -> List[Tuple[int, int, Any]]:
 class _Planner:
     """Builds a `StreamPlan` unit by unit (`add`, in dependency order), then `finish`es it."""
 
-    def __init__(self, partitions: int) -> None:
+    def __init__(self, partitions: int,
+                 sdf_budget: Tuple[Optional[int], Optional[float]] = (None, None)) -> None:
         self.partitions = partitions
+        self.sdf_budget = sdf_budget
+        self.splittable: Set[int] = set()          # splittable steps' indices
         self.level_of: Dict[int, int] = {}        # pc id -> level it is made at
         self.nodes: List[Node] = []
         self.sources: List[Source] = []
@@ -117,6 +123,8 @@ class _Planner:
             self._grouping(u)
         elif u.kind == Kind.STATEFUL:
             self._stateful(u)
+        elif u.kind == Kind.SPLITTABLE:
+            self._splittable(u)
         else:  # Flatten, Reshuffle: pass elements on
             self._pass(u)
 
@@ -241,6 +249,16 @@ class _Planner:
         self._keyed(u, src._id, g, self.level_of[src._id] + 1, StatefulStepSpec(g, StatefulSpec.of(u.node)))
         self.nodes.append(Node(Kind.GROUPING, g, (src._id,), _outs(u)))
 
+    def _splittable(self, u: planning.Primitive) -> None:
+        """A splittable ParDo: its live works kept in buckets (`splittable`), its input spread
+        over them by the level before."""
+        src = u.node.inputs[0]
+        g = self._new_grouping()
+        self.splittable.add(g)
+        spec = SplittableStepSpec(g, SplittableSpec.of(u.node), *self.sdf_budget)
+        self._keyed(u, src._id, g, self.level_of[src._id] + 1, spec)
+        self.nodes.append(Node(Kind.SPLITTABLE, g, (src._id,), _outs(u)))
+
     def _keyed(self, u: planning.Primitive, src: int, g: int, lv: int, spec: Any) -> None:
         """Registers stateful operator `g` at level `lv`, its input keyed by the level before."""
         self.g_specs.setdefault(lv, {})[g] = spec
@@ -273,7 +291,7 @@ class _Planner:
                 later, ctl_keys if lv < top else None, bundle_size, max_attempts,
                 {k: tuple(v) for k, v in self.spread.get(lv, {}).items()},
                 frozenset(self.broadcast.get(lv, ())), self.lifts.get(lv, {}),
-                BUCKETS_PER_PARTITION * self.partitions))
+                BUCKETS_PER_PARTITION * self.partitions, splittable=frozenset(self.splittable)))
         return levels
 
     def _processing_time_free(self) -> List[bool]:
@@ -287,6 +305,8 @@ class _Planner:
                     dofn = spec.spec.step.dofn
                     assert dofn is not None
                     merge[g] = all(t.is_event_time for t in get_dofn_specs(coders.loads(dofn))[1])
+                elif isinstance(spec, SplittableStepSpec):
+                    merge[g] = False   # its works resume at processing times
         return merge
 
     def finish(self, units: List[planning.Unit], bundle_size: int, max_attempts: int,

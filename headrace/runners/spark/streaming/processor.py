@@ -9,9 +9,10 @@ side-input elements, then pass-through rows, then the keys of the operators, eac
 * a grouping (`grouping`): a bucket of keys of a GroupByKey or CombinePerKey;
 * a side step (`side_steps`): a spread key of a stage's main input, held until its side inputs'
   windows are complete; the side inputs are kept on every partition's control key;
-* a stateful ParDo (`stateful`): a bucket of keys of a DoFn with user state and timers.
+* a stateful ParDo (`stateful`): a bucket of keys of a DoFn with user state and timers;
+* a splittable ParDo (`splittable`): a bucket of its live works (restrictions left to process).
 
-Spark timers wake the keys of the three up alike.
+Spark timers wake the keys of the four up alike.
 """
 
 from __future__ import annotations
@@ -28,11 +29,12 @@ from headrace.runners.spark.streaming.grouping import (
 from headrace.runners.spark.streaming.side_steps import (
     SideInputStore, SideStepOperator, SideStepSpec, add_side_row,
 )
+from headrace.runners.spark.streaming.splittable import SplittableOperator, SplittableStepSpec
 from headrace.runners.spark.streaming.stateful import StatefulOperator, StatefulStepSpec
 
 def processor(specs: Dict[int, Any], forward_key: bytes, env: Any) -> Any:
-    """The StatefulProcessor running `specs` (GroupingSpecs, SideStepSpecs and
-    StatefulStepSpecs, by index), for `transformWithState`; the partition whose control key is
+    """The StatefulProcessor running `specs` (GroupingSpecs, SideStepSpecs, StatefulStepSpecs
+    and SplittableStepSpecs, by index), for `transformWithState`; the partition whose control key is
     `forward_key` passes the control row on."""
     from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 
@@ -40,6 +42,7 @@ def processor(specs: Dict[int, Any], forward_key: bytes, env: Any) -> Any:
     groupings = {g: sp for g, sp in specs.items() if isinstance(sp, GroupingSpec)}
     lifted = {g for g, sp in groupings.items() if sp.lifted}
     stateful = {g: sp for g, sp in specs.items() if isinstance(sp, StatefulStepSpec)}
+    splittable = {g: sp for g, sp in specs.items() if isinstance(sp, SplittableStepSpec)}
     side_specs = {g: sp for g, sp in specs.items() if getattr(sp, "sides", ())}
 
     class HeadraceGroupings(StatefulProcessor):  # type: ignore[misc]
@@ -52,6 +55,9 @@ def processor(specs: Dict[int, Any], forward_key: bytes, env: Any) -> Any:
             self.side_steps = SideStepOperator(self.cell, side_steps)
             self.groupings = GroupingOperator(self.cell, groupings, self.store)
             self.stateful = StatefulOperator(self.cell, stateful, env.max_attempts)
+            self.splittable = SplittableOperator(self.cell, splittable, env.max_attempts)
+            self.keyed = {**{g: self.stateful for g in stateful},   # operators of element buckets
+                          **{g: self.splittable for g in splittable}}
 
         def handleInputRows(self, key: Any, rows_: Any, timerValues: Any) -> Iterator[Any]:
             return _guard(self._input(key, rows_), env)
@@ -63,11 +69,11 @@ def processor(specs: Dict[int, Any], forward_key: bytes, env: Any) -> Any:
             expired = expiredTimerInfo.getExpiryTimeInMs()
             if g in side_steps:
                 return _guard(self.side_steps.run(g, ctl, (), expired), env)
-            op = self.stateful if g in stateful else self.groupings
-            return _guard(op.run(g, ctl, {}, expired), env)
+            return _guard(self.keyed.get(g, self.groupings).run(g, ctl, {}, expired), env)
 
         def close(self) -> None:
             self.stateful.close()
+            self.splittable.close()
             self.groupings.close()
 
         def _input(self, key: Any, rows_: Any) -> Iterator[rows.Row]:
@@ -85,8 +91,8 @@ def processor(specs: Dict[int, Any], forward_key: bytes, env: Any) -> Any:
                     yield from self.side_steps.run(g, ctl, rows_, None)
                 elif g in lifted:
                     yield from self.groupings.run(g, ctl, partials_of(rows_), None)
-                elif g in stateful:
-                    yield from self.stateful.run(g, ctl, elements_of(rows_), None)
+                elif g in self.keyed:   # a stateful or splittable ParDo
+                    yield from self.keyed[g].run(g, ctl, elements_of(rows_), None)
                 else:
                     yield from self.groupings.run(g, ctl, elements_of(rows_), None)
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
-from typing import Any
+from typing import Any, Optional, Tuple
 
 from headrace.options.pipeline_options import LocalRunnerOptions, SparkRunnerOptions
 from headrace.pipeline.pipeline import Pipeline
@@ -57,7 +57,7 @@ class SparkStreamingRunner:
         keys = queries.partition_keys(spark, n)
         max_attempts = max(1, int(lo.max_bundle_attempts))
         plan = build_plan(pipeline, max(1, int(lo.bundle_size)), max_attempts,
-                          n, keys, max(1, int(so.max_records_per_batch)))
+                          n, keys, max(1, int(so.max_records_per_batch)), _sdf_budget(so))
         if old is not None:
             check_restart(old, plan, checkpoint)
         files.write_plan(plan)
@@ -73,3 +73,10 @@ class SparkStreamingRunner:
                                          bool(plan.coordinator.unbounded))
         result.wait_until_finish()
         return result
+
+
+def _sdf_budget(so: Any) -> Tuple[Optional[int], Optional[float]]:
+    """A splittable DoFn's budget per work and micro-batch (--sdf_max_claims_per_batch,
+    --sdf_max_seconds_per_batch; 0 or less: no limit)."""
+    claims, seconds = int(so.sdf_max_claims_per_batch or 0), float(so.sdf_max_seconds_per_batch or 0)
+    return (claims if claims > 0 else None, seconds if seconds > 0 else None)

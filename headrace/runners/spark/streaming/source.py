@@ -19,6 +19,7 @@ import time
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from headrace.errors import PipelineExecutionError
+from headrace.model.time import MAX_TIMESTAMP_MICROS
 from headrace.model.windowed import WindowedValue
 from headrace.model.window import GLOBAL_WINDOWS_TUPLE
 from headrace.runners.kit.plan import Kind
@@ -76,12 +77,9 @@ def data_source_class() -> Any:
             state = self.files.batch_state(start.batch, coord.n_groupings)
             if state is None:  # the previous batch's sink has not written its state
                 return start_json
-            try:
-                end = coord.next_offset(start, state, time.time_ns() // 1000)
-            except PipelineExecutionError as exc:  # a source failed: the driver names the step
-                raise task_failure(exc) from exc
+            end = _next_offset(coord, start, state)
             if end is None:
-                if coord.finished(start):
+                if coord.finished(start, state):
                     self.files.mark_finished(start.batch)
                 return start_json
             return end.to_json()  # type: ignore[no-any-return]
@@ -120,6 +118,35 @@ def data_source_class() -> Any:
             return HeadraceStreamReader(self.options["run_dir"])
 
     return HeadraceStreamSource
+
+
+def _next_offset(coord: Any, start: Offset, state: Any) -> Optional[Offset]:
+    """The coordinator's next offset after `start` (None: nothing to do), waiting for the works
+    of splittable steps (`_wait_for_works`); a source's failure names the step."""
+    while True:
+        try:
+            end = coord.next_offset(start, state, time.time_ns() // 1000)
+        except PipelineExecutionError as exc:  # a source failed: the driver names the step
+            raise task_failure(exc) from exc
+        if end is not None or not _wait_for_works(coord, state):
+            return end  # type: ignore[no-any-return]
+
+
+def _wait_for_works(coord: Any, state: Any) -> bool:
+    """Nothing to do now, but a splittable step's works resume at a later (real) processing
+    time: waits towards it (at most `_WORKS_WAIT` seconds, so an unbounded source is still
+    polled) and returns True (ask again). An idle query with a trigger "available now" would
+    otherwise end before they resume; a query polling an unbounded source asks again anyway."""
+    if coord.virtual_time or coord.unbounded:
+        return False
+    resume = coord.next_resume(state)
+    if resume >= MAX_TIMESTAMP_MICROS:
+        return False
+    time.sleep(min(max(0.0, (resume - time.time_ns() // 1000) / 1e6), _WORKS_WAIT) + 0.001)
+    return True
+
+
+_WORKS_WAIT = 1.0
 
 
 def split_bundle(i: int, j: int) -> int:

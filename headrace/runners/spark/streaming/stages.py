@@ -39,6 +39,7 @@ from headrace.runners.kit.sources import range_failure, read_unbounded, to_windo
 from headrace.runners.kit.stage import FusedStage
 from headrace.runners.spark.fastpath import VectorCombiner, vector_chain, vector_combiner
 from headrace.runners.spark.streaming import rows
+from headrace.runners.spark.streaming.splittable import emit_inputs
 from headrace.runners.spark.worker.packing import pack
 from headrace.runners.spark.worker.sides import side_reader, stage_arguments
 
@@ -74,6 +75,7 @@ class LevelSpec(NamedTuple):
     # the first level of a split read (`source.SourcePlan.split_reads`): unbounded source index
     # -> (step label, UnboundedSource, output pc), whose ranges (`rows.READ_PC`) it reads
     reads: Dict[int, Tuple[str, Any, int]] = {}
+    splittable: frozenset = frozenset()              # splittable steps of the next level (by index)
 
 
 Item = Tuple[int, int, WindowedValue]  # (bundle, seq, element)
@@ -213,6 +215,10 @@ class _Partition:
                 for bk, payload in _partials(g, label, fn, windowing, items, spec.buckets,
                                              self.committed, _behind_of(spec, g, w_prev)):
                     out.add(rows.KEYED, pc, bk, 0, 0, payload)
+        sdfs = tuple(g for g, _ in readers if g in spec.splittable)
+        if sdfs:   # splittable steps: spread by the elements' encoding (`splittable`)
+            readers = tuple(r for r in readers if r[0] not in spec.splittable)
+            emit_inputs(out, pc, items, sdfs, spec.buckets)
         if readers:
             _emit_keyed(out, pc, items, readers, spec.buckets)
         if steps:

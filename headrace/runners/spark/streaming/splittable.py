@@ -1,0 +1,155 @@
+"""The splittable-DoFn operator of the streaming runner: a ParDo of a splittable DoFn
+(`kit.sdf`, the one expansion every runner runs) as a stateful step whose live works are kept
+in buckets (`buckets`), as a stateful ParDo's keys are.
+
+* The level before spreads the step's input elements over its buckets by a hash of their
+  encoding (`emit_inputs`), so the rows of one element always reach the same bucket.
+* In a micro-batch, a bucket's new elements become works (`SplittableStep.initial_works`) and,
+  with the bucket's live works whose resume time (processing time) has come, are processed as
+  one bundle (retried whole on failure), each within the step's budget (`SplitPolicy`:
+  `--sdf_max_claims_per_batch`, `--sdf_max_seconds_per_batch`), at the batch's processing time.
+* What is left (the budget's checkpoints, `defer_remainder(delay)`'s, the restrictions of an
+  `unbounded_per_element` read) is stored in the bucket, each work under its own key (the
+  batch's number and its place among the bundle's residuals: what a replayed batch computes
+  again), its record holding the `Work`, its watermark hold (`Work.hold_us`) and its
+  processing-time wakeup (`Work.resume_at_us`). The bucket's Spark timer wakes it up every
+  batch while it has works; the coordinator schedules batches while works are due and
+  computes the step's output watermark as min(its input watermark, the holds of its works), as
+  it does for a grouping's keys (`coordinator`). On a TestStream's virtual clock, the clock
+  jumps to the next resume time once the script is done, as the local runner's does.
+* The bundle finalizer's callbacks run once the bucket's output rows are in Spark's hands (as
+  the stages' do, `stages`); never those of a failed attempt.
+
+A restarted query (after a crash) finds the works of the last committed batch in the state
+store and replays the uncommitted batch from them, so it reads exactly what it read before.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Tuple
+
+from headrace.errors import ElementError
+from headrace.metrics.metric import MetricsContainer
+from headrace.model.windowed import WindowedValue
+from headrace.runners.kit.sdf import SplitPolicy, SplittableSpec, SplittableStep, Work
+from headrace.runners.kit.stage import bundle_failure
+from headrace.runners.spark.streaming import rows
+from headrace.runners.spark.streaming.buckets import Bucket, BucketOperator, KeyCell, KeyRecord
+from headrace.runners.spark.streaming.offsets import Control
+from headrace.runners.spark.worker.packing import pack
+
+#: a bucket's new elements: {key bytes: {bundle: [(place, element)]}} (`grouping.elements_of`)
+Arrived = Dict[bytes, Dict[int, List[Tuple[int, WindowedValue]]]]
+
+
+class SplittableStepSpec(NamedTuple):
+    """A splittable ParDo as the processor runs it (picklable), with its budget per work and
+    micro-batch (None: no limit)."""
+
+    ref: int
+    spec: SplittableSpec
+    max_claims: Optional[int] = None
+    max_seconds: Optional[float] = None
+
+    @property
+    def label(self) -> str:
+        """The step's label."""
+        return self.spec.label
+
+    def policy(self) -> SplitPolicy:
+        """The runner's splits of a work in one micro-batch: its budget, then a checkpoint."""
+        return SplitPolicy(max_claims=self.max_claims, max_seconds=self.max_seconds)
+
+
+def emit_inputs(out: rows.Columns, pc: int, items: List[Tuple[int, int, WindowedValue]],
+                readers: Tuple[int, ...], n_buckets: int) -> None:
+    """One row per bucket of the splittable steps `readers` reading `pc`: {key bytes: the
+    elements with that hash of their encoding, with their bundles and places}."""
+    buckets: Dict[bytes, Dict[bytes, List[Any]]] = {}
+    for item in items:
+        kb = struct.pack(">I", zlib.crc32(pack([item[2]])))
+        for g in readers:
+            buckets.setdefault(rows.bucket_key(g, kb, n_buckets), {}).setdefault(kb, []).append(item)
+    for bk, by_key in buckets.items():
+        out.add(rows.KEYED, pc, bk, 0, 0, pack(by_key))
+
+
+def work_key(batch: int, i: int) -> bytes:
+    """The key of the `i`-th work left by a bucket's bundle in micro-batch `batch`."""
+    return struct.pack(">qI", batch, i)
+
+
+class SplittableOperator(BucketOperator):
+    """The splittable ParDos of one processor (`specs`: by index), each built on first use."""
+
+    def __init__(self, cell: KeyCell, specs: Dict[int, SplittableStepSpec], max_attempts: int) -> None:
+        super().__init__(cell)
+        self.specs = specs
+        self.max_attempts = max_attempts
+        self.steps: Dict[int, SplittableStep] = {}
+
+    def close(self) -> None:
+        """Tears down the steps' DoFns."""
+        for step in self.steps.values():
+            step.teardown()
+
+    def _step(self, g: int) -> SplittableStep:
+        step = self.steps.get(g)
+        if step is None:
+            step = self.steps[g] = SplittableStep(self.specs[g].spec)
+        return step
+
+    def run(self, g: int, ctl: Control, inputs: Dict[bytes, Any],
+            expired: Optional[int]) -> Iterator[rows.Row]:
+        """One bucket of splittable step `g` (see the module doc): its new elements (`inputs`,
+        `Arrived`) and its due works as one bundle, the works left stored, the bucket's timer
+        moved and its hold and wakeup reported; then the bundle's finalizer."""
+        stored: Optional[Bucket] = self.cell.load()
+        bucket = stored if stored is not None else Bucket()
+        recs = bucket.records
+        step = self._step(g)
+        pt = ctl.processing_times[g]
+        works = self._new_works(step, inputs)
+        # due: its resume time has come, and it was not left by this batch (a bucket with new
+        # elements may also have its timer expire in the same batch)
+        for kb in sorted(kb for kb, rec in recs.items()
+                         if rec.state.resume_at_us <= pt and (rec.timer or 0) <= ctl.clock):
+            works.append(recs.pop(kb).state)
+        if works:
+            committed, attempted = MetricsContainer(), MetricsContainer()
+            result = step.run_bundle(works, pt, self.specs[g].policy(), self.max_attempts,
+                                     committed, attempted, finalize=False)
+            for pc, lst in result.outputs.items():
+                if lst:
+                    yield (rows.PASS, pc, b"", 2 * ctl.batch, 0, pack(lst))
+            if committed.cells or attempted.cells:
+                yield (rows.PASS, rows.REPORT_PC, b"", 0, 0,
+                       rows.dumps(("metrics", committed, attempted)))
+            for i, work in enumerate(result.residuals):
+                recs[work_key(ctl.batch, i)] = _record(work, ctl.input_watermarks[g])
+        for rec in recs.values():
+            rec.timer = ctl.clock + 1   # a bucket with works is woken up every batch
+        yield from self._save(g, bucket, stored is not None, expired)
+        if works:   # every output is in Spark's hands
+            step.finalize_bundle()
+
+    def _new_works(self, step: SplittableStep, inputs: Arrived) -> List[Work]:
+        """The works of a bucket's new elements, in the order they came."""
+        arrived = sorted(((bundle, seq, kb, wv) for kb, batches in inputs.items()
+                          for bundle, items in batches.items() for seq, wv in items),
+                         key=lambda x: x[:3])
+        try:
+            return step.initial_works(wv for _, _, _, wv in arrived)
+        except ElementError as err:
+            step.teardown()
+            raise bundle_failure(err, 1) from err.cause
+
+
+def _record(work: Work, seen: int) -> KeyRecord:
+    """A bucket record holding a live work: its hold and processing-time wakeup."""
+    rec = KeyRecord(None, work, seen)
+    rec.hold = work.hold_us
+    rec.ptime = work.resume_at_us
+    return rec
