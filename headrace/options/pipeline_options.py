@@ -451,6 +451,14 @@ class SparkRunnerOptions(PipelineOptions):
         parser.add_argument("--spark_task_max_failures", type=int, default=4,
                             help="attempts of a Spark task (a crashed worker, a lost executor) before "
                                  "the job fails; added to local[N] masters as local[N,F]")
+        parser.add_argument("--sdf_straggler_splitting", dest="sdf_straggler_splitting",
+                            action="store_true", default=True,
+                            help="batch: a Spark task whose splittable-DoFn work lags its wave's "
+                                 "even share (1.5x its time at the task's own rate) checkpoints it, "
+                                 "and the rest is spread over all cores in a next wave (default on)")
+        parser.add_argument("--no_sdf_straggler_splitting", dest="sdf_straggler_splitting",
+                            action="store_false",
+                            help="batch: no straggler splits of splittable-DoFn works")
         parser.add_argument("--checkpoint_location", default=None,
                             help="streaming: the directory of the query's checkpoint (Spark's "
                                  "offsets, commits and state, and headrace's per-batch state); "

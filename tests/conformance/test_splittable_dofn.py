@@ -24,12 +24,21 @@ from headrace.utils.timestamp import Duration, Timestamp
 US = 1_000_000
 
 
+#: The tests whose pipelines are unbounded, so run on the Spark *streaming* runner.
+_STREAMING_TESTS = ("test_sdf_self_checkpoint_resumes_on_a_test_streams_clock",
+                    "test_unbounded_per_element_sdf_holds_windows_until_its_estimator_allows")
+
+
 @pytest.fixture(autouse=True)
 def _spark_in_progress(request):
-    """TEMPORARY (issue 32 in progress): the Spark runners do not run splittable DoFns yet."""
+    """TEMPORARY (issue 32 in progress): the Spark batch runner runs splittable DoFns (the
+    Create-fed tests); the Spark streaming runner does not yet, so its tests (the TestStream
+    and unbounded-per-element ones, `_STREAMING_TESTS`) are skipped on Spark. The streaming
+    work removes this fixture."""
     callspec = getattr(request.node, "callspec", None)
-    if callspec and str(callspec.params.get("runner", "")).startswith("spark"):
-        pytest.skip("splittable DoFns on the Spark runners: in progress")
+    if (callspec and str(callspec.params.get("runner", "")).startswith("spark")
+            and request.node.originalname in _STREAMING_TESTS):
+        pytest.skip("splittable DoFns on the Spark streaming runner: in progress")
 
 
 class RangeProvider(RestrictionProvider):

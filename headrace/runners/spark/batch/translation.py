@@ -1,7 +1,8 @@
 """The Spark batch runner: a bounded pipeline as Spark jobs over RDDs.
 
 `BatchTranslation` plans the pipeline (`kit.plan`) and builds one RDD per PCollection: fused
-stages run per partition in bundles (`tasks.stage_fn`), groupings are a shuffle of key bytes
+stages run per partition in bundles (`tasks.stage_fn`), splittable DoFns in waves of works
+balanced by size (`splittable`), groupings are a shuffle of key bytes
 sorted by event time (`map_side` before it, `reduce_side` after it), side inputs are collected
 and broadcast, Flatten is a union, Reshuffle a real shuffle, and metrics come back through
 accumulators (`env.TaskEnv`). `headrace.runners.spark.runner.SparkRunner` chooses it for a
@@ -35,6 +36,8 @@ from headrace.runners.spark.batch.map_side import (KeySide, MapSide, PartialSide
                                                    columnar_partial_fn, map_side_fn, partition_of,
                                                    side_partial_combine_fn)
 from headrace.runners.spark.batch.reduce_side import reduce_fn, stateful_fn
+from headrace.runners.spark.batch.splittable import SplittableBuild
+from headrace.runners.kit.sdf import SplittableSpec
 from headrace.runners.spark.worker.failures import pipeline_error
 from headrace.runners.spark.worker.packing import FastPickleSerializer, unpack
 from headrace.runners.spark.worker.sides import portable_views
@@ -42,12 +45,10 @@ from headrace.transforms.core import CombinePerKey, Create, Reshuffle
 
 _log = logging.getLogger(__name__)
 
-_KINDS = planning.ALL_KINDS - {planning.Kind.TEST_STREAM, planning.Kind.UNBOUNDED,
-                               planning.Kind.SPLITTABLE}
+_KINDS = planning.ALL_KINDS - {planning.Kind.TEST_STREAM, planning.Kind.UNBOUNDED}
 _UNBOUNDED_WHY = ("an unbounded source runs as a Spark Structured Streaming query, not as a batch "
                   "job; run the pipeline with SparkRunner().run_pipeline, which chooses")
-_WHY_NOT = {planning.Kind.TEST_STREAM: _UNBOUNDED_WHY, planning.Kind.UNBOUNDED: _UNBOUNDED_WHY,
-            planning.Kind.SPLITTABLE: "splittable DoFns run on the local runner only so far"}
+_WHY_NOT = {planning.Kind.TEST_STREAM: _UNBOUNDED_WHY, planning.Kind.UNBOUNDED: _UNBOUNDED_WHY}
 
 
 class BatchTranslation:
@@ -61,6 +62,9 @@ class BatchTranslation:
         lo = options.view_as(LocalRunnerOptions)
         self.parallelism = max(1, int(so.spark_parallelism or self.sc.defaultParallelism))
         self.bundle_size = max(1, int(lo.bundle_size))
+        self.sdf_straggler = bool(getattr(so, "sdf_straggler_splitting", True))
+        self.sdf_test_split = (float(lo.sdf_test_split_probability or 0.0),
+                               int(lo.sdf_test_split_seed or 0))
         self.committed = self.sc.accumulator(MetricsContainer(), MetricsParam())
         self.attempted = self.sc.accumulator(MetricsContainer(), MetricsParam())
         self.temp_dir = tempfile.mkdtemp(prefix="headrace-spark-")
@@ -128,6 +132,8 @@ class BatchTranslation:
                     self._build_grouping(node, None)
             elif u.kind == planning.Kind.STATEFUL:
                 self._build_stateful(node)
+            elif u.kind == planning.Kind.SPLITTABLE:
+                self._build_splittable(node)
             elif u.kind == planning.Kind.FLATTEN:
                 self._build_flatten(node)
             else:
@@ -154,6 +160,15 @@ class BatchTranslation:
         out = node.outputs[None]
         self.reads[out] = (rdd, node.full_label, source)
         self._set(out, rdd.mapPartitions(tasks.read_fn(self.env, node.full_label, source)))
+
+    def _build_splittable(self, node: AppliedPTransform) -> None:
+        """A splittable ParDo: its waves run now (`batch.splittable`); its outputs are read
+        from the persisted waves."""
+        build = SplittableBuild(self, SplittableSpec.of(node), self.sdf_straggler, self.sdf_test_split)
+        rdds = build.run(self.rdds[node.inputs[0]])
+        self._label(node.full_label)
+        for pc in dict.fromkeys(node.outputs.values()):
+            self._set(pc, rdds[pc._id])
 
     def _build_flatten(self, node: AppliedPTransform) -> None:
         inputs = [self.rdds[pc] for pc in node.inputs]
