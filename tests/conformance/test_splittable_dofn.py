@@ -299,6 +299,41 @@ def test_local_runner_splits_restrictions_at_random_points(seed, journal, tmp_pa
     assert len(calls) > len(ns)  # the runner split restrictions, and the residuals were read
 
 
+class SlowPositions(JournalRestrictions):
+    """JournalRestrictions reading each position in `seconds` (a slow file)."""
+
+    def __init__(self, journal, seconds):
+        super().__init__(journal)
+        self.seconds = seconds
+
+    def process(self, element, tracker=beam.DoFn.RestrictionParam(RangeProvider(10_000))):
+        import time
+        for out in super().process(element, tracker):
+            time.sleep(self.seconds)
+            yield out
+
+
+@pytest.mark.parametrize("straggler", [True, False])
+def test_spark_batch_splits_a_straggling_restriction(make_pipeline, runner, journal, straggler):
+    if not runner.startswith("spark"):
+        pytest.skip("straggler splitting is the Spark batch runner's")
+    ns = [500, 5, 5, 5]  # one element of 2 s (no initial split) and three of milliseconds
+    with make_pipeline(sdf_straggler_splitting=straggler) as p:
+        out = p | beam.Create(ns) | beam.ParDo(SlowPositions(journal, 0.004))
+        assert_that(out, equal_to(every_position(ns)))
+    calls = [e[1:] for e in journal.read() if e[0] == "call"]
+    big = sorted((start, stop) for n, start, stop in calls if n == ns[0])
+    if not straggler:
+        assert len(calls) == len(ns), calls
+        return
+    # the big one was checkpointed (its first call started with all of it), and its rest cut
+    # into parts, read in a later wave, that follow each other up to the end
+    assert len(big) >= 3 and big[0] == (0, ns[0]), big
+    rest = big[1:]
+    assert 0 < rest[0][0] and rest[-1][1] == ns[0], big
+    assert all(a[1] == b[0] for a, b in zip(rest, rest[1:])), big
+
+
 # ---- errors -------------------------------------------------------------------------
 
 

@@ -68,29 +68,39 @@ class Outcome(NamedTuple):
 
 class StragglerRule:
     """Dynamic rebalancing for runners whose workers cannot talk to each other (a wave of
-    Spark tasks): a worker checkpoints the work it is processing once it lags its peers.
+    Spark tasks): a worker checkpoints the work it is processing once it would end far after
+    its peers.
 
     The runner gives every worker of a wave the wave's total size `wave_size` (the sum of its
     works' `Work.size`), its `cores` and its start on the wall clock (`wave_started`, seconds
-    since the epoch). A worker measures its own rate (size done per second since its first
-    work, the done part of a work read from its tracker's `current_progress`) and asks for a
-    checkpoint once the wave has run `factor` times longer than an even share
-    (`wave_size / cores`) takes at that rate, and at least `floor_seconds`. The runner then
-    re-splits what is left (`SplittableProcessor.split_work`) into `cores` parts for its next
-    wave. A tracker without `current_progress` never fires the rule. Stateful: one per worker
-    task (`fired` tells whether it fired)."""
+    since the epoch), and tells the worker the size of its own works (`assign`). The worker
+    measures its own rate (size done per second since its first work; the done part of a work
+    from its tracker's `current_progress`) and, once it has run `min_observed` seconds, asks
+    for a checkpoint when at that rate it would end after `factor` times the time an even share
+    (`wave_size / cores`) takes, counted from the wave's start, with at least `floor_seconds`
+    of its own work left (a short rest is not worth a wave). The runner then re-splits what is
+    left (`SplittableProcessor.split_work`) into `cores` parts for its next wave. A tracker
+    without `current_progress` never fires the rule. One per worker task (`fired` tells
+    whether it fired)."""
 
     def __init__(self, wave_size: float, cores: int, wave_started: float, factor: float = 1.5,
-                 floor_seconds: float = 1.0, clock: Callable[[], float] = time.time) -> None:
+                 floor_seconds: float = 1.0, min_observed: float = 0.25,
+                 clock: Callable[[], float] = time.time) -> None:
         self.share = float(wave_size) / max(1, cores)
         self.wave_started = wave_started
         self.factor = factor
         self.floor_seconds = floor_seconds
+        self.min_observed = min_observed
         self.clock = clock
+        self.own = 0.0           # size of this worker's works
         self.task_started: Optional[float] = None
         self.done = 0.0          # size of the works finished by this worker
         self.current = 0.0       # size of the work being processed
         self.fired = False
+
+    def assign(self, size: float) -> None:
+        """This worker's works add up to `size` (more of them)."""
+        self.own += size
 
     def start_work(self, size: float) -> None:
         """A work of `size` starts."""
@@ -105,19 +115,24 @@ class StragglerRule:
 
     def straggling(self, tracker: RestrictionTracker) -> bool:
         """True when this worker lags (see the class doc): checkpoint now."""
+        if self.task_started is None:
+            return False
         now = self.clock()
-        elapsed = now - self.wave_started
-        if elapsed < self.floor_seconds or self.task_started is None:
+        observed = now - self.task_started
+        if observed < self.min_observed:
             return False
         try:
             fraction = tracker.current_progress().fraction_completed
         except Exception:  # a tracker without progress: no rebalancing for it
             return False
         done = self.done + fraction * self.current
-        own = now - self.task_started
-        if done <= 0 or own <= 0:
+        if done <= 0:
             return False
-        if elapsed > self.factor * self.share * own / done:
+        rate = done / observed
+        left = max(0.0, self.own - done) / rate
+        if left < self.floor_seconds:
+            return False
+        if now - self.wave_started + left > self.factor * self.share / rate:
             self.fired = True
             return True
         return False

@@ -6,7 +6,7 @@ starts while it builds the pipeline's RDDs:
 1. The input's elements become works in tasks (`SplittableStep.initial_works`: initial
    restrictions, split and sized), collected to the driver.
 2. Each **wave** packs the works that are due into Spark partitions balanced by size, not
-   count (`pack_by_size`: greedy, largest first, into up to `parallelism * 4` partitions, the
+   count (`pack_by_size`: greedy, largest first, into up to `parallelism * 2` partitions, the
    largest partitions first so that Spark starts them first), and runs one job over them
    (`wave_fn`): each task processes its works bundle by bundle (`SplittableStep.run_bundle`),
    hands the outputs to Spark as records `(output index, pack(elements))` and its residual works
@@ -21,9 +21,9 @@ starts while it builds the pipeline's RDDs:
 
 Straggler splitting (`--sdf_straggler_splitting`, on by default): Spark's tasks cannot talk to
 each other, so the driver gives every task of a wave the wave's total size, the cores and the
-wave's start (`kit.sdf.StragglerRule`); a task whose work lags an even share of the wave (1.5x
-the time it takes at the task's own rate, and at least a second) checkpoints it, and cuts the
-rest into one work per core (`SplittableStep.split_work`) for the next wave, so one element far
+wave's start (`kit.sdf.StragglerRule`); a task that, at its own rate, would end after 1.5x the
+time an even share of the wave takes (with at least a second of its work left) checkpoints its
+work, and cuts the rest into one work per core (`SplittableStep.split_work`) for the next wave, so one element far
 larger than the rest no longer decides the job's length. A straggler split depends on timing:
 a Spark re-attempt of a task may split elsewhere, but its outputs and residuals are one
 attempt's, consistent together. Only a persisted wave lost with its executor and recomputed
@@ -48,7 +48,7 @@ from headrace.runners.spark.batch.env import TaskEnv
 from headrace.runners.spark.worker.packing import pack, unpack
 
 #: Partitions per core of a wave: small works of a skewed wave fill the cores around a large one.
-PARTITIONS_PER_CORE = 4
+PARTITIONS_PER_CORE = 2
 #: The index of the residuals' records in a wave's RDD.
 RESIDUALS = -1
 
@@ -102,6 +102,8 @@ def wave_fn(env: TaskEnv, spec: SplittableSpec, index: Dict[int, int], settings:
         residuals: List[Work] = []
         try:
             for works in records:
+                if policy.straggler is not None:
+                    policy.straggler.assign(sum(max(w.size, 0.0) for w in works))
                 for bundle in batched(works, env.bundle_size):
                     now_us = Timestamp.now().micros
                     result = step.run_bundle(bundle, now_us, policy, env.max_attempts,
