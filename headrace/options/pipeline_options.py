@@ -226,7 +226,7 @@ class LocalRunnerOptions(PipelineOptions):
         parser.add_argument("--max_bundle_attempts", type=int, default=4,
                             help="attempts of a failing bundle before the pipeline fails")
         parser.add_argument("--sdf_test_split_probability", type=float, default=0.0,
-                            help="local runner: after each successful claim of a splittable "
+                            help="local and Spark batch runners: after each successful claim of a splittable "
                                  "DoFn, split the rest of its restriction at a random fraction "
                                  "with this probability (tests that trackers tolerate splits)")
         parser.add_argument("--sdf_test_split_seed", type=int, default=0,
