@@ -20,6 +20,7 @@ from headrace.testing.util import assert_that, equal_to
 from headrace.transforms import window
 from headrace.transforms.core import RestrictionProvider
 from headrace.utils.timestamp import Duration, Timestamp
+from tests._support import counter_value
 
 US = 1_000_000
 
@@ -250,6 +251,7 @@ class FinalizeClaims(beam.DoFn):
         pos = tracker.current_restriction().start
         while tracker.try_claim(pos):
             claimed.append([element, pos])
+            beam.Metrics.counter("sdf", "claimed").inc()
             yield element, pos
             pos += 1
         journal = self.journal
@@ -263,11 +265,15 @@ class FinalizeClaims(beam.DoFn):
 def test_sdf_bundle_finalizers_run_after_commit_and_not_for_a_failed_attempt(make_pipeline, journal,
                                                                                tmp_path):
     ns = [3, 6, 2]
-    with make_pipeline() as p:
-        out = p | beam.Create(ns) | beam.ParDo(FinalizeClaims(journal, str(tmp_path)))
-        assert_that(out, equal_to(every_position(ns)))
+    p = make_pipeline()
+    out = p | beam.Create(ns) | beam.ParDo(FinalizeClaims(journal, str(tmp_path)))
+    assert_that(out, equal_to(every_position(ns)))
+    result = p.run()
     finalized = [tuple(x) for e in journal.read() if e[0] == "finalized" for x in e[1]]
     assert sorted(finalized) == every_position(ns)  # each once: the failed attempt's never ran
+    # committed metrics count each claim once; attempted ones include the failed attempt's
+    assert counter_value(result, "claimed") == sum(ns)
+    assert counter_value(result, "claimed", attempted=True) >= sum(ns) + 6
 
 
 # ---- runner-initiated splits ----------------------------------------------------------

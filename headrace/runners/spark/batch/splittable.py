@@ -9,9 +9,9 @@ starts while it builds the pipeline's RDDs:
    count (`pack_by_size`: greedy, largest first, into up to `parallelism * 2` partitions, the
    largest partitions first so that Spark starts them first), and runs one job over them
    (`wave_fn`): each task processes its works bundle by bundle (`SplittableStep.run_bundle`),
-   hands the outputs to Spark as records `(output index, pack(elements))` and its residual works
-   as `(-1, pack(works))`, then runs the bundles' finalizers (never for a failed attempt: its
-   outputs are not Spark's).
+   hands the outputs to Spark as records `(output index, pack_elements(elements))` (columns)
+   and its residual works as `(-1, pack(works))`, then runs the bundles' finalizers (never for
+   a failed attempt: its outputs are not Spark's).
 3. The wave's RDD is persisted, and the driver collects its residuals (the job that computes
    it); the outputs stay in Spark: every output PCollection is the union of its records over
    the waves, read from the persisted waves (a DoFn never runs twice for one output), and
@@ -23,8 +23,8 @@ Straggler splitting (`--sdf_straggler_splitting`, on by default): Spark's tasks 
 each other, so the driver gives every task of a wave the wave's total size, the cores and the
 wave's start (`kit.sdf.StragglerRule`); a task that, at its own rate, would end after 1.5x the
 time an even share of the wave takes (with at least a second of its work left) checkpoints its
-work, and cuts the rest into one work per core (`SplittableStep.split_work`) for the next wave, so one element far
-larger than the rest no longer decides the job's length. A straggler split depends on timing:
+work, and cuts the rest into one work per core (`SplittableStep.split_work`) for the next
+wave, so one element far larger than the rest no longer decides the job's length. A straggler split depends on timing:
 a Spark re-attempt of a task may split elsewhere, but its outputs and residuals are one
 attempt's, consistent together. Only a persisted wave lost with its executor and recomputed
 later could split differently from the residuals already taken (Spark then recomputes it
@@ -34,6 +34,7 @@ from its lineage); with `--no_sdf_straggler_splitting` the waves are determinist
 from __future__ import annotations
 
 import heapq
+import pickle
 import time
 from typing import Any, Callable, Dict, Iterator, List, Tuple
 
@@ -42,6 +43,7 @@ from headrace.io.iobase import batched
 from headrace.metrics.metric import MetricsContainer, metrics_scope
 from headrace.model.time import MIN_TIMESTAMP_MICROS, Timestamp
 from headrace.model.windowed import WindowedValue
+from headrace.runners.kit.columnar import Columns
 from headrace.runners.kit.sdf import (SplitPolicy, SplittableSpec, SplittableStep, StragglerRule,
                                       Work, next_resume)
 from headrace.runners.spark.batch.env import TaskEnv
@@ -92,7 +94,8 @@ def initial_fn(env: TaskEnv, spec: SplittableSpec) -> Callable[[Iterator[Windowe
 def wave_fn(env: TaskEnv, spec: SplittableSpec, index: Dict[int, int], settings: WaveSettings
             ) -> Callable[[int, Iterator[List[Work]]], Iterator[Tuple[int, bytes]]]:
     """Processes a partition's works (one record: their list) bundle by bundle; yields
-    `(index[pc id], pack(elements))` per output and bundle, then `(RESIDUALS, pack(works))`."""
+    `(index[pc id], pack_elements(elements))` per output and bundle, then
+    `(RESIDUALS, pack(works))`."""
     def run(partition: int, records: Iterator[List[Work]]) -> Iterator[Tuple[int, bytes]]:
         env.check_earlier_attempt()
         step = SplittableStep(spec)
@@ -113,7 +116,7 @@ def wave_fn(env: TaskEnv, spec: SplittableSpec, index: Dict[int, int], settings:
                         finalizers.append(finalizer)
                     for pc, lst in result.outputs.items():
                         if lst:
-                            yield (index[pc], pack(lst))
+                            yield (index[pc], pack_elements(lst))
                     residuals.extend(result.residuals)
             if policy.straggler is not None and policy.straggler.fired:
                 residuals = _spread(step, residuals, settings.cores)
@@ -128,6 +131,17 @@ def wave_fn(env: TaskEnv, spec: SplittableSpec, index: Dict[int, int], settings:
             step.teardown()
         env.report(committed, attempted)
     return run
+
+
+def pack_elements(elements: List[WindowedValue]) -> bytes:
+    """Elements packed as columns (`kit.columnar.Columns`): pickling WindowedValues one by one
+    costs several times more, and a wave's outputs are all persisted."""
+    return pack(tuple(Columns.of_elements(elements)))
+
+
+def unpack_elements(record: Tuple[int, bytes]) -> List[WindowedValue]:
+    """The elements of a record of `pack_elements`."""
+    return Columns(*pickle.loads(record[1])).elements()
 
 
 def _spread(step: SplittableStep, residuals: List[Work], cores: int) -> List[Work]:
@@ -206,7 +220,7 @@ class SplittableBuild:
         t.persisted.append(rdd)
         records = t._run(lambda: rdd.filter(lambda r: r[0] == RESIDUALS).collect())
         for pc, i in self.index.items():
-            self.parts[pc].append(rdd.filter(lambda r, i=i: r[0] == i).flatMap(unpack))
+            self.parts[pc].append(rdd.filter(lambda r, i=i: r[0] == i).flatMap(unpack_elements))
         return [w for rec in records for w in unpack(rec)]
 
 
