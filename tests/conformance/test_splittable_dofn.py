@@ -80,6 +80,9 @@ def test_sdf_reads_offset_ranges(make_pipeline):
     with make_pipeline(bundle_size=4) as p:
         out = p | beam.Create(ns) | beam.ParDo(EmitPositions())
         assert_that(out, equal_to(every_position(ns)))
+        # a second reader of the output: it is read twice, the SDF runs once
+        count = out | beam.combiners.Count.Globally()
+        assert_that(count, equal_to([len(every_position(ns))]), label="count")
 
 
 class OwnProvider(beam.DoFn, RestrictionProvider):

@@ -36,7 +36,7 @@ from __future__ import annotations
 import heapq
 import pickle
 import time
-from typing import Any, Callable, Dict, Iterator, List, Tuple
+from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Tuple
 
 from headrace.errors import PipelineExecutionError
 from headrace.io.iobase import batched
@@ -46,7 +46,10 @@ from headrace.model.windowed import WindowedValue
 from headrace.runners.kit.columnar import Columns
 from headrace.runners.kit.sdf import (SplitPolicy, SplittableSpec, SplittableStep, StragglerRule,
                                       Work, next_resume)
+from headrace.runners.kit.stage import FusedStage
 from headrace.runners.spark.batch.env import TaskEnv
+from headrace.runners.spark.batch.map_side import MapSide
+from headrace.runners.spark.batch.tasks import stage_fn
 from headrace.runners.spark.worker.packing import pack, unpack
 
 #: Partitions per core of a wave: small works of a skewed wave fill the cores around a large one.
@@ -91,46 +94,77 @@ def initial_fn(env: TaskEnv, spec: SplittableSpec) -> Callable[[Iterator[Windowe
     return run
 
 
-def wave_fn(env: TaskEnv, spec: SplittableSpec, index: Dict[int, int], settings: WaveSettings
+class Downstream(NamedTuple):
+    """The stage fused into a splittable step's waves: the one consumer of its one output
+    (`tasks.stage_fn` over the step's outputs in the same task; its records are the wave's)."""
+
+    stage: FusedStage
+    #: the stage's output PCollection ids -> their record indexes
+    index: Dict[int, int]
+    #: map sides of the stage's outputs that a grouping alone reads (`tasks.stage_fn`)
+    map_sides: Dict[int, MapSide]
+
+
+def wave_fn(env: TaskEnv, spec: SplittableSpec, index: Dict[int, int], settings: WaveSettings,
+            downstream: Optional[Downstream] = None
             ) -> Callable[[int, Iterator[List[Work]]], Iterator[Tuple[int, bytes]]]:
     """Processes a partition's works (one record: their list) bundle by bundle; yields
-    `(index[pc id], pack_elements(elements))` per output and bundle, then
-    `(RESIDUALS, pack(works))`."""
+    `(index[pc id], pack_elements(elements))` per output and bundle (or, with `downstream`,
+    the records of that stage run over the outputs), then `(RESIDUALS, pack(works))`."""
     def run(partition: int, records: Iterator[List[Work]]) -> Iterator[Tuple[int, bytes]]:
         env.check_earlier_attempt()
-        step = SplittableStep(spec)
-        policy = settings.policy(partition)
-        committed, attempted = MetricsContainer(), MetricsContainer()
-        finalizers: List[Any] = []
-        residuals: List[Work] = []
+        task = _WaveTask(env, spec, settings.policy(partition))
         try:
-            for works in records:
-                if policy.straggler is not None:
-                    policy.straggler.assign(sum(max(w.size, 0.0) for w in works))
-                for bundle in batched(works, env.bundle_size):
-                    now_us = Timestamp.now().micros
-                    result = step.run_bundle(bundle, now_us, policy, env.max_attempts,
-                                             committed, attempted, finalize=False)
-                    finalizer = step.take_finalizer()
-                    if finalizer is not None:
-                        finalizers.append(finalizer)
-                    for pc, lst in result.outputs.items():
+            bundles = task.bundles(records)
+            if downstream is None:
+                for outputs in bundles:
+                    for pc, lst in outputs.items():
                         if lst:
                             yield (index[pc], pack_elements(lst))
-                    residuals.extend(result.residuals)
-            if policy.straggler is not None and policy.straggler.fired:
-                residuals = _spread(step, residuals, settings.cores)
+            else:
+                run_stage = stage_fn(env, downstream.stage, None, downstream.index, downstream.map_sides)
+                yield from run_stage(wv for outputs in bundles for lst in outputs.values() for wv in lst)
+            residuals = task.residuals
+            if task.policy.straggler is not None and task.policy.straggler.fired:
+                residuals = _spread(task.step, residuals, settings.cores)
             if residuals:
                 yield (RESIDUALS, pack(residuals))
             with metrics_scope(None, spec.label):  # every output is in Spark's hands
-                for finalizer in finalizers:
+                for finalizer in task.finalizers:
                     finalizer.finalize_bundle()
         except PipelineExecutionError as exc:
             raise env.fail(exc) from exc
         finally:
-            step.teardown()
-        env.report(committed, attempted)
+            task.step.teardown()
+        env.report(task.committed, task.attempted)
     return run
+
+
+class _WaveTask:
+    """One wave task's splittable step, split policy, metrics, finalizers and residuals."""
+
+    def __init__(self, env: TaskEnv, spec: SplittableSpec, policy: SplitPolicy) -> None:
+        self.env = env
+        self.step = SplittableStep(spec)
+        self.policy = policy
+        self.committed, self.attempted = MetricsContainer(), MetricsContainer()
+        self.finalizers: List[Any] = []
+        self.residuals: List[Work] = []
+
+    def bundles(self, records: Iterator[List[Work]]) -> Iterator[Dict[int, List[WindowedValue]]]:
+        """Runs the works bundle by bundle; yields each bundle's outputs by PCollection id."""
+        env, step, policy = self.env, self.step, self.policy
+        for works in records:
+            if policy.straggler is not None:
+                policy.straggler.assign(sum(max(w.size, 0.0) for w in works))
+            for bundle in batched(works, env.bundle_size):
+                result = step.run_bundle(bundle, Timestamp.now().micros, policy, env.max_attempts,
+                                         self.committed, self.attempted, finalize=False)
+                finalizer = step.take_finalizer()
+                if finalizer is not None:
+                    self.finalizers.append(finalizer)
+                self.residuals.extend(result.residuals)
+                yield result.outputs
 
 
 def pack_elements(elements: List[WindowedValue]) -> bytes:
@@ -176,19 +210,24 @@ class SplittableBuild:
     each output PCollection's RDD (by PCollection id)."""
 
     def __init__(self, translation: Any, spec: SplittableSpec, straggler: bool,
-                 test_split: Tuple[float, int]) -> None:
+                 test_split: Tuple[float, int], downstream: Optional[Downstream] = None) -> None:
         self.t = translation
         self.spec = spec
+        self.downstream = downstream
         self.straggler = straggler
         self.test_split = test_split
         pcs = list(dict.fromkeys(pc for _, pc in spec.step.outputs))
         self.index = {pc: i for i, pc in enumerate(pcs)}
-        self.parts: Dict[int, List[Any]] = {pc: [] for pc in pcs}
+        if downstream is not None:  # the records are the stage's outputs
+            self.index = dict(downstream.index)
+        self.parts: Dict[int, List[Any]] = {pc: [] for pc in self.index}
         #: (works, partitions) per wave
         self.waves: List[Tuple[int, int]] = []
 
     def run(self, input_rdd: Any) -> Dict[int, Any]:
-        """Runs the step over `input_rdd`'s elements; returns its outputs' RDDs by PCollection id."""
+        """Runs the step over `input_rdd`'s elements; returns its outputs' RDDs by PCollection id
+        (with a downstream stage, that stage's: elements, or a grouping's shuffle records for
+        the outputs in its `map_sides`)."""
         t, env, spec = self.t, self.t.env, self.spec
         packed = t._run(lambda: input_rdd.mapPartitions(initial_fn(env, spec)).collect())
         pending: List[Work] = [w for rec in packed for w in unpack((0, rec))]
@@ -214,13 +253,15 @@ class SplittableBuild:
                                 self.straggler, self.test_split[0], self.test_split[1])
         self.waves.append((len(works), len(parts)))
         rdd = (t.sc.parallelize(parts, len(parts))
-               .mapPartitionsWithIndex(wave_fn(t.env, self.spec, self.index, settings))
+               .mapPartitionsWithIndex(wave_fn(t.env, self.spec, self.index, settings,
+                                               self.downstream))
                .persist(_memory_and_disk()))
         rdd.setName(f"{self.spec.label} (wave {len(self.waves)})")
         t.persisted.append(rdd)
         records = t._run(lambda: rdd.filter(lambda r: r[0] == RESIDUALS).collect())
+        unpacker = unpack_elements if self.downstream is None else unpack
         for pc, i in self.index.items():
-            self.parts[pc].append(rdd.filter(lambda r, i=i: r[0] == i).flatMap(unpack_elements))
+            self.parts[pc].append(rdd.filter(lambda r, i=i: r[0] == i).flatMap(unpacker))
         return [w for rec in records for w in unpack(rec)]
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import shutil
 import tempfile
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Set, Tuple
 
 from headrace.io.iobase import Read, batched
 from headrace.metrics.metric import MetricResults, MetricsContainer
@@ -36,7 +36,7 @@ from headrace.runners.spark.batch.map_side import (KeySide, MapSide, PartialSide
                                                    columnar_partial_fn, map_side_fn, partition_of,
                                                    side_partial_combine_fn)
 from headrace.runners.spark.batch.reduce_side import reduce_fn, stateful_fn
-from headrace.runners.spark.batch.splittable import SplittableBuild
+from headrace.runners.spark.batch.splittable import Downstream, SplittableBuild
 from headrace.runners.kit.sdf import SplittableSpec
 from headrace.runners.spark.worker.failures import pipeline_error
 from headrace.runners.spark.worker.packing import FastPickleSerializer, unpack
@@ -75,6 +75,7 @@ class BatchTranslation:
         self.consumers: Dict[PCollection, List[planning.Unit]] = {}
         self.keyed: Dict[PCollection, Any] = {}  # a grouping's input -> its shuffle records, made upstream
         self.persisted: List[Any] = []
+        self.absorbed: Set[int] = set()  # ids of stages run in a splittable step's waves
         self.broadcasts: List[Any] = []
         self.current_label = ""
         self.reads: Dict[PCollection, Tuple[Any, str, Any]] = {}    # Read output -> parts RDD, ...
@@ -116,7 +117,8 @@ class BatchTranslation:
         self._count_uses(units)
         for u in units:
             if isinstance(u, planning.Stage):
-                self._build_stage(u)
+                if id(u) not in self.absorbed:  # else run in a splittable step's waves
+                    self._build_stage(u)
                 continue
             node = u.node
             self._label(node.full_label)
@@ -163,12 +165,29 @@ class BatchTranslation:
 
     def _build_splittable(self, node: AppliedPTransform) -> None:
         """A splittable ParDo: its waves run now (`batch.splittable`); its outputs are read
-        from the persisted waves."""
-        build = SplittableBuild(self, SplittableSpec.of(node), self.sdf_straggler, self.sdf_test_split)
+        from the persisted waves. When its one output has one consumer, a stage without side
+        inputs, that stage runs in the waves' tasks (`Downstream`): the waves then keep the
+        stage's outputs (a grouping's shuffle records for an output the grouping alone reads)
+        rather than every element of the splittable step."""
+        outs = list(dict.fromkeys(node.outputs.values()))
+        users = self.consumers.get(outs[0], []) if len(outs) == 1 else []
+        stage = users[0] if len(users) == 1 and isinstance(users[0], planning.Stage) else None
+        downstream = None
+        if stage is not None and stage.root is outs[0] and not stage.side_inputs:
+            stage_outs = list(stage.outputs)
+            downstream = Downstream(stage.fused(), {pc._id: i for i, pc in enumerate(stage_outs)},
+                                    self._map_sides(stage_outs))
+            self.absorbed.add(id(stage))
+            outs = stage_outs
+        build = SplittableBuild(self, SplittableSpec.of(node), self.sdf_straggler, self.sdf_test_split,
+                                downstream)
         rdds = build.run(self.rdds[node.inputs[0]])
-        self._label(node.full_label)
-        for pc in dict.fromkeys(node.outputs.values()):
-            self._set(pc, rdds[pc._id])
+        self._label(node.full_label if stage is None else f"{node.full_label} + {stage.label}")
+        for pc in outs:
+            if downstream is not None and pc._id in downstream.map_sides:
+                self.keyed[pc] = rdds[pc._id]
+            else:
+                self._set(pc, rdds[pc._id])
 
     def _build_flatten(self, node: AppliedPTransform) -> None:
         inputs = [self.rdds[pc] for pc in node.inputs]
