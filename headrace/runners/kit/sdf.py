@@ -24,6 +24,7 @@ successful claim, a restriction left unfinished without a checkpoint.
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
 import time
@@ -352,9 +353,8 @@ class SplittableProcessor:
         out: List[Work] = []
         rest = work.restriction
         for k in range(max(1, parts), 1, -1):
-            tracker = self._provider_call("create_tracker", value,
-                                          lambda r=rest: provider.create_tracker(r))
-            cut = self._provider_call("try_split", value, lambda t=tracker, k=k: t.try_split(1.0 / k))
+            cut = self._provider_call("try_split", value,
+                                      functools.partial(_cut, provider, rest, 1.0 / k))
             if cut is None:
                 break
             out.append(work._replace(restriction=cut[0], size=self.size(work, cut[0])))
@@ -386,6 +386,12 @@ class SplittableProcessor:
                     self._estimator.observe_timestamp(Timestamp(micros=wv.timestamp_us))
             receiver(wv)
         return checked
+
+
+def _cut(provider: Any, restriction: Any, fraction: float) -> Optional[Tuple[Any, Any]]:
+    """A fresh tracker of `restriction` split at `fraction` before any claim."""
+    tracker: RestrictionTracker = provider.create_tracker(restriction)
+    return tracker.try_split(fraction)
 
 
 def output_watermark(input_watermark_us: int, holds: Iterable[int]) -> int:

@@ -24,11 +24,16 @@ each other, so the driver gives every task of a wave the wave's total size, the 
 wave's start (`kit.sdf.StragglerRule`); a task that, at its own rate, would end after 1.5x the
 time an even share of the wave takes (with at least a second of its work left) checkpoints its
 work, and cuts the rest into one work per core (`SplittableStep.split_work`) for the next
-wave, so one element far larger than the rest no longer decides the job's length. A straggler split depends on timing:
-a Spark re-attempt of a task may split elsewhere, but its outputs and residuals are one
-attempt's, consistent together. Only a persisted wave lost with its executor and recomputed
-later could split differently from the residuals already taken (Spark then recomputes it
-from its lineage); with `--no_sdf_straggler_splitting` the waves are deterministic.
+wave, so one element far larger than the rest no longer decides the job's length. A straggler
+split depends on timing: a Spark re-attempt of a task may split elsewhere, but its outputs and
+residuals are one attempt's, consistent together. Only a persisted wave lost with its executor
+and recomputed later could split differently from the residuals already taken (Spark then
+recomputes it from its lineage); with `--no_sdf_straggler_splitting` the waves are
+deterministic.
+
+A stage that alone reads the step's one output runs in the waves' tasks (`Downstream`), so a
+wave keeps that stage's records (for a lifted combine, partial accumulators) rather than every
+element the step output.
 """
 
 from __future__ import annotations
@@ -100,7 +105,7 @@ class Downstream(NamedTuple):
 
     stage: FusedStage
     #: the stage's output PCollection ids -> their record indexes
-    index: Dict[int, int]
+    indexes: Dict[int, int]
     #: map sides of the stage's outputs that a grouping alone reads (`tasks.stage_fn`)
     map_sides: Dict[int, MapSide]
 
@@ -122,7 +127,7 @@ def wave_fn(env: TaskEnv, spec: SplittableSpec, index: Dict[int, int], settings:
                         if lst:
                             yield (index[pc], pack_elements(lst))
             else:
-                run_stage = stage_fn(env, downstream.stage, None, downstream.index, downstream.map_sides)
+                run_stage = stage_fn(env, downstream.stage, None, downstream.indexes, downstream.map_sides)
                 yield from run_stage(wv for outputs in bundles for lst in outputs.values() for wv in lst)
             residuals = task.residuals
             if task.policy.straggler is not None and task.policy.straggler.fired:
@@ -219,7 +224,7 @@ class SplittableBuild:
         pcs = list(dict.fromkeys(pc for _, pc in spec.step.outputs))
         self.index = {pc: i for i, pc in enumerate(pcs)}
         if downstream is not None:  # the records are the stage's outputs
-            self.index = dict(downstream.index)
+            self.index = dict(downstream.indexes)
         self.parts: Dict[int, List[Any]] = {pc: [] for pc in self.index}
         #: (works, partitions) per wave
         self.waves: List[Tuple[int, int]] = []
