@@ -84,6 +84,9 @@ class StragglerRule:
     without `current_progress` never fires the rule. One per worker task (`fired` tells
     whether it fired)."""
 
+    #: Seconds between two looks at the progress (claims may come every microsecond).
+    CHECK_EVERY = 0.05
+
     def __init__(self, wave_size: float, cores: int, wave_started: float, factor: float = 1.5,
                  floor_seconds: float = 1.0, min_observed: float = 0.25,
                  clock: Callable[[], float] = time.time) -> None:
@@ -98,6 +101,7 @@ class StragglerRule:
         self.done = 0.0          # size of the works finished by this worker
         self.current = 0.0       # size of the work being processed
         self.fired = False
+        self.next_check = 0.0
 
     def assign(self, size: float) -> None:
         """This worker's works add up to `size` (more of them)."""
@@ -120,8 +124,9 @@ class StragglerRule:
             return False
         now = self.clock()
         observed = now - self.task_started
-        if observed < self.min_observed:
+        if observed < self.min_observed or now < self.next_check:
             return False
+        self.next_check = now + self.CHECK_EVERY
         try:
             fraction = tracker.current_progress().fraction_completed
         except Exception:  # a tracker without progress: no rebalancing for it
