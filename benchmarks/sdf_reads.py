@@ -25,7 +25,8 @@ numbers must equal the ones computed while writing the files (exit status 1 othe
 
 headrace contenders then run Map(lambda line: (1, len(line))) | CombineGlobally(sum of pairs).
 Each master runs in a subprocess of its own (this script with --worker) that starts one
-SparkSession; the times are of the jobs (Spark's start-up is not counted), median of --repeat.
+SparkSession; the times are of the jobs (Spark's start-up is not counted), median of --repeat
+(run in rounds; each contender's two layouts back to back).
 """
 
 from __future__ import annotations
@@ -167,9 +168,11 @@ def worker(args: argparse.Namespace) -> None:
             fh.write("warm\nup\n")
     for contender in args.only.split(","):
         run_contender(spark, contender, warm, out)
-    for layout in args.layouts.split(","):
+    # each contender's layouts one after the other, and the repeats in rounds: a machine whose
+    # load drifts skews the ratios less
+    for i in range(args.repeat):
         for contender in args.only.split(","):
-            for i in range(args.repeat):
+            for layout in args.layouts.split(","):
                 t0 = time.perf_counter()
                 got = run_contender(spark, contender, os.path.join(args.data_dir, layout), out)
                 seconds = time.perf_counter() - t0
