@@ -15,7 +15,6 @@ from _sdk import (
 )
 
 #: The headrace runners this program is compared on (the Spark runners do not run SDFs yet).
-RUNNERS = ("local",)
 
 FILES = [("alpha", 23), ("beta", 0), ("gamma", 1), ("delta", 17), ("eps", 64)]
 

@@ -1,5 +1,5 @@
 """Text files: `ReadFromText` and `ReadFromTextWithFilename` (parallel byte-range splits),
-`ReadAllFromText` (the files of a PCollection of patterns), `ReadFromTextContinuously` (a
+`ReadAllFromText` (the files of a PCollection of patterns, a splittable DoFn), `ReadFromTextContinuously` (a
 growing set of files) and `WriteToText` (temp files, atomic rename).
 
 Both take Beam's `coder` (see `headrace.coders`): the readers decode each record's bytes with
@@ -25,7 +25,9 @@ from headrace.io.watch import GrowingFilesSource
 from headrace.model.coders import StrUtf8Coder, ToBytesCoder
 from headrace.pipeline.ptransform import PTransform
 from headrace.pipeline.pvalue import PCollection
-from headrace.transforms.core import FlatMap, Reshuffle
+from headrace.io.restriction_trackers import OffsetRange, OffsetRestrictionTracker
+from headrace.pipeline.splittable import RestrictionProvider
+from headrace.transforms.core import DoFn, FlatMap, ParDo
 
 _SPLIT_BYTES = 64 * 1024 * 1024
 _MIN_SPLIT_BYTES = 1024 * 1024
@@ -195,44 +197,51 @@ class _TextSource(BoundedSource):
             return
         k = 0  # the index in the part of the block's first line
         for data in self._line_buffers(part):
-            if fast:
-                try:
-                    lines: List[Any] = data.decode("utf-8").split("\n")
-                except UnicodeDecodeError:
-                    lines = []  # find and report the undecodable line below
-                else:
-                    ended = data.endswith(b"\n")
-                    if ended:
-                        lines.pop()  # empty: after the last newline
-                    if self.strip:
-                        if b"\r" in data:  # a CR before the newline goes too (not on a last line without one)
-                            tail = [] if ended else lines[-1:]
-                            lines = [ln[:-1] if ln[-1:] == "\r" else ln
-                                     for ln in (lines if ended else lines[:-1])] + tail
-                    elif ended:
-                        lines = [ln + "\n" for ln in lines]
-                    else:  # the file's last line, without a newline, stays so
-                        lines = [ln + "\n" for ln in lines[:-1]] + lines[-1:]
-                    yield lines
-                    k += len(lines)
-                    continue
-            ended = data.endswith(b"\n")
-            raws = data.split(b"\n")
-            if ended:
-                raws.pop()
-            out: List[Any] = []
-            for j, raw in enumerate(raws):
-                if ended or j < len(raws) - 1:  # the line had a newline
-                    if not self.strip:
-                        raw += b"\n"
-                    elif raw[-1:] == b"\r":
-                        raw = raw[:-1]
-                try:
-                    out.append(raw.decode("utf-8") if fast else decode(raw))
-                except Exception as exc:
-                    raise self._undecodable(part, k + j, raw, exc) from None
+            out = self.decode_lines(data, part, k)
             yield out
             k += len(out)
+
+    def decode_lines(self, data: bytes, part: Tuple[str, int, int], k: int) -> List[Any]:
+        """The decoded lines of a buffer of whole lines (`_line_buffers`), the `k`-th of the part
+        first (for the line number of an undecodable one)."""
+        coder = self.coder
+        fast = type(coder) is StrUtf8Coder
+        if fast:
+            try:
+                lines: List[Any] = data.decode("utf-8").split("\n")
+            except UnicodeDecodeError:
+                pass  # find and report the undecodable line below
+            else:
+                ended = data.endswith(b"\n")
+                if ended:
+                    lines.pop()  # empty: after the last newline
+                if self.strip:
+                    if b"\r" in data:  # a CR before the newline goes too (not on a last line without one)
+                        tail = [] if ended else lines[-1:]
+                        lines = [ln[:-1] if ln[-1:] == "\r" else ln
+                                 for ln in (lines if ended else lines[:-1])] + tail
+                elif ended:
+                    lines = [ln + "\n" for ln in lines]
+                else:  # the file's last line, without a newline, stays so
+                    lines = [ln + "\n" for ln in lines[:-1]] + lines[-1:]
+                return lines
+        decode = coder.decode
+        ended = data.endswith(b"\n")
+        raws = data.split(b"\n")
+        if ended:
+            raws.pop()
+        out: List[Any] = []
+        for j, raw in enumerate(raws):
+            if ended or j < len(raws) - 1:  # the line had a newline
+                if not self.strip:
+                    raw += b"\n"
+                elif raw[-1:] == b"\r":
+                    raw = raw[:-1]
+            try:
+                out.append(raw.decode("utf-8") if fast else decode(raw))
+            except Exception as exc:
+                raise self._undecodable(part, k + j, raw, exc) from None
+        return out
 
     def _header_end(self, fh: Any) -> int:
         """The offset of the first record after the skipped header records (`fh` at offset 0)."""
@@ -266,6 +275,12 @@ class _TextSource(BoundedSource):
     def _line_buffers(self, part: Tuple[str, int, int]) -> Iterator[bytes]:
         """The part's lines as buffers of whole lines, each ending in b'\\n' but perhaps the
         file's last line; header lines skipped."""
+        for _, data in self.offset_buffers(part):
+            yield data
+
+    def offset_buffers(self, part: Tuple[str, int, int]) -> Iterator[Tuple[int, bytes]]:
+        """(file offset, buffer) of `_line_buffers`: the buffers of the lines starting in the
+        part (plain '\\n'-ended lines only)."""
         path, start, end = part
         with self._open(path) as fh:
             base = self._first_line(fh, start)  # the file offset of `rest` (then `data`)
@@ -290,9 +305,9 @@ class _TextSource(BoundedSource):
                         last = True
                 rest = data[cut:]
                 data = data[:cut]
-                base += cut
                 if data:
-                    yield data
+                    yield base, data
+                base += cut
                 if last:
                     return
 
@@ -465,15 +480,14 @@ class ReadFromTextWithFilename(ReadFromText):
 _DESIRED_BUNDLE_SIZE = 64 * 1024 * 1024
 
 
-class _ExpandIntoRanges:
-    """pattern (or FileMetadata) -> the byte ranges of the files it matches."""
+class _ExpandIntoFiles:
+    """pattern (or FileMetadata) -> the files it matches."""
 
-    def __init__(self, source: _TextSource, desired_bundle_size: int) -> None:
-        self.source = source
-        self.target = desired_bundle_size
+    def __init__(self, transform: str) -> None:
+        self.transform = transform
 
-    def __call__(self, pattern: Any) -> List[Tuple[str, int, int]]:
-        transform = self.source.transform
+    def __call__(self, pattern: Any) -> List[str]:
+        transform = self.transform
         path = getattr(pattern, "path", pattern)  # a FileMetadata reads its file
         if not isinstance(path, (str, os.PathLike)):
             raise InvalidArgumentError(
@@ -485,24 +499,96 @@ class _ExpandIntoRanges:
             raise FileNotFoundError(
                 f"{transform}: no file {path!r}; check the path (patterns with * ? [...] that "
                 "match nothing read nothing)")
-        return [r for f in files for r in self.source.ranges(f, self.target)]
+        return files
 
 
-class _ReadRange:
-    """A byte range of a file -> its records."""
+class _ReadTextRanges(DoFn, RestrictionProvider):
+    """The splittable read of `ReadAllFromText`: a file (the element) and a byte range of it
+    (the restriction), whose positions are the starts of its records; each record belongs to
+    the range it starts in (as in `_TextSource`). Initial ranges are parts of about `target`
+    bytes; a range's size is its bytes. Plain lines are claimed a buffer at a time (about
+    1 MB, `_TextSource.offset_buffers`): the claim is the buffer's last line start, which
+    covers every line of the buffer, and a buffer is first cut at the restriction's stop (a
+    split may have moved it). Records with a delimiter or escapes are claimed one by one. A
+    compressed file is the one position 0, read whole, sized by its compressed bytes."""
 
-    def __init__(self, source: _TextSource) -> None:
+    def __init__(self, source: _TextSource, target: int) -> None:
         self.source = source
+        self.target = target
 
-    def __call__(self, part: Tuple[str, int, int]) -> Iterable[Any]:
-        return self.source.read(tuple(part))  # type: ignore[arg-type]
+    def _compressed(self, path: str) -> bool:
+        return bool(compression_of(path, self.source.compression_type))
+
+    def initial_restriction(self, path: str) -> OffsetRange:
+        return OffsetRange(0, 1 if self._compressed(path) else os.path.getsize(path))
+
+    def create_tracker(self, restriction: OffsetRange) -> OffsetRestrictionTracker:
+        return OffsetRestrictionTracker(restriction)
+
+    def split(self, path: str, restriction: OffsetRange) -> Iterable[OffsetRange]:
+        if self._compressed(path) or restriction.size() <= self.target:
+            return [restriction]
+        return list(restriction.split(self.target))
+
+    def restriction_size(self, path: str, restriction: OffsetRange) -> float:
+        if self._compressed(path):
+            return float(os.path.getsize(path))
+        return float(restriction.size())
+
+    def process(self, path: str, tracker: Any = DoFn.RestrictionParam()) -> Iterator[Any]:
+        src = self.source
+        if self._compressed(path):
+            if tracker.try_claim(0):
+                for block in src._blocks((path, 0, -1)):
+                    yield from block
+            return
+        r = tracker.current_restriction()
+        part = (path, r.start, r.stop)
+        records = self._plain_records(path, part, tracker) if src._plain() else \
+            self._delimited_records(part, tracker)
+        if src.with_filename:
+            for x in records:
+                yield path, x
+        else:
+            yield from records
+
+    def _plain_records(self, path: str, part: Tuple[str, int, int], tracker: Any) -> Iterator[Any]:
+        src = self.source
+        k = 0
+        for base, data in src.offset_buffers(part):
+            stop = tracker.current_restriction().stop
+            if base >= stop:
+                break
+            if base + len(data) > stop:  # lines starting at or after the stop are not ours
+                nl = data.find(b"\n", stop - 1 - base)
+                if nl >= 0:
+                    data = data[:nl + 1]
+            if not tracker.try_claim(base + data.rfind(b"\n", 0, len(data) - 1) + 1):
+                return
+            lines = src.decode_lines(data, part, k)
+            k += len(lines)
+            yield from lines
+        tracker.try_claim(tracker.current_restriction().stop)  # the end: fails, the range is done
+
+    def _delimited_records(self, part: Tuple[str, int, int], tracker: Any) -> Iterator[Any]:
+        src = self.source
+        fast = type(src.coder) is StrUtf8Coder
+        for k, (offset, raw) in enumerate(src._records(part)):
+            if not tracker.try_claim(offset):
+                return
+            try:
+                yield raw.decode("utf-8") if fast else src.coder.decode(raw)
+            except Exception as exc:
+                raise src._undecodable(part, k, raw, exc) from None
+        tracker.try_claim(tracker.current_restriction().stop)
 
 
 class ReadAllFromText(PTransform):
     """Reads the files named by a PCollection of file patterns (or FileMetadata): each pattern's
     files are split into ranges of about `desired_bundle_size` bytes (at least
-    `min_bundle_size`; compressed files whole), spread over the workers and read as
-    ReadFromText reads them; with `with_filename` the elements are `(file name, record)`.
+    `min_bundle_size`; compressed files whole) and read as ReadFromText reads them, by a
+    splittable DoFn (so a runner balances the ranges by size and may split them further while
+    they are read); with `with_filename` the elements are `(file name, record)`.
 
     A pattern without wildcards that names no file fails the pipeline (Beam's
     ALLOW_IF_WILDCARD); a wildcard pattern that matches nothing reads nothing. Each record keeps
@@ -525,7 +611,7 @@ class ReadAllFromText(PTransform):
             "", strip_trailing_newlines, skip_header_lines, compression_type, False, coder=coder,
             min_bundle_size=min_bundle_size, delimiter=delimiter, escapechar=escapechar,
             with_filename=with_filename, transform="ReadAllFromText")
-        self._target = max(desired_bundle_size, min_bundle_size)
+        self._target = max(desired_bundle_size, min_bundle_size, 1)
 
     def default_label(self) -> str:
         return "ReadAllFromText"
@@ -533,9 +619,8 @@ class ReadAllFromText(PTransform):
     def expand(self, pcoll: Any) -> PCollection:
         out: PCollection = (
             pcoll
-            | "ExpandIntoRanges" >> FlatMap(_ExpandIntoRanges(self._source, self._target))
-            | "Reshard" >> Reshuffle()
-            | "ReadRange" >> FlatMap(_ReadRange(self._source)).with_output_types(
+            | "ExpandIntoFiles" >> FlatMap(_ExpandIntoFiles(self._source.transform))
+            | "ReadRanges" >> ParDo(_ReadTextRanges(self._source, self._target)).with_output_types(
                 self._source.output_type()))
         return out
 

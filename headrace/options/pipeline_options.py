@@ -226,7 +226,7 @@ class LocalRunnerOptions(PipelineOptions):
         parser.add_argument("--max_bundle_attempts", type=int, default=4,
                             help="attempts of a failing bundle before the pipeline fails")
         parser.add_argument("--sdf_test_split_probability", type=float, default=0.0,
-                            help="local runner: after each successful claim of a splittable "
+                            help="local and Spark batch runners: after each successful claim of a splittable "
                                  "DoFn, split the rest of its restriction at a random fraction "
                                  "with this probability (tests that trackers tolerate splits)")
         parser.add_argument("--sdf_test_split_seed", type=int, default=0,
@@ -451,6 +451,14 @@ class SparkRunnerOptions(PipelineOptions):
         parser.add_argument("--spark_task_max_failures", type=int, default=4,
                             help="attempts of a Spark task (a crashed worker, a lost executor) before "
                                  "the job fails; added to local[N] masters as local[N,F]")
+        parser.add_argument("--sdf_straggler_splitting", dest="sdf_straggler_splitting",
+                            action="store_true", default=True,
+                            help="batch: a Spark task whose splittable-DoFn work lags its wave's "
+                                 "even share (1.5x its time at the task's own rate) checkpoints it, "
+                                 "and the rest is spread over all cores in a next wave (default on)")
+        parser.add_argument("--no_sdf_straggler_splitting", dest="sdf_straggler_splitting",
+                            action="store_false",
+                            help="batch: no straggler splits of splittable-DoFn works")
         parser.add_argument("--checkpoint_location", default=None,
                             help="streaming: the directory of the query's checkpoint (Spark's "
                                  "offsets, commits and state, and headrace's per-batch state); "

@@ -20,21 +20,12 @@ from headrace.testing.util import assert_that, equal_to
 from headrace.transforms import window
 from headrace.transforms.core import RestrictionProvider
 from headrace.utils.timestamp import Duration, Timestamp
+from tests._support import counter_value
 
 US = 1_000_000
 
 
-@pytest.fixture(autouse=True)
-def _spark_in_progress(request):
-    """TEMPORARY (issue 32 in progress): the Spark runners do not run splittable DoFns yet."""
-    callspec = getattr(request.node, "callspec", None)
-    # the Spark streaming runner runs them (the tests whose pipeline is unbounded)
-    streaming = ("test_sdf_self_checkpoint_resumes_on_a_test_streams_clock",
-                 "test_unbounded_per_element_sdf_holds_windows_until_its_estimator_allows")
-    if request.node.originalname in streaming:
-        return
-    if callspec and str(callspec.params.get("runner", "")).startswith("spark"):
-        pytest.skip("splittable DoFns on the Spark runners: in progress")
+#: The tests whose pipelines are unbounded, so run on the Spark *streaming* runner.
 
 
 class RangeProvider(RestrictionProvider):
@@ -75,6 +66,9 @@ def test_sdf_reads_offset_ranges(make_pipeline):
     with make_pipeline(bundle_size=4) as p:
         out = p | beam.Create(ns) | beam.ParDo(EmitPositions())
         assert_that(out, equal_to(every_position(ns)))
+        # a second reader of the output: it is read twice, the SDF runs once
+        count = out | beam.combiners.Count.Globally()
+        assert_that(count, equal_to([len(every_position(ns))]), label="count")
 
 
 class OwnProvider(beam.DoFn, RestrictionProvider):
@@ -246,6 +240,7 @@ class FinalizeClaims(beam.DoFn):
         pos = tracker.current_restriction().start
         while tracker.try_claim(pos):
             claimed.append([element, pos])
+            beam.Metrics.counter("sdf", "claimed").inc()
             yield element, pos
             pos += 1
         journal = self.journal
@@ -259,11 +254,15 @@ class FinalizeClaims(beam.DoFn):
 def test_sdf_bundle_finalizers_run_after_commit_and_not_for_a_failed_attempt(make_pipeline, journal,
                                                                                tmp_path):
     ns = [3, 6, 2]
-    with make_pipeline() as p:
-        out = p | beam.Create(ns) | beam.ParDo(FinalizeClaims(journal, str(tmp_path)))
-        assert_that(out, equal_to(every_position(ns)))
+    p = make_pipeline()
+    out = p | beam.Create(ns) | beam.ParDo(FinalizeClaims(journal, str(tmp_path)))
+    assert_that(out, equal_to(every_position(ns)))
+    result = p.run()
     finalized = [tuple(x) for e in journal.read() if e[0] == "finalized" for x in e[1]]
     assert sorted(finalized) == every_position(ns)  # each once: the failed attempt's never ran
+    # committed metrics count each claim once; attempted ones include the failed attempt's
+    assert counter_value(result, "claimed") == sum(ns)
+    assert counter_value(result, "claimed", attempted=True) >= sum(ns) + 6
 
 
 # ---- runner-initiated splits ----------------------------------------------------------
@@ -293,6 +292,41 @@ def test_local_runner_splits_restrictions_at_random_points(seed, journal, tmp_pa
         assert_that(out, equal_to(every_position(ns)))
     calls = [e for e in journal.read() if e[0] == "call"]
     assert len(calls) > len(ns)  # the runner split restrictions, and the residuals were read
+
+
+class SlowPositions(JournalRestrictions):
+    """JournalRestrictions reading each position in `seconds` (a slow file)."""
+
+    def __init__(self, journal, seconds):
+        super().__init__(journal)
+        self.seconds = seconds
+
+    def process(self, element, tracker=beam.DoFn.RestrictionParam(RangeProvider(10_000))):
+        import time
+        for out in super().process(element, tracker):
+            time.sleep(self.seconds)
+            yield out
+
+
+@pytest.mark.parametrize("straggler", [True, False])
+def test_spark_batch_splits_a_straggling_restriction(make_pipeline, runner, journal, straggler):
+    if not runner.startswith("spark"):
+        pytest.skip("straggler splitting is the Spark batch runner's")
+    ns = [500, 5, 5, 5]  # one element of 2 s (no initial split) and three of milliseconds
+    with make_pipeline(sdf_straggler_splitting=straggler) as p:
+        out = p | beam.Create(ns) | beam.ParDo(SlowPositions(journal, 0.004))
+        assert_that(out, equal_to(every_position(ns)))
+    calls = [e[1:] for e in journal.read() if e[0] == "call"]
+    big = sorted((start, stop) for n, start, stop in calls if n == ns[0])
+    if not straggler:
+        assert len(calls) == len(ns), calls
+        return
+    # the big one was checkpointed (its first call started with all of it), and its rest cut
+    # into parts, read in a later wave, that follow each other up to the end
+    assert len(big) >= 3 and big[0] == (0, ns[0]), big
+    rest = big[1:]
+    assert 0 < rest[0][0] and rest[-1][1] == ns[0], big
+    assert all(a[1] == b[0] for a, b in zip(rest, rest[1:])), big
 
 
 # ---- errors -------------------------------------------------------------------------

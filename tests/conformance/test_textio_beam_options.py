@@ -200,6 +200,23 @@ def test_read_all_from_text_splits_large_files_with_escapes(make_pipeline, tmp_p
         assert_that(got, equal_to([sorted(expected)]))
 
 
+@pytest.mark.parametrize("delimiter", [None, b"|"])
+def test_read_all_from_text_reads_each_record_once_when_the_runner_splits(make_pipeline, tmp_path,
+                                                                          delimiter):
+    # lines over several of the reader's 1 MB buffers (4 MB), ranges of 1.5 MB, split at random
+    # points while read (the local and Spark batch runners' --sdf_test_split_probability)
+    sep = "|" if delimiter else "\n"
+    records = [f"r{i}-" + "x" * (i % 37) for i in range(160_000 if delimiter is None else 6_000)]
+    path = tmp_path / "split.txt"
+    path.write_text(sep.join(records) + ("\r\n" if delimiter is None else ""))
+    with make_pipeline(sdf_test_split_probability=0.5, sdf_test_split_seed=1) as p:
+        got = (p | beam.Create([str(path)])
+               | ReadAllFromText(desired_bundle_size=1_500_000 if delimiter is None else 40_000,
+                                 delimiter=delimiter)
+               | beam.combiners.ToList() | beam.Map(sorted))
+        assert_that(got, equal_to([sorted(records)]))
+
+
 def test_read_all_from_text_keeps_the_pattern_timestamp(make_pipeline, tmp_path):
     (tmp_path / "t.txt").write_text("x\ny\n")
     with make_pipeline() as p:

@@ -24,6 +24,7 @@ successful claim, a restriction left unfinished without a checkpoint.
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
 import time
@@ -71,27 +72,111 @@ class Outcome(NamedTuple):
     claimed: int
 
 
+class StragglerRule:
+    """Dynamic rebalancing for runners whose workers cannot talk to each other (a wave of
+    Spark tasks): a worker checkpoints the work it is processing once it would end far after
+    its peers.
+
+    The runner gives every worker of a wave the wave's total size `wave_size` (the sum of its
+    works' `Work.size`), its `cores` and its start on the wall clock (`wave_started`, seconds
+    since the epoch), and tells the worker the size of its own works (`assign`). The worker
+    measures its own rate (size done per second since its first work; the done part of a work
+    from its tracker's `current_progress`) and, once it has run `min_observed` seconds, asks
+    for a checkpoint when at that rate it would end after `factor` times the time an even share
+    (`wave_size / cores`) takes, counted from the wave's start, with at least `floor_seconds`
+    of its own work left (a short rest is not worth a wave). The runner then re-splits what is
+    left (`SplittableProcessor.split_work`) into `cores` parts for its next wave. A tracker
+    without `current_progress` never fires the rule. One per worker task (`fired` tells
+    whether it fired)."""
+
+    #: Seconds between two looks at the progress (claims may come every microsecond).
+    CHECK_EVERY = 0.05
+
+    def __init__(self, wave_size: float, cores: int, wave_started: float, factor: float = 1.5,
+                 floor_seconds: float = 1.0, min_observed: float = 0.25,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.share = float(wave_size) / max(1, cores)
+        self.wave_started = wave_started
+        self.factor = factor
+        self.floor_seconds = floor_seconds
+        self.min_observed = min_observed
+        self.clock = clock
+        self.own = 0.0           # size of this worker's works
+        self.task_started: Optional[float] = None
+        self.done = 0.0          # size of the works finished by this worker
+        self.current = 0.0       # size of the work being processed
+        self.fired = False
+        self.next_check = 0.0
+
+    def assign(self, size: float) -> None:
+        """This worker's works add up to `size` (more of them)."""
+        self.own += size
+
+    def start_work(self, size: float) -> None:
+        """A work of `size` starts."""
+        if self.task_started is None:
+            self.task_started = self.clock()
+        self.current = size
+
+    def finish_work(self) -> None:
+        """The current work ended (done, or checkpointed)."""
+        self.done += self.current
+        self.current = 0.0
+
+    def straggling(self, tracker: RestrictionTracker) -> bool:
+        """True when this worker lags (see the class doc): checkpoint now."""
+        if self.task_started is None:
+            return False
+        now = self.clock()
+        observed = now - self.task_started
+        if observed < self.min_observed or now < self.next_check:
+            return False
+        self.next_check = now + self.CHECK_EVERY
+        try:
+            fraction = tracker.current_progress().fraction_completed
+        except Exception:  # a tracker without progress: no rebalancing for it
+            return False
+        done = self.done + fraction * self.current
+        if done <= 0:
+            return False
+        rate = done / observed
+        left = max(0.0, self.own - done) / rate
+        if left < self.floor_seconds:
+            return False
+        if now - self.wave_started + left > self.factor * self.share / rate:
+            self.fired = True
+            return True
+        return False
+
+
 class SplitPolicy:
     """When the runner splits a work while it is processed (asked after each successful claim).
 
     `max_claims` / `max_seconds`: a budget, after which the rest is checkpointed (a streaming
-    micro-batch, a straggler). `test_split_probability` with `seed`: after a claim, split the
-    rest at a random fraction with that probability (the local runner's test of trackers)."""
+    micro-batch). `straggler`: a `StragglerRule` (a lagging worker checkpoints its work).
+    `test_split_probability` with `seed`: after a claim, split the rest at a random fraction
+    with that probability (a test that trackers tolerate splits)."""
 
     def __init__(self, max_claims: Optional[int] = None, max_seconds: Optional[float] = None,
                  test_split_probability: float = 0.0, seed: int = 0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 straggler: Optional[StragglerRule] = None) -> None:
         self.max_claims = max_claims
         self.max_seconds = max_seconds
         self.test_split_probability = test_split_probability
         self.random = random.Random(seed)
         self.clock = clock
+        self.straggler = straggler
 
-    def checkpoint_now(self, claims: int, started: float) -> bool:
-        """True when the budget is spent: checkpoint the rest."""
+    def checkpoint_now(self, claims: int, started: float,
+                       tracker: Optional[RestrictionTracker] = None) -> bool:
+        """True when the budget is spent, or the worker straggles: checkpoint the rest."""
         if self.max_claims is not None and claims >= self.max_claims:
             return True
-        return self.max_seconds is not None and self.clock() - started >= self.max_seconds
+        if self.max_seconds is not None and self.clock() - started >= self.max_seconds:
+            return True
+        return (self.straggler is not None and tracker is not None
+                and self.straggler.straggling(tracker))
 
     def test_split(self) -> Optional[float]:
         """A fraction of the remainder to split at now, or None."""
@@ -122,7 +207,7 @@ class _View(RestrictionTrackerView):
         return self.tracker.is_bounded()
 
     def try_claim(self, position: Any) -> bool:
-        if self.claims and self.policy.checkpoint_now(self.claims, self.started):
+        if self.claims and self.policy.checkpoint_now(self.claims, self.started, self.tracker):
             self._split(0.0)
         ok = self.tracker.try_claim(position)
         self.last_claim_ok = ok
@@ -243,11 +328,15 @@ class SplittableProcessor:
         view = _View(tracker, policy, time.monotonic())
         self._view, self._estimator = view, estimator
         before = set_processing_time(now_us)
+        if policy.straggler is not None:
+            policy.straggler.start_work(work.size)
         try:
             self.pardo.process(work.element)
         finally:
             set_processing_time(before)
             self._view = self._estimator = None
+            if policy.straggler is not None:
+                policy.straggler.finish_work()
         return Outcome(self._residuals(work, tracker, estimator, view, now_us), view.claims)
 
     def _residuals(self, work: Work, tracker: RestrictionTracker,
@@ -267,6 +356,24 @@ class SplittableProcessor:
             tracker.check_done()
         except Exception as exc:
             raise ElementError(self.label, value, exc, "process (check_done)") from exc
+        return out
+
+    def split_work(self, work: Work, parts: int) -> List[Work]:
+        """`work` cut into about `parts` works of near-equal size (a fresh tracker over its
+        restriction, split before any claim at 1/parts, 1/(parts-1), ... of what is left); the
+        work itself when its tracker will not split."""
+        value = work.element.value
+        provider = self.sig.restriction_provider
+        out: List[Work] = []
+        rest = work.restriction
+        for k in range(max(1, parts), 1, -1):
+            cut = self._provider_call("try_split", value,
+                                      functools.partial(_cut, provider, rest, 1.0 / k))
+            if cut is None:
+                break
+            out.append(work._replace(restriction=cut[0], size=self.size(work, cut[0])))
+            rest = cut[1]
+        out.append(work._replace(restriction=rest, size=self.size(work, rest)))
         return out
 
     # ---- inside process ----------------------------------------------------------------
@@ -293,6 +400,12 @@ class SplittableProcessor:
                     self._estimator.observe_timestamp(Timestamp(micros=wv.timestamp_us))
             receiver(wv)
         return checked
+
+
+def _cut(provider: Any, restriction: Any, fraction: float) -> Optional[Tuple[Any, Any]]:
+    """A fresh tracker of `restriction` split at `fraction` before any claim."""
+    tracker: RestrictionTracker = provider.create_tracker(restriction)
+    return tracker.try_split(fraction)
 
 
 def output_watermark(input_watermark_us: int, holds: Iterable[int]) -> int:
@@ -400,6 +513,20 @@ class SplittableStep:
             if finalize:
                 self.finalize_bundle()
             return result
+
+    def split_work(self, work: Work, parts: int) -> List[Work]:
+        """`work` cut into about `parts` works of near-equal size (`SplittableProcessor.split_work`)."""
+        with metrics_scope(None, self.label):
+            return self.processor().split_work(work, parts)
+
+    def take_finalizer(self) -> Optional[Any]:
+        """The last committed bundle's finalizer (its `finalize_bundle()` runs the callbacks),
+        for a runner that commits several bundles' outputs at once; None when it has none."""
+        proc = self._processor
+        if proc is None or proc.pardo.finalizer is None:
+            return None
+        finalizer, proc.pardo.finalizer = proc.pardo.finalizer, None
+        return finalizer
 
     def finalize_bundle(self) -> None:
         """Runs the last committed bundle's finalizer callbacks."""

@@ -1,7 +1,8 @@
 """The Spark batch runner: a bounded pipeline as Spark jobs over RDDs.
 
 `BatchTranslation` plans the pipeline (`kit.plan`) and builds one RDD per PCollection: fused
-stages run per partition in bundles (`tasks.stage_fn`), groupings are a shuffle of key bytes
+stages run per partition in bundles (`tasks.stage_fn`), splittable DoFns in waves of works
+balanced by size (`splittable`), groupings are a shuffle of key bytes
 sorted by event time (`map_side` before it, `reduce_side` after it), side inputs are collected
 and broadcast, Flatten is a union, Reshuffle a real shuffle, and metrics come back through
 accumulators (`env.TaskEnv`). `headrace.runners.spark.runner.SparkRunner` chooses it for a
@@ -13,7 +14,7 @@ from __future__ import annotations
 import logging
 import shutil
 import tempfile
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Set, Tuple
 
 from headrace.io.iobase import Read, batched
 from headrace.metrics.metric import MetricResults, MetricsContainer
@@ -35,6 +36,8 @@ from headrace.runners.spark.batch.map_side import (KeySide, MapSide, PartialSide
                                                    columnar_partial_fn, map_side_fn, partition_of,
                                                    side_partial_combine_fn)
 from headrace.runners.spark.batch.reduce_side import reduce_fn, stateful_fn
+from headrace.runners.spark.batch.splittable import Downstream, SplittableBuild
+from headrace.runners.kit.sdf import SplittableSpec
 from headrace.runners.spark.worker.failures import pipeline_error
 from headrace.runners.spark.worker.packing import FastPickleSerializer, unpack
 from headrace.runners.spark.worker.sides import portable_views
@@ -42,12 +45,10 @@ from headrace.transforms.core import CombinePerKey, Create, Reshuffle
 
 _log = logging.getLogger(__name__)
 
-_KINDS = planning.ALL_KINDS - {planning.Kind.TEST_STREAM, planning.Kind.UNBOUNDED,
-                               planning.Kind.SPLITTABLE}
+_KINDS = planning.ALL_KINDS - {planning.Kind.TEST_STREAM, planning.Kind.UNBOUNDED}
 _UNBOUNDED_WHY = ("an unbounded source runs as a Spark Structured Streaming query, not as a batch "
                   "job; run the pipeline with SparkRunner().run_pipeline, which chooses")
-_WHY_NOT = {planning.Kind.TEST_STREAM: _UNBOUNDED_WHY, planning.Kind.UNBOUNDED: _UNBOUNDED_WHY,
-            planning.Kind.SPLITTABLE: "splittable DoFns run on the local runner only so far"}
+_WHY_NOT = {planning.Kind.TEST_STREAM: _UNBOUNDED_WHY, planning.Kind.UNBOUNDED: _UNBOUNDED_WHY}
 
 
 class BatchTranslation:
@@ -61,6 +62,9 @@ class BatchTranslation:
         lo = options.view_as(LocalRunnerOptions)
         self.parallelism = max(1, int(so.spark_parallelism or self.sc.defaultParallelism))
         self.bundle_size = max(1, int(lo.bundle_size))
+        self.sdf_straggler = bool(getattr(so, "sdf_straggler_splitting", True))
+        self.sdf_test_split = (float(lo.sdf_test_split_probability or 0.0),
+                               int(lo.sdf_test_split_seed or 0))
         self.committed = self.sc.accumulator(MetricsContainer(), MetricsParam())
         self.attempted = self.sc.accumulator(MetricsContainer(), MetricsParam())
         self.temp_dir = tempfile.mkdtemp(prefix="headrace-spark-")
@@ -71,6 +75,7 @@ class BatchTranslation:
         self.consumers: Dict[PCollection, List[planning.Unit]] = {}
         self.keyed: Dict[PCollection, Any] = {}  # a grouping's input -> its shuffle records, made upstream
         self.persisted: List[Any] = []
+        self.absorbed: Set[int] = set()  # ids of stages run in a splittable step's waves
         self.broadcasts: List[Any] = []
         self.current_label = ""
         self.reads: Dict[PCollection, Tuple[Any, str, Any]] = {}    # Read output -> parts RDD, ...
@@ -112,7 +117,8 @@ class BatchTranslation:
         self._count_uses(units)
         for u in units:
             if isinstance(u, planning.Stage):
-                self._build_stage(u)
+                if id(u) not in self.absorbed:  # else run in a splittable step's waves
+                    self._build_stage(u)
                 continue
             node = u.node
             self._label(node.full_label)
@@ -128,6 +134,8 @@ class BatchTranslation:
                     self._build_grouping(node, None)
             elif u.kind == planning.Kind.STATEFUL:
                 self._build_stateful(node)
+            elif u.kind == planning.Kind.SPLITTABLE:
+                self._build_splittable(node)
             elif u.kind == planning.Kind.FLATTEN:
                 self._build_flatten(node)
             else:
@@ -154,6 +162,32 @@ class BatchTranslation:
         out = node.outputs[None]
         self.reads[out] = (rdd, node.full_label, source)
         self._set(out, rdd.mapPartitions(tasks.read_fn(self.env, node.full_label, source)))
+
+    def _build_splittable(self, node: AppliedPTransform) -> None:
+        """A splittable ParDo: its waves run now (`batch.splittable`); its outputs are read
+        from the persisted waves. When its one output has one consumer, a stage without side
+        inputs, that stage runs in the waves' tasks (`Downstream`): the waves then keep the
+        stage's outputs (a grouping's shuffle records for an output the grouping alone reads)
+        rather than every element of the splittable step."""
+        outs = list(dict.fromkeys(node.outputs.values()))
+        users = self.consumers.get(outs[0], []) if len(outs) == 1 else []
+        stage = users[0] if len(users) == 1 and isinstance(users[0], planning.Stage) else None
+        downstream = None
+        if stage is not None and stage.root is outs[0] and not stage.side_inputs:
+            stage_outs = list(stage.outputs)
+            downstream = Downstream(stage.fused(), {pc._id: i for i, pc in enumerate(stage_outs)},
+                                    self._map_sides(stage_outs))
+            self.absorbed.add(id(stage))
+            outs = stage_outs
+        build = SplittableBuild(self, SplittableSpec.of(node), self.sdf_straggler, self.sdf_test_split,
+                                downstream)
+        rdds = build.run(self.rdds[node.inputs[0]])
+        self._label(node.full_label if stage is None else f"{node.full_label} + {stage.label}")
+        for pc in outs:
+            if downstream is not None and pc._id in downstream.map_sides:
+                self.keyed[pc] = rdds[pc._id]
+            else:
+                self._set(pc, rdds[pc._id])
 
     def _build_flatten(self, node: AppliedPTransform) -> None:
         inputs = [self.rdds[pc] for pc in node.inputs]

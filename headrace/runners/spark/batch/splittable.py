@@ -1,0 +1,275 @@
+"""Splittable DoFns on the Spark batch runner: works placed by size, processed in waves.
+
+A splittable ParDo (`Kind.SPLITTABLE`, expanded by `kit.sdf`) runs as Spark jobs the driver
+starts while it builds the pipeline's RDDs:
+
+1. The input's elements become works in tasks (`SplittableStep.initial_works`: initial
+   restrictions, split and sized), collected to the driver.
+2. Each **wave** packs the works that are due into Spark partitions balanced by size, not
+   count (`pack_by_size`: greedy, largest first, into up to `parallelism * 2` partitions, the
+   largest partitions first so that Spark starts them first), and runs one job over them
+   (`wave_fn`): each task processes its works bundle by bundle (`SplittableStep.run_bundle`),
+   hands the outputs to Spark as records `(output index, pack_elements(elements))` (columns)
+   and its residual works as `(-1, pack(works))`, then runs the bundles' finalizers (never for
+   a failed attempt: its outputs are not Spark's).
+3. The wave's RDD is persisted, and the driver collects its residuals (the job that computes
+   it); the outputs stay in Spark: every output PCollection is the union of its records over
+   the waves, read from the persisted waves (a DoFn never runs twice for one output), and
+   unpersisted when the pipeline ends.
+4. Residuals are the next wave's works: self-checkpoints once the wall clock reaches their
+   `resume_at_us` (the driver sleeps until the earliest), the runner's splits at once.
+
+Straggler splitting (`--sdf_straggler_splitting`, on by default): Spark's tasks cannot talk to
+each other, so the driver gives every task of a wave the wave's total size, the cores and the
+wave's start (`kit.sdf.StragglerRule`); a task that, at its own rate, would end after 1.5x the
+time an even share of the wave takes (with at least a second of its work left) checkpoints its
+work, and cuts the rest into one work per core (`SplittableStep.split_work`) for the next
+wave, so one element far larger than the rest no longer decides the job's length. A straggler
+split depends on timing: a Spark re-attempt of a task may split elsewhere, but its outputs and
+residuals are one attempt's, consistent together. Only a persisted wave lost with its executor
+and recomputed later could split differently from the residuals already taken (Spark then
+recomputes it from its lineage); with `--no_sdf_straggler_splitting` the waves are
+deterministic.
+
+A stage that alone reads the step's one output runs in the waves' tasks (`Downstream`), so a
+wave keeps that stage's records (for a lifted combine, partial accumulators) rather than every
+element the step output.
+"""
+
+from __future__ import annotations
+
+import heapq
+import pickle
+import time
+from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Tuple
+
+from headrace.errors import PipelineExecutionError
+from headrace.io.iobase import batched
+from headrace.metrics.metric import MetricsContainer, metrics_scope
+from headrace.model.time import MIN_TIMESTAMP_MICROS, Timestamp
+from headrace.model.windowed import WindowedValue
+from headrace.runners.kit.columnar import Columns
+from headrace.runners.kit.sdf import (SplitPolicy, SplittableSpec, SplittableStep, StragglerRule,
+                                      Work, next_resume)
+from headrace.runners.kit.stage import FusedStage
+from headrace.runners.spark.batch.env import TaskEnv
+from headrace.runners.spark.batch.map_side import MapSide
+from headrace.runners.spark.batch.tasks import stage_fn
+from headrace.runners.spark.worker.packing import pack, unpack
+
+#: Partitions per core of a wave: small works of a skewed wave fill the cores around a large one.
+PARTITIONS_PER_CORE = 2
+#: The index of the residuals' records in a wave's RDD.
+RESIDUALS = -1
+
+
+class WaveSettings:
+    """What every task of a wave gets (picklable): the wave's size, cores and start, and the
+    runner's split settings."""
+
+    def __init__(self, total_size: float, cores: int, started: float, straggler: bool,
+                 test_split_probability: float, test_split_seed: int) -> None:
+        self.total_size = total_size
+        self.cores = cores
+        self.started = started
+        self.straggler = straggler
+        self.test_split_probability = test_split_probability
+        self.test_split_seed = test_split_seed
+
+    def policy(self, partition: int) -> SplitPolicy:
+        """A task's split policy (a fresh straggler rule per task)."""
+        rule = (StragglerRule(self.total_size, self.cores, self.started)
+                if self.straggler else None)
+        return SplitPolicy(test_split_probability=self.test_split_probability,
+                           seed=self.test_split_seed * 7919 + partition, straggler=rule)
+
+
+def initial_fn(env: TaskEnv, spec: SplittableSpec) -> Callable[[Iterator[WindowedValue]], Iterator[bytes]]:
+    """The works of a partition's elements, packed a bundle at a time."""
+    def run(it: Iterator[WindowedValue]) -> Iterator[bytes]:
+        env.check_earlier_attempt()
+        step = SplittableStep(spec)
+        try:
+            for bundle in batched(it, env.bundle_size):
+                yield pack(step.initial_works(bundle))
+        except PipelineExecutionError as exc:
+            raise env.fail(exc) from exc
+        finally:
+            step.teardown()
+    return run
+
+
+class Downstream(NamedTuple):
+    """The stage fused into a splittable step's waves: the one consumer of its one output
+    (`tasks.stage_fn` over the step's outputs in the same task; its records are the wave's)."""
+
+    stage: FusedStage
+    #: the stage's output PCollection ids -> their record indexes
+    indexes: Dict[int, int]
+    #: map sides of the stage's outputs that a grouping alone reads (`tasks.stage_fn`)
+    map_sides: Dict[int, MapSide]
+
+
+def wave_fn(env: TaskEnv, spec: SplittableSpec, index: Dict[int, int], settings: WaveSettings,
+            downstream: Optional[Downstream] = None
+            ) -> Callable[[int, Iterator[List[Work]]], Iterator[Tuple[int, bytes]]]:
+    """Processes a partition's works (one record: their list) bundle by bundle; yields
+    `(index[pc id], pack_elements(elements))` per output and bundle (or, with `downstream`,
+    the records of that stage run over the outputs), then `(RESIDUALS, pack(works))`."""
+    def run(partition: int, records: Iterator[List[Work]]) -> Iterator[Tuple[int, bytes]]:
+        env.check_earlier_attempt()
+        task = _WaveTask(env, spec, settings.policy(partition))
+        try:
+            bundles = task.bundles(records)
+            if downstream is None:
+                for outputs in bundles:
+                    for pc, lst in outputs.items():
+                        if lst:
+                            yield (index[pc], pack_elements(lst))
+            else:
+                run_stage = stage_fn(env, downstream.stage, None, downstream.indexes, downstream.map_sides)
+                yield from run_stage(wv for outputs in bundles for lst in outputs.values() for wv in lst)
+            residuals = task.residuals
+            if task.policy.straggler is not None and task.policy.straggler.fired:
+                residuals = _spread(task.step, residuals, settings.cores)
+            if residuals:
+                yield (RESIDUALS, pack(residuals))
+            with metrics_scope(None, spec.label):  # every output is in Spark's hands
+                for finalizer in task.finalizers:
+                    finalizer.finalize_bundle()
+        except PipelineExecutionError as exc:
+            raise env.fail(exc) from exc
+        finally:
+            task.step.teardown()
+        env.report(task.committed, task.attempted)
+    return run
+
+
+class _WaveTask:
+    """One wave task's splittable step, split policy, metrics, finalizers and residuals."""
+
+    def __init__(self, env: TaskEnv, spec: SplittableSpec, policy: SplitPolicy) -> None:
+        self.env = env
+        self.step = SplittableStep(spec)
+        self.policy = policy
+        self.committed, self.attempted = MetricsContainer(), MetricsContainer()
+        self.finalizers: List[Any] = []
+        self.residuals: List[Work] = []
+
+    def bundles(self, records: Iterator[List[Work]]) -> Iterator[Dict[int, List[WindowedValue]]]:
+        """Runs the works bundle by bundle; yields each bundle's outputs by PCollection id."""
+        env, step, policy = self.env, self.step, self.policy
+        for works in records:
+            if policy.straggler is not None:
+                policy.straggler.assign(sum(max(w.size, 0.0) for w in works))
+            for bundle in batched(works, env.bundle_size):
+                result = step.run_bundle(bundle, Timestamp.now().micros, policy, env.max_attempts,
+                                         self.committed, self.attempted, finalize=False)
+                finalizer = step.take_finalizer()
+                if finalizer is not None:
+                    self.finalizers.append(finalizer)
+                self.residuals.extend(result.residuals)
+                yield result.outputs
+
+
+def pack_elements(elements: List[WindowedValue]) -> bytes:
+    """Elements packed as columns (`kit.columnar.Columns`): pickling WindowedValues one by one
+    costs several times more, and a wave's outputs are all persisted."""
+    return pack(tuple(Columns.of_elements(elements)))
+
+
+def unpack_elements(record: Tuple[int, bytes]) -> List[WindowedValue]:
+    """The elements of a record of `pack_elements`."""
+    return Columns(*pickle.loads(record[1])).elements()
+
+
+def _spread(step: SplittableStep, residuals: List[Work], cores: int) -> List[Work]:
+    """A straggler's residuals (those due at once) cut into one work per core."""
+    out: List[Work] = []
+    for w in residuals:
+        if w.resume_at_us == MIN_TIMESTAMP_MICROS:
+            out.extend(step.split_work(w, cores))
+        else:
+            out.append(w)
+    return out
+
+
+def pack_by_size(works: List[Work], parts: int) -> List[List[Work]]:
+    """`works` in at most `parts` lists of near-equal total size (greedy: each work, largest
+    first, to the lightest list), the heaviest list first; empty lists dropped."""
+    n = max(1, min(parts, len(works)))
+    heap: List[Tuple[float, int]] = [(0.0, i) for i in range(n)]
+    bins: List[List[Work]] = [[] for _ in range(n)]
+    totals = [0.0] * n
+    for w in sorted(works, key=lambda w: -w.size):
+        total, i = heapq.heappop(heap)
+        bins[i].append(w)
+        totals[i] = total + max(w.size, 0.0)
+        heapq.heappush(heap, (totals[i], i))
+    order = sorted(range(n), key=lambda i: -totals[i])
+    return [bins[i] for i in order if bins[i]]
+
+
+class SplittableBuild:
+    """Runs one splittable ParDo's waves on the driver (see the module doc); `outputs()` gives
+    each output PCollection's RDD (by PCollection id)."""
+
+    def __init__(self, translation: Any, spec: SplittableSpec, straggler: bool,
+                 test_split: Tuple[float, int], downstream: Optional[Downstream] = None) -> None:
+        self.t = translation
+        self.spec = spec
+        self.downstream = downstream
+        self.straggler = straggler
+        self.test_split = test_split
+        pcs = list(dict.fromkeys(pc for _, pc in spec.step.outputs))
+        self.index = {pc: i for i, pc in enumerate(pcs)}
+        if downstream is not None:  # the records are the stage's outputs
+            self.index = dict(downstream.indexes)
+        self.parts: Dict[int, List[Any]] = {pc: [] for pc in self.index}
+        #: (works, partitions) per wave
+        self.waves: List[Tuple[int, int]] = []
+
+    def run(self, input_rdd: Any) -> Dict[int, Any]:
+        """Runs the step over `input_rdd`'s elements; returns its outputs' RDDs by PCollection id
+        (with a downstream stage, that stage's: elements, or a grouping's shuffle records for
+        the outputs in its `map_sides`)."""
+        t, env, spec = self.t, self.t.env, self.spec
+        packed = t._run(lambda: input_rdd.mapPartitions(initial_fn(env, spec)).collect())
+        pending: List[Work] = [w for rec in packed for w in unpack((0, rec))]
+        while pending:
+            now = Timestamp.now().micros
+            wake = next_resume(pending)
+            if wake > now:
+                time.sleep((wake - now) / 1e6)
+                now = Timestamp.now().micros
+            due = [w for w in pending if w.resume_at_us <= now]
+            waiting = [w for w in pending if w.resume_at_us > now]
+            pending = waiting + self._wave(due)
+        sc = t.sc
+        return {pc: (sc.union(rdds) if len(rdds) > 1 else rdds[0]) if rdds else sc.parallelize([], 1)
+                for pc, rdds in self.parts.items()}
+
+    def _wave(self, works: List[Work]) -> List[Work]:
+        """Runs one wave over `works`; returns its residuals."""
+        t = self.t
+        cores = t.parallelism
+        parts = pack_by_size(works, cores * PARTITIONS_PER_CORE)
+        settings = WaveSettings(sum(max(w.size, 0.0) for w in works), cores, time.time(),
+                                self.straggler, self.test_split[0], self.test_split[1])
+        self.waves.append((len(works), len(parts)))
+        rdd = (t.sc.parallelize(parts, len(parts))
+               .mapPartitionsWithIndex(wave_fn(t.env, self.spec, self.index, settings,
+                                               self.downstream))
+               .persist(_memory_and_disk()))
+        rdd.setName(f"{self.spec.label} (wave {len(self.waves)})")
+        t.persisted.append(rdd)
+        records = t._run(lambda: rdd.filter(lambda r: r[0] == RESIDUALS).collect())
+        unpacker = unpack_elements if self.downstream is None else unpack
+        for pc, i in self.index.items():
+            self.parts[pc].append(rdd.filter(lambda r, i=i: r[0] == i).flatMap(unpacker))
+        return [w for rec in records for w in unpack(rec)]
+
+
+def _memory_and_disk() -> Any:
+    from pyspark import StorageLevel
+    return StorageLevel.MEMORY_AND_DISK
