@@ -7,7 +7,7 @@ windowed and counted; and the API's plain values: `OffsetRange.split / split_at 
 estimators' default providers. Beam Python has no GrowableOffsetRangeTracker (only Beam Java
 does), so headrace's is not used here.
 
-Only headrace's local runner runs SDFs so far (RUNNERS below)."""
+Every headrace runner runs them."""
 
 from _sdk import (
     OffsetRange, OffsetRestrictionTracker, RestrictionProgress, RestrictionProvider, Timestamp,
