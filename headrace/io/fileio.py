@@ -158,7 +158,7 @@ class _PollPattern:
         now = Timestamp.now()
         if self.start_us is not None and now.micros < self.start_us:
             return PollResult.incomplete([], now)
-        found = _match(pattern, self.treatment)
+        found: List[Any] = _match(pattern, self.treatment)
         if not self.deduplicate:
             found = [_Polled(m, now.micros) for m in found]
         return PollResult.incomplete(found, now)
@@ -209,11 +209,12 @@ class MatchContinuously(PTransform):
             _positive_micros(interval, "interval"), termination,
             _file_key if not match_updated_files else _file_version, with_input=False)
         self.apply_windowing = apply_windowing
+        self.has_deduplication = has_deduplication
 
     def expand(self, pbegin: Any) -> Any:
         from headrace.transforms.core import Create, Map, ParDo, WindowInto
         out = pbegin | "Pattern" >> Create([self.file_pattern]) | "Watch" >> ParDo(self.fn)
-        if not self.fn.poll_fn.deduplicate:
+        if not self.has_deduplication:
             out = out | "Files" >> Map(lambda polled: polled.metadata)
         if self.apply_windowing:
             from headrace.model.window import FixedWindows
