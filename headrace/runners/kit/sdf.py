@@ -25,7 +25,6 @@ successful claim, a restriction left unfinished without a checkpoint.
 from __future__ import annotations
 
 import functools
-import logging
 import random
 import time
 from typing import (
@@ -46,9 +45,8 @@ from headrace.pipeline.splittable import (
 )
 from headrace.runners.kit.dofn_runner import ParDoRunner
 from headrace.runners.kit.sources import split_source
-from headrace.runners.kit.stage import StepSpec, bundle_failure, serialize_dofn, step_spec
+from headrace.runners.kit.stage import StepSpec, retried_bundle, serialize_dofn, step_spec
 
-_log = logging.getLogger(__name__)
 
 
 class Work(NamedTuple):
@@ -482,37 +480,25 @@ class SplittableStep:
         up to `max_attempts`; returns its outputs and residuals. With `finalize`, the bundle
         finalizer's callbacks run at once (for a runner whose hand-over of the outputs is their
         commit); otherwise the caller calls `finalize_bundle()` once it has committed them."""
-        attempts = 0
-        while True:
-            attempts += 1
-            container = MetricsContainer()
+        def attempt() -> BundleResult:
             for lst in self.outs.values():
                 lst.clear()
             residuals: List[Work] = []
             claims = 0
-            try:
-                with metrics_scope(container, self.label):
-                    proc = self.processor()
-                    proc.start_bundle()
-                    for work in works:
-                        outcome = proc.process(work, now_us, policy)
-                        residuals.extend(outcome.residuals)
-                        claims += outcome.claimed
-                    proc.finish_bundle()
-            except ElementError as err:
-                attempted.merge(container)
-                self.teardown()
-                if attempts >= max_attempts:
-                    raise bundle_failure(err, attempts) from err.cause
-                _log.warning("bundle of step %r failed (attempt %d of %d); retrying: %s",
-                             self.label, attempts, max_attempts, err.cause)
-                continue
-            attempted.merge(container)
-            committed.merge(container)
-            result = BundleResult({pc: list(lst) for pc, lst in self.outs.items()}, residuals, claims)
-            if finalize:
-                self.finalize_bundle()
-            return result
+            proc = self.processor()
+            proc.start_bundle()
+            for work in works:
+                outcome = proc.process(work, now_us, policy)
+                residuals.extend(outcome.residuals)
+                claims += outcome.claimed
+            proc.finish_bundle()
+            return BundleResult({pc: list(lst) for pc, lst in self.outs.items()}, residuals, claims)
+
+        result = retried_bundle(self.label, max_attempts, committed, attempted, attempt,
+                                self.teardown)
+        if finalize:
+            self.finalize_bundle()
+        return result
 
     def split_work(self, work: Work, parts: int) -> List[Work]:
         """`work` cut into about `parts` works of near-equal size (`SplittableProcessor.split_work`)."""

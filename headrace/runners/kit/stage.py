@@ -4,7 +4,7 @@ with whole-bundle retries (`FusedStage`), the same in every runner's process or 
 from __future__ import annotations
 
 import logging
-from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple, TypeVar
 
 from headrace.errors import DeadLetterThresholdError, ElementError, PipelineExecutionError, _short_repr
 from headrace.metrics.metric import MetricsContainer, metrics_scope
@@ -17,6 +17,8 @@ from headrace.runners.kit.dofn_runner import AssignWindowsRunner, ParDoRunner, R
 from headrace.runners.kit.side_inputs import SideInputReader
 
 _log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 _UNCOMPILED = object()
 
 
@@ -67,6 +69,33 @@ def bundle_failure(err: ElementError, attempts: int) -> PipelineExecutionError:
         f"bundle: {type(err.cause).__name__}: {err.cause}.{hint} Fix the step, or route failing "
         "elements to a dead-letter output with .with_exception_handling()",
         step=err.step, element=err.element, attempts=attempts)
+
+
+def retried_bundle(label: str, max_attempts: int, committed: MetricsContainer,
+                   attempted: MetricsContainer, attempt: Callable[[], T],
+                   failed: Callable[[], None]) -> T:
+    """Runs `attempt()` (one bundle of the step `label`, under a fresh metrics container) until
+    it succeeds, at most `max_attempts` times: after an attempt failed in user code, `failed()`
+    drops what it left (torn-down DoFns, state put back) before the next; the last failure
+    stops the run (`bundle_failure`). A succeeded attempt's metrics are committed."""
+    attempts = 0
+    while True:
+        attempts += 1
+        container = MetricsContainer()
+        try:
+            with metrics_scope(container, label):
+                result = attempt()
+        except ElementError as err:
+            attempted.merge(container)
+            failed()
+            if attempts >= max_attempts:
+                raise bundle_failure(err, attempts) from err.cause
+            _log.warning("bundle of step %r failed (attempt %d of %d); retrying: %s",
+                         label, attempts, max_attempts, err.cause)
+            continue
+        attempted.merge(container)
+        committed.merge(container)
+        return result
 
 
 class FusedStage:

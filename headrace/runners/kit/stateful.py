@@ -29,7 +29,6 @@ Outputs go to the ParDoRunner's receivers, which the runner sets (by output tag)
 from __future__ import annotations
 
 import bisect
-import logging
 from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Tuple
 
 from headrace.errors import ElementError, InvalidArgumentError, PipelineExecutionError, _short_repr
@@ -42,7 +41,7 @@ from headrace.model.strategy import Windowing
 from headrace.model.windowed import WindowedValue
 from headrace.runners.kit.dofn_runner import ParDoRunner
 from headrace.runners.kit.grouping import DROPPED_LATE, split_kv
-from headrace.runners.kit.stage import StepSpec, bundle_failure, serialize_dofn, step_spec
+from headrace.runners.kit.stage import StepSpec, retried_bundle, serialize_dofn, step_spec
 from headrace.pipeline import userstate
 from headrace.pipeline.userstate import (
     BagStateSpec, CombiningValueStateSpec, MapStateSpec, OrderedListStateSpec,
@@ -50,7 +49,6 @@ from headrace.pipeline.userstate import (
 )
 
 MAX = MAX_TIMESTAMP_MICROS
-_log = logging.getLogger(__name__)
 
 #: A pending timer: (fire time, hold / output timestamp, event time?), all in microseconds.
 TimerRecord = Tuple[int, int, bool]
@@ -629,30 +627,19 @@ class StatefulStep:
         """Runs `body(core)` as one bundle (start_bundle, body, finish_bundle), retrying it whole
         after calling `restore` (which puts back the keys' state as it was before); returns the
         bundle's outputs by PCollection id."""
-        attempts = 0
-        while True:
-            attempts += 1
-            container = MetricsContainer()
+        def attempt() -> Dict[int, List[WindowedValue]]:
             for lst in self.outs.values():
                 lst.clear()
-            try:
-                with metrics_scope(container, self.label):
-                    core = self.core()
-                    core.runner.start_bundle()
-                    body(core)
-                    core.runner.finish_bundle()
-            except ElementError as err:
-                attempted.merge(container)
-                self.teardown()
-                restore()
-                if attempts >= max_attempts:
-                    raise bundle_failure(err, attempts) from err.cause
-                _log.warning("bundle of step %r failed (attempt %d of %d); retrying: %s",
-                             self.label, attempts, max_attempts, err.cause)
-                continue
-            attempted.merge(container)
-            committed.merge(container)
+            core = self.core()
+            core.runner.start_bundle()
+            body(core)
+            core.runner.finish_bundle()
             return {pc: list(lst) for pc, lst in self.outs.items()}
+
+        def failed() -> None:
+            self.teardown()
+            restore()
+        return retried_bundle(self.label, max_attempts, committed, attempted, attempt, failed)
 
     def teardown(self) -> None:
         """Tears the DoFn down (the next bundle builds a fresh one)."""
