@@ -116,6 +116,17 @@ def _rows_of(batch: Any, make_row: Callable[..., Dict[str, Any]]) -> Iterable[Di
     return map(make_row, *[_column_values(c) for c in batch.columns])
 
 
+def _records(batch: Any, makers: Dict[Tuple[str, ...], Callable[..., Dict[str, Any]]],
+             as_rows: bool) -> List[Any]:
+    """A record batch as dicts (or Rows), each made by the cached maker of its column names."""
+    names = tuple(batch.schema.names)
+    make_row = makers.get(names)
+    if make_row is None:
+        make_row = makers[names] = _row_maker(list(names))
+    rows = _rows_of(batch, make_row)
+    return [Row(**r) for r in rows] if as_rows else list(rows)
+
+
 class _ParquetRowSource(_ParquetSource, ArrowBatchSource):
     """Rows of Parquet files as dicts or Rows; also an ArrowBatchSource (read_arrow, records_of)."""
 
@@ -146,12 +157,7 @@ class _ParquetRowSource(_ParquetSource, ArrowBatchSource):
 
     def records_of(self, batch: pa.RecordBatch) -> List[Any]:
         """A record batch as the records this source yields (dicts, or Rows)."""
-        names = tuple(batch.schema.names)
-        make_row = self._makers.get(names)
-        if make_row is None:
-            make_row = self._makers[names] = _row_maker(list(names))
-        rows = _rows_of(batch, make_row)
-        return [Row(**r) for r in rows] if self.as_rows else list(rows)
+        return _records(batch, self._makers, self.as_rows)
 
 
 class _ParquetTableSource(_ParquetSource):
@@ -286,12 +292,7 @@ class _ReadRowGroups(DoFn, RestrictionProvider):
         return self.provider.restriction_size(element, restriction)
 
     def _rows(self, batch: Any) -> List[Any]:
-        names = tuple(batch.schema.names)
-        make_row = self._makers.get(names)
-        if make_row is None:
-            make_row = self._makers[names] = _row_maker(list(names))
-        rows = _rows_of(batch, make_row)
-        return [Row(**r) for r in rows] if self.as_rows else list(rows)
+        return _records(batch, self._makers, self.as_rows)
 
 
 class ReadAllFromParquetBatched(PTransform):
