@@ -20,6 +20,7 @@ from headrace.pipeline.pvalue import PBegin, PCollection
 from headrace.pipeline.splittable import (  # noqa: F401  (Beam's names here)
     RestrictionProgress, RestrictionProvider, RestrictionTracker, WatermarkEstimator,
 )
+from headrace.pipeline.splittable import RecordBlock
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -230,9 +231,15 @@ class _SourcePartTracker(RestrictionTracker):
         return True
 
 
+#: Rows per Arrow batch a BoundedSourceReader claims of an ArrowBatchSource.
+ARROW_BLOCK_ROWS = 65536
+
+
 class BoundedSourceReader(DoFn, RestrictionProvider):
     """Reads a BoundedSource (the element) as a splittable DoFn: its parts are the restrictions
-    (`split(desired_parallelism)`), each read whole (Beam's SDF wrapper of bounded sources)."""
+    (`split(desired_parallelism)`), each read whole (Beam's SDF wrapper of bounded sources),
+    a batch of records (`RecordBlock`) per claim; an ArrowBatchSource's batches are its Arrow
+    record batches (`RecordBlock.of_arrow`)."""
 
     def __init__(self, desired_parallelism: int = 1) -> None:
         self.desired_parallelism = max(1, desired_parallelism)
@@ -258,10 +265,16 @@ class BoundedSourceReader(DoFn, RestrictionProvider):
         r = tracker.current_restriction()
         if r.part is None and not r.whole:
             return  # an empty primary left by a split
-        for i, batch in enumerate(element.read_batches(r.part, 1024)):
-            if not tracker.try_claim(i):
-                return
-            yield from batch
+        if isinstance(element, ArrowBatchSource):  # columns a runner may use as they are
+            for i, arrow in enumerate(element.read_arrow(r.part, ARROW_BLOCK_ROWS)):
+                if not tracker.try_claim(i):
+                    return
+                yield RecordBlock.of_arrow(arrow, element.records_of, element.row_attributes)
+        else:
+            for i, batch in enumerate(element.read_batches(r.part, 1024)):
+                if not tracker.try_claim(i):
+                    return
+                yield RecordBlock(batch if type(batch) is list else list(batch))
         tracker.try_claim(END_OF_SOURCE)
 
 

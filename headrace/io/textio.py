@@ -26,7 +26,7 @@ from headrace.model.coders import StrUtf8Coder, ToBytesCoder
 from headrace.pipeline.ptransform import PTransform
 from headrace.pipeline.pvalue import PCollection
 from headrace.io.restriction_trackers import OffsetRange, OffsetRestrictionTracker
-from headrace.pipeline.splittable import RestrictionProvider
+from headrace.pipeline.splittable import RecordBlock, RestrictionProvider
 from headrace.transforms.core import DoFn, FlatMap, ParDo
 
 _SPLIT_BYTES = 64 * 1024 * 1024
@@ -539,20 +539,24 @@ class _ReadTextRanges(DoFn, RestrictionProvider):
         src = self.source
         if self._compressed(path):
             if tracker.try_claim(0):
-                for block in src._blocks((path, 0, -1)):
-                    yield from block
+                for block in src._value_blocks((path, 0, -1)):
+                    yield self._block(path, block)
             return
         r = tracker.current_restriction()
         part = (path, r.start, r.stop)
-        records = self._plain_records(path, part, tracker) if src._plain() else \
-            self._delimited_records(part, tracker)
-        if src.with_filename:
-            for x in records:
-                yield path, x
-        else:
-            yield from records
+        if src._plain():
+            for lines in self._plain_records(path, part, tracker):
+                yield self._block(path, lines)
+            return
+        for x in self._delimited_records(part, tracker):
+            yield (path, x) if src.with_filename else x
 
-    def _plain_records(self, path: str, part: Tuple[str, int, int], tracker: Any) -> Iterator[Any]:
+    def _block(self, path: str, records: List[Any]) -> RecordBlock:
+        """Records of one claim as one output (`RecordBlock`: the runner takes them as a column)."""
+        return RecordBlock([(path, x) for x in records] if self.source.with_filename else records)
+
+    def _plain_records(self, path: str, part: Tuple[str, int, int], tracker: Any) -> Iterator[List[Any]]:
+        """The lines of each claimed buffer (a list per claim)."""
         src = self.source
         k = 0
         for base, data in src.offset_buffers(part):
@@ -567,7 +571,7 @@ class _ReadTextRanges(DoFn, RestrictionProvider):
                 return
             lines = src.decode_lines(data, part, k)
             k += len(lines)
-            yield from lines
+            yield lines
         tracker.try_claim(tracker.current_restriction().stop)  # the end: fails, the range is done
 
     def _delimited_records(self, part: Tuple[str, int, int], tracker: Any) -> Iterator[Any]:

@@ -20,7 +20,7 @@ The io modules and the runner kit (`runners/kit/sdf.py`) build on this module.
 from __future__ import annotations
 
 import inspect
-from typing import Any, Iterable, NamedTuple, Optional, Tuple
+from typing import Any, Callable, Iterable, NamedTuple, Optional, Tuple
 
 from headrace.errors import PipelineConstructionError
 from headrace.model.time import Duration, Timestamp
@@ -235,6 +235,52 @@ def deferred_until(now: Timestamp, deferred_time: Any) -> Timestamp:
     if isinstance(deferred_time, Timestamp):
         return deferred_time
     return now + Duration.of(deferred_time)
+
+
+class RecordBlock:
+    """Several outputs of a splittable DoFn's `process` at once (headrace's own connectors yield
+    them: a file's lines of one claimed buffer, a source's batch of records).
+
+    Yielding `RecordBlock(values)` means exactly yielding each value in turn after the same
+    claim: a plain value takes the element's timestamp and windows, a TimestampedValue its own
+    timestamp. A runner may hand the values on as one column rather than one by one, which is
+    why the connectors use it; a DoFn that is not splittable must not yield it.
+    `RecordBlock.of_arrow(batch, records_of, row_attributes)` is an Arrow record batch whose
+    values are `records_of(batch)` (dicts, or `Row`s when `row_attributes`): a runner that can
+    work on the columns themselves never builds them."""
+
+    __slots__ = ("_values", "arrow", "_records_of", "row_attributes")
+
+    def __init__(self, values: Optional[list] = None, arrow: Any = None,
+                 records_of: Optional[Callable[[Any], Iterable[Any]]] = None,
+                 row_attributes: bool = False) -> None:
+        self._values = values
+        self.arrow = arrow
+        self._records_of = records_of
+        self.row_attributes = row_attributes
+
+    @staticmethod
+    def of_arrow(batch: Any, records_of: Callable[[Any], Iterable[Any]],
+                 row_attributes: bool = False) -> "RecordBlock":
+        """An Arrow record batch as a block whose values are `records_of(batch)`."""
+        return RecordBlock(None, batch, records_of, row_attributes)
+
+    @property
+    def values(self) -> list:
+        """The block's values (made from the Arrow batch on first use)."""
+        if self._values is None:
+            assert self._records_of is not None
+            self._values = list(self._records_of(self.arrow))
+        return self._values
+
+    def __len__(self) -> int:
+        return len(self._values) if self._values is not None else int(self.arrow.num_rows)
+
+    def __reduce__(self) -> Any:
+        return RecordBlock, (self.values,)
+
+    def __repr__(self) -> str:
+        return f"RecordBlock(<{len(self)} values>)"
 
 
 class Signature(NamedTuple):

@@ -20,6 +20,10 @@ estimator's watermark (or the element's timestamp while the estimator has none),
 takes the minimum over its live works and its input watermark (`output_watermark`).
 Checks that name the step and the element: a position claimed out of order, output without a
 successful claim, a restriction left unfinished without a checkpoint.
+
+Outputs may come as `RecordBlock`s (a connector's buffer of lines or batch of records, all after
+one claim): they stay blocks in a bundle's outputs, and a runner takes them as columns
+(`output_columns`, no WindowedValue per record) or as elements (`expand_outputs`).
 """
 
 from __future__ import annotations
@@ -38,11 +42,13 @@ from headrace.model.time import (
     MAX_TIMESTAMP_MICROS, MIN_TIMESTAMP_MICROS, Timestamp, set_processing_time, to_micros,
 )
 from headrace.model.window import GLOBAL_WINDOWS_TUPLE
-from headrace.model.windowed import WindowedValue
+from headrace.model.windowed import PANE_INFO_UNKNOWN, TimestampedValue, WindowedValue
 from headrace.pipeline.dofn import _RestrictionDoFnParam, _WatermarkEstimatorDoFnParam
 from headrace.pipeline.splittable import (
-    RestrictionTracker, RestrictionTrackerView, WatermarkEstimator, deferred_until, signature,
+    RecordBlock, RestrictionTracker, RestrictionTrackerView, WatermarkEstimator, deferred_until,
+    signature,
 )
+from headrace.runners.kit.columnar import Columns
 from headrace.runners.kit.dofn_runner import ParDoRunner
 from headrace.runners.kit.sources import split_source
 from headrace.runners.kit.stage import StepSpec, retried_bundle, serialize_dofn, step_spec
@@ -395,9 +401,59 @@ class SplittableProcessor:
                         "tracker.try_claim(position) before it; claim the position an output "
                         "comes from, and output nothing once a claim failed", step=label)
                 if self._estimator is not None:
-                    self._estimator.observe_timestamp(Timestamp(micros=wv.timestamp_us))
+                    _observe(self._estimator, wv)
             receiver(wv)
         return checked
+
+
+def _observe(estimator: WatermarkEstimator, wv: WindowedValue) -> None:
+    """The estimator observes an output's timestamp (each record's, for a RecordBlock)."""
+    block = wv.value
+    if type(block) is not RecordBlock:
+        estimator.observe_timestamp(Timestamp(micros=wv.timestamp_us))
+        return
+    own = [r.timestamp_us for r in block.values if type(r) is TimestampedValue]
+    if len(own) < len(block.values):
+        own.append(wv.timestamp_us)
+    for ts in own:
+        estimator.observe_timestamp(Timestamp(micros=ts))
+
+
+def expand_outputs(outputs: Sequence[WindowedValue]) -> List[WindowedValue]:
+    """A bundle's outputs with every RecordBlock replaced by its records, as elements."""
+    if not any(type(wv.value) is RecordBlock for wv in outputs):
+        return list(outputs)
+    out: List[WindowedValue] = []
+    for cols in output_columns(outputs):
+        out.extend(cols.elements())
+    return out
+
+
+def output_columns(outputs: Sequence[WindowedValue]) -> Iterable[Columns]:
+    """A bundle's outputs as columns: one per RecordBlock, one per run of plain elements."""
+    run: List[WindowedValue] = []
+    for wv in outputs:
+        block = wv.value
+        if type(block) is not RecordBlock:
+            run.append(wv)
+            continue
+        if run:
+            yield Columns.of_elements(run)
+            run = []
+        if block.values:
+            yield _block_columns(block.values, wv)
+    if run:
+        yield Columns.of_elements(run)
+
+
+def _block_columns(values: List[Any], wv: WindowedValue) -> Columns:
+    n = len(values)
+    ts = [wv.timestamp_us] * n
+    if any(type(r) is TimestampedValue for r in values):
+        ts = [r.timestamp_us if type(r) is TimestampedValue else t for r, t in zip(values, ts)]
+        values = [r.value if type(r) is TimestampedValue else r for r in values]
+    panes = None if wv.pane_info is PANE_INFO_UNKNOWN else [wv.pane_info] * n
+    return Columns(values, ts, [wv.windows] * n, panes, [True] * n if wv.is_retraction else None)
 
 
 def _cut(provider: Any, restriction: Any, fraction: float) -> Optional[Tuple[Any, Any]]:
@@ -475,11 +531,13 @@ class SplittableStep:
 
     def run_bundle(self, works: Sequence[Work], now_us: int, policy: SplitPolicy,
                    max_attempts: int, committed: MetricsContainer, attempted: MetricsContainer,
-                   finalize: bool = True) -> BundleResult:
+                   finalize: bool = True, blocks: bool = False) -> BundleResult:
         """Processes `works` as one bundle (start_bundle, each work, finish_bundle), retried whole
         up to `max_attempts`; returns its outputs and residuals. With `finalize`, the bundle
         finalizer's callbacks run at once (for a runner whose hand-over of the outputs is their
-        commit); otherwise the caller calls `finalize_bundle()` once it has committed them."""
+        commit); otherwise the caller calls `finalize_bundle()` once it has committed them. With
+        `blocks`, outputs keep their RecordBlocks (for `output_columns`); otherwise they are
+        expanded into elements."""
         def attempt() -> BundleResult:
             for lst in self.outs.values():
                 lst.clear()
@@ -492,7 +550,8 @@ class SplittableStep:
                 residuals.extend(outcome.residuals)
                 claims += outcome.claimed
             proc.finish_bundle()
-            return BundleResult({pc: list(lst) for pc, lst in self.outs.items()}, residuals, claims)
+            keep = list if blocks else expand_outputs
+            return BundleResult({pc: keep(lst) for pc, lst in self.outs.items()}, residuals, claims)
 
         result = retried_bundle(self.label, max_attempts, committed, attempted, attempt,
                                 self.teardown)

@@ -7,57 +7,22 @@ from __future__ import annotations
 import contextlib
 import zlib
 from itertools import repeat
-from typing import Any, Callable, Iterable, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Iterator, List, Optional, Tuple
 
 from headrace.errors import PipelineExecutionError
-from headrace.io.iobase import ArrowBatchSource, batched
-from headrace.metrics.metric import MetricsContainer, metrics_scope, set_current_step
+from headrace.io.iobase import batched
+from headrace.metrics.metric import MetricsContainer, metrics_scope
 from headrace.model import coders
 from headrace.model.strategy import Windowing
 from headrace.model.windowed import WindowedValue
 from headrace.runners.kit.grouping import grouping_errors, grouping_key_bytes, key_of
 from headrace.runners.kit.partial import PartialCombiner
 from headrace.runners.kit.side_inputs import SideInputCombiner
-from headrace.runners.kit.sources import read_failure
-from headrace.runners.kit.stage import FusedStage
 from headrace.runners.kit.stateful import keyed_elements
 from headrace.runners.spark.batch.env import TaskEnv, guarded
 from headrace.runners.kit.columnar import Columns
-from headrace.runners.spark.fastpath import (VectorBundle, vector_chain,
-                                             vector_combiner)
+from headrace.runners.spark.fastpath import (VectorBundle, vector_combiner)
 from headrace.runners.spark.worker.sides import combiner_arguments, side_reader
-
-
-def read_parts(env: TaskEnv, label: str, source: Any, parts: Iterator[Any],
-                batch: int = 0, arrow: bool = False) -> Iterator[Any]:
-    """The records of the parts (in lists of about `batch` records when `batch` is given, as
-    Arrow record batches when `arrow`)."""
-    for part in parts:
-        try:
-            if arrow:
-                yield from source.read_arrow(part, batch)
-            else:
-                yield from (source.read_batches(part, batch) if batch else source.read(part))
-        except Exception as exc:
-            raise env.fail(read_failure(label, part, exc)) from exc
-
-
-_VECTOR_ROWS = 65536  # rows per Arrow batch on the vectorised path (no DoFn sees these bundles)
-
-
-def _bundles_of(source: Any, batches: Iterator[Any], vchain: Any, size: int) -> Iterator[Any]:
-    """VectorBundles of the Arrow batches `vchain` can evaluate; record lists of at most `size`
-    (the bundles of the per-element path) for the rest, and for sources without Arrow batches."""
-    for batch in batches:
-        if isinstance(batch, list):
-            yield batch
-            continue
-        bundle = vchain.run(batch)
-        if bundle is not None:
-            yield bundle
-            continue
-        for start in range(0, batch.num_rows, size):
-            yield source.records_of(batch.slice(start, size))
 
 
 def partition_of(key: Tuple[bytes, int, bool]) -> int:
@@ -126,6 +91,7 @@ class PartialSide(MapSide):
         self.windowing = windowing
         self.combine_fn_bytes = combine_fn_bytes
         self.partial: Optional[PartialCombiner] = None
+        self.vector: Optional[Any] = None  # fastpath's VectorCombiner, when the CombineFn has one
         self.committed: Optional[MetricsContainer] = None
 
     def start(self, committed: MetricsContainer) -> "PartialSide":
@@ -135,6 +101,7 @@ class PartialSide(MapSide):
         with _combining(self.label, committed):
             combine_fn.setup()
         side.partial = PartialCombiner(self.label, combine_fn, self.windowing)
+        side.vector = vector_combiner(combine_fn, self.windowing)
         return side
 
     def add(self, elements: Columns) -> List[Any]:
@@ -143,12 +110,29 @@ class PartialSide(MapSide):
             self.partial.add_all(zip(elements.values, elements.ts, elements.windows))
         return []
 
+    def add_vector(self, bundle: VectorBundle) -> None:
+        """Adds a vectorised bundle (`fastpath`): to the vectorised combiner when it takes it,
+        else element by element."""
+        assert self.partial is not None
+        with _combining(self.label, self.committed):
+            if self.vector is not None and self.vector.accepts(bundle):
+                self.vector.add(bundle)
+            else:
+                self.partial.add_all(zip(bundle.values(), bundle.ts_array().tolist(),
+                                         bundle.window_tuples()))
+
     def finish(self) -> List[Any]:
         assert self.partial is not None
-        partial = self.partial
-        with _combining(self.label, self.committed):
-            out = list(partial.emit(_partial_record(self.windowing.windowfn.is_merging())))
-            partial.combine_fn.teardown()
+        partial, label = self.partial, self.label
+        combine_fn = partial.combine_fn
+        with _combining(label, self.committed):
+            record = _partial_record(self.windowing.windowfn.is_merging())
+            out = list(partial.emit(record))
+            if self.vector is not None:
+                out.extend(self.vector.emit(
+                    lambda k: grouping_key_bytes(label, k, k),
+                    lambda kb, k, a, ts, w: record(kb, k, combine_fn.compact(a), ts, w)))
+            combine_fn.teardown()
         return out
 
 
@@ -219,74 +203,6 @@ def _side_partial(label: str, it: Iterator[WindowedValue], combiner: SideInputCo
         partial.add_all((wv.value, wv.timestamp_us, wv.windows) for wv in it)
         yield from partial.emit(lambda kb, k, a, ts, w: ((kb, ts, False), (k, a, ts, w)))
         combiner.teardown()
-
-
-def columnar_partial_fn(env: TaskEnv, read_label: str, source: Any, stage: FusedStage,
-                        label: str, windowing: Windowing,
-                        combine_fn_bytes: bytes) -> Callable[[Iterator[Any]], Iterator[Any]]:
-    """Read -> a chain of plain element-wise steps -> lifted CombinePerKey, in one pass; the
-    RDD's records are the source's parts. Each bundle takes the first path that can run it:
-    vectorised over Arrow batches (fastpath.evaluate and fastpath.combine), or the fused stage
-    (columnar lists, `kit.columnar`, else element by element)."""
-    out_pc = stage.materialized[0]
-
-    def triples(parts: Iterator[Any]) -> Iterator[Any]:
-        vchain = (vector_chain(stage.steps, stage.root, source.row_attributes)
-                  if isinstance(source, ArrowBatchSource) else None)
-        committed, attempted = MetricsContainer(), MetricsContainer()
-        try:
-            arrow = vchain is not None
-            size = max(env.bundle_size, _VECTOR_ROWS) if arrow else env.bundle_size
-            batches = read_parts(env, read_label, source, parts, size, arrow)
-            for records in _bundles_of(source, batches, vchain, env.bundle_size):
-                if type(records) is VectorBundle:
-                    yield records
-                    continue
-                out = stage.process_columns(Columns.of_records(records), None, env.max_attempts,
-                                            committed, attempted)[out_pc]
-                yield zip(out.values, out.ts, out.windows)
-        finally:
-            stage.teardown()
-        env.report(committed, attempted)
-    return _partial(env, label, windowing, combine_fn_bytes, triples)
-
-
-def _partial(env: TaskEnv, label: str, windowing: Windowing, combine_fn_bytes: bytes,
-             batches: Callable[[Iterator[Any]], Iterator[Iterable[tuple]]]
-             ) -> Callable[[Iterator[Any]], Iterator[Any]]:
-    def run(it: Iterator[Any]) -> Iterator[Any]:
-        env.check_earlier_attempt()
-        combine_fn = coders.loads(combine_fn_bytes)
-        committed = MetricsContainer()
-        yield from guarded(env, label, "combining", _combine_partition(
-            label, it, batches, combine_fn, windowing, committed))
-        env.report(committed, committed)
-    return run
-
-
-def _combine_partition(label: str, it: Iterator[Any],
-                       batches: Callable[[Iterator[Any]], Iterator[Iterable[tuple]]], combine_fn: Any,
-                       windowing: Windowing, committed: MetricsContainer) -> Iterator[Any]:
-    merging = windowing.windowfn.is_merging()
-    with metrics_scope(committed, label):
-        combine_fn.setup()
-        partial = PartialCombiner(label, combine_fn, windowing)
-        vector = vector_combiner(combine_fn, windowing)
-        for batch in batches(it):
-            set_current_step(label)
-            if type(batch) is VectorBundle:
-                if vector is not None and vector.accepts(batch):
-                    vector.add(batch)
-                    continue
-                batch = zip(batch.values(), batch.ts_array().tolist(), batch.window_tuples())
-            partial.add_all(batch)
-
-        record = _partial_record(merging)
-        yield from partial.emit(record)
-        if vector is not None:
-            yield from vector.emit(lambda k: grouping_key_bytes(label, k, k),
-                                   lambda kb, k, a, ts, w: record(kb, k, combine_fn.compact(a), ts, w))
-        combine_fn.teardown()
 
 
 class StatefulSide(MapSide):

@@ -9,7 +9,8 @@ starts while it builds the pipeline's RDDs:
    count (`pack_by_size`: greedy, largest first, into up to `parallelism * 2` partitions, the
    largest partitions first so that Spark starts them first), and runs one job over them
    (`wave_fn`): each task processes its works bundle by bundle (`SplittableStep.run_bundle`),
-   hands the outputs to Spark as records `(output index, pack_elements(elements))` (columns)
+   hands the outputs to Spark as records `(output index, pack(columns))` (`kit.columnar`;
+   a connector's RecordBlocks become columns without a WindowedValue per record)
    and its residual works as `(-1, pack(works))`, then runs the bundles' finalizers (never for
    a failed attempt: its outputs are not Spark's).
 3. The wave's RDD is persisted, and the driver collects its residuals (the job that computes
@@ -48,12 +49,15 @@ from headrace.io.iobase import batched
 from headrace.metrics.metric import MetricsContainer, metrics_scope
 from headrace.model.time import MIN_TIMESTAMP_MICROS, Timestamp
 from headrace.model.windowed import WindowedValue
-from headrace.runners.kit.columnar import Columns
+from headrace.model.window import GLOBAL_WINDOWS_TUPLE
+from headrace.pipeline.splittable import RecordBlock
+from headrace.runners.kit.columnar import Columns, plain_steps
+from headrace.runners.spark.fastpath import vector_chain
 from headrace.runners.kit.sdf import (SplitPolicy, SplittableSpec, SplittableStep, StragglerRule,
-                                      Work, next_resume)
+                                      Work, next_resume, output_columns)
 from headrace.runners.kit.stage import FusedStage
 from headrace.runners.spark.batch.env import TaskEnv
-from headrace.runners.spark.batch.map_side import MapSide
+from headrace.runners.spark.batch.map_side import MapSide, PartialSide
 from headrace.runners.spark.batch.tasks import stage_fn
 from headrace.runners.spark.worker.packing import pack, unpack
 
@@ -114,7 +118,7 @@ def wave_fn(env: TaskEnv, spec: SplittableSpec, index: Dict[int, int], settings:
             downstream: Optional[Downstream] = None
             ) -> Callable[[int, Iterator[List[Work]]], Iterator[Tuple[int, bytes]]]:
     """Processes a partition's works (one record: their list) bundle by bundle; yields
-    `(index[pc id], pack_elements(elements))` per output and bundle (or, with `downstream`,
+    `(index[pc id], pack(columns))` per output and bundle (or, with `downstream`,
     the records of that stage run over the outputs), then `(RESIDUALS, pack(works))`."""
     def run(partition: int, records: Iterator[List[Work]]) -> Iterator[Tuple[int, bytes]]:
         env.check_earlier_attempt()
@@ -124,11 +128,14 @@ def wave_fn(env: TaskEnv, spec: SplittableSpec, index: Dict[int, int], settings:
             if downstream is None:
                 for outputs in bundles:
                     for pc, lst in outputs.items():
-                        if lst:
-                            yield (index[pc], pack_elements(lst))
+                        for cols in output_columns(lst):
+                            yield (index[pc], pack(tuple(cols)))
             else:
-                run_stage = stage_fn(env, downstream.stage, None, downstream.indexes, downstream.map_sides)
-                yield from run_stage(wv for outputs in bundles for lst in outputs.values() for wv in lst)
+                run_stage = stage_fn(env, downstream.stage, None, downstream.indexes,
+                                     downstream.map_sides, columns=True)
+                items = _StageInput(downstream)
+                yield from run_stage(item for outputs in bundles for lst in outputs.values()
+                                     for item in items.of(lst))
             residuals = task.residuals
             if task.policy.straggler is not None and task.policy.straggler.fired:
                 residuals = _spread(task.step, residuals, settings.cores)
@@ -145,6 +152,48 @@ def wave_fn(env: TaskEnv, spec: SplittableSpec, index: Dict[int, int], settings:
     return run
 
 
+class _StageInput:
+    """A bundle's outputs as the downstream stage's input (`tasks.stage_fn` with `columns`):
+    Columns, or, for the Arrow blocks of a Read of an ArrowBatchSource whose stage is a chain
+    of plain steps into a lifted combine with a vectorised form, VectorBundles (`fastpath`:
+    the chain evaluated over the Arrow columns, no record built)."""
+
+    def __init__(self, downstream: Downstream) -> None:
+        stage = downstream.stage
+        outs = list(downstream.indexes)
+        side = downstream.map_sides.get(outs[0]) if len(outs) == 1 else None
+        self.vectorisable = isinstance(side, PartialSide) and bool(
+            plain_steps(stage.steps, stage.root))
+        self.stage = stage
+        self.chains: Dict[bool, Any] = {}  # row_attributes -> VectorChain or None
+
+    def _chain(self, row_attributes: bool) -> Any:
+        if row_attributes not in self.chains:
+            self.chains[row_attributes] = vector_chain(self.stage.steps, self.stage.root,
+                                                       row_attributes)
+        return self.chains[row_attributes]
+
+    def of(self, outputs: List[WindowedValue]) -> Iterator[Any]:
+        """The items of one bundle's outputs, in order."""
+        if not self.vectorisable:
+            yield from output_columns(outputs)
+            return
+        rest: List[WindowedValue] = []
+        for wv in outputs:
+            block = wv.value
+            if (type(block) is RecordBlock and block.arrow is not None
+                    and wv.timestamp_us == MIN_TIMESTAMP_MICROS and wv.windows == GLOBAL_WINDOWS_TUPLE):
+                chain = self._chain(block.row_attributes)
+                bundle = chain.run(block.arrow) if chain is not None else None
+                if bundle is not None:
+                    yield from output_columns(rest)
+                    rest = []
+                    yield bundle
+                    continue
+            rest.append(wv)
+        yield from output_columns(rest)
+
+
 class _WaveTask:
     """One wave task's splittable step, split policy, metrics, finalizers and residuals."""
 
@@ -157,14 +206,16 @@ class _WaveTask:
         self.residuals: List[Work] = []
 
     def bundles(self, records: Iterator[List[Work]]) -> Iterator[Dict[int, List[WindowedValue]]]:
-        """Runs the works bundle by bundle; yields each bundle's outputs by PCollection id."""
+        """Runs the works bundle by bundle; yields each bundle's outputs by PCollection id (with
+        their RecordBlocks: `kit.sdf.output_columns`)."""
         env, step, policy = self.env, self.step, self.policy
         for works in records:
             if policy.straggler is not None:
                 policy.straggler.assign(sum(max(w.size, 0.0) for w in works))
             for bundle in batched(works, env.bundle_size):
                 result = step.run_bundle(bundle, Timestamp.now().micros, policy, env.max_attempts,
-                                         self.committed, self.attempted, finalize=False)
+                                         self.committed, self.attempted, finalize=False,
+                                         blocks=True)
                 finalizer = step.take_finalizer()
                 if finalizer is not None:
                     self.finalizers.append(finalizer)
@@ -172,14 +223,10 @@ class _WaveTask:
                 yield result.outputs
 
 
-def pack_elements(elements: List[WindowedValue]) -> bytes:
-    """Elements packed as columns (`kit.columnar.Columns`): pickling WindowedValues one by one
-    costs several times more, and a wave's outputs are all persisted."""
-    return pack(tuple(Columns.of_elements(elements)))
-
-
 def unpack_elements(record: Tuple[int, bytes]) -> List[WindowedValue]:
-    """The elements of a record of `pack_elements`."""
+    """The elements of a wave's output record: a bundle's outputs packed as columns
+    (`kit.columnar.Columns`; pickling WindowedValues one by one costs several times more, and
+    a wave's outputs are all persisted)."""
     return Columns(*pickle.loads(record[1])).elements()
 
 
@@ -235,7 +282,12 @@ class SplittableBuild:
         the outputs in its `map_sides`)."""
         t, env, spec = self.t, self.t.env, self.spec
         packed = t._run(lambda: input_rdd.mapPartitions(initial_fn(env, spec)).collect())
-        pending: List[Work] = [w for rec in packed for w in unpack((0, rec))]
+        return self.run_works([w for rec in packed for w in unpack((0, rec))])
+
+    def run_works(self, pending: List[Work]) -> Dict[int, Any]:
+        """Runs the step from these initial works (a Read's parts, `kit.sdf.read_works`);
+        returns its outputs' RDDs as `run` does."""
+        t = self.t
         while pending:
             now = Timestamp.now().micros
             wake = next_resume(pending)

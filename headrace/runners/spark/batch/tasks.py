@@ -20,8 +20,9 @@ from headrace.model.windowed import WindowedValue
 from headrace.runners.kit.sources import to_windowed_value
 from headrace.runners.kit.stage import FusedStage
 from headrace.runners.spark.batch.env import TaskEnv
-from headrace.runners.spark.batch.map_side import MapSide, read_parts
+from headrace.runners.spark.batch.map_side import MapSide, PartialSide
 from headrace.runners.kit.columnar import Columns
+from headrace.runners.spark.fastpath import VectorBundle
 from headrace.runners.spark.worker.packing import pack
 from headrace.runners.spark.worker.sides import side_reader, stage_arguments
 
@@ -35,19 +36,9 @@ def create_fn(env: TaskEnv) -> Callable[[Iterator[list]], Iterator[WindowedValue
     return run
 
 
-def read_fn(env: TaskEnv, label: str, source: Any) -> Callable[[Iterator[Any]], Iterator[WindowedValue]]:
-    """Read: each record of the RDD is one part of the BoundedSource."""
-    def run(parts: Iterator[Any]) -> Iterator[WindowedValue]:
-        env.check_earlier_attempt()
-        for batch in read_parts(env, label, source, parts, env.bundle_size):
-            for v in batch:
-                yield to_windowed_value(v)
-    return run
-
-
 def stage_fn(env: TaskEnv, stage: FusedStage, sides: Optional[Any], tagged: Optional[Dict[int, int]],
-             map_sides: Optional[Dict[int, "MapSide"]] = None
-             ) -> Callable[[Iterator[WindowedValue]], Iterator[Any]]:
+             map_sides: Optional[Dict[int, "MapSide"]] = None, columns: bool = False
+             ) -> Callable[[Iterator[Any]], Iterator[Any]]:
     """Runs a fused stage over a partition, bundle by bundle.
 
     `sides` is a broadcast of {side index: {window: [values]}}; `tagged` maps the stage's
@@ -57,9 +48,12 @@ def stage_fn(env: TaskEnv, stage: FusedStage, sides: Optional[Any], tagged: Opti
     grouping's map side (`MapSide`): the output's records are then the grouping's shuffle
     records (keyed elements, or partial accumulators made over the whole partition), so the
     stage's task does the grouping's map-side work in the same pass and a persisted multi-output
-    stage keeps those records instead of the elements.
+    stage keeps those records instead of the elements. With `columns`, the partition's items
+    are its bundles as `kit.columnar.Columns` (a splittable step's outputs), not elements, or
+    `fastpath.VectorBundle`s of the stage run already (vectorised) for the lifted combine of its
+    one output (`PartialSide.add_vector`).
     """
-    def run(it: Iterator[WindowedValue]) -> Iterator[Any]:
+    def run(it: Iterator[Any]) -> Iterator[Any]:
         env.check_earlier_attempt()
         reader = None
         if sides is not None:
@@ -70,9 +64,18 @@ def stage_fn(env: TaskEnv, stage: FusedStage, sides: Optional[Any], tagged: Opti
         grouping = MetricsContainer()  # the groupings' map sides: once per partition, not per attempt
         mapped = {pc: side.start(grouping) for pc, side in (map_sides or {}).items()}
         try:
-            for bundle in batched(it, env.bundle_size):
+            bundle: Any
+            for bundle in (it if columns else batched(it, env.bundle_size)):
+                if type(bundle) is VectorBundle:  # (`columns`) for the one output's lifted combine
+                    vector_side = mapped[stage.materialized[0]]
+                    assert isinstance(vector_side, PartialSide)
+                    vector_side.add_vector(bundle)
+                    continue
                 if not mapped:  # every output as elements
-                    outs = stage.process_bundle(bundle, reader, env.max_attempts, committed, attempted)
+                    outs = (stage.process_bundle(bundle, reader, env.max_attempts, committed, attempted)
+                            if not columns else
+                            {pc: c.elements() for pc, c in stage.process_columns(
+                                bundle, reader, env.max_attempts, committed, attempted).items()})
                     if only is not None:
                         yield from outs[only]
                         continue
@@ -81,8 +84,8 @@ def stage_fn(env: TaskEnv, stage: FusedStage, sides: Optional[Any], tagged: Opti
                             yield (tagged[pc], pack(lst))  # type: ignore[index]
                     continue
                 # a map side takes its output's lists as they are (no WindowedValues for them)
-                cols = stage.process_columns(Columns.of_elements(bundle), reader, env.max_attempts,
-                                             committed, attempted)
+                cols = stage.process_columns(bundle if columns else Columns.of_elements(bundle),
+                                             reader, env.max_attempts, committed, attempted)
                 for pc, out in cols.items():
                     if not out.values:
                         continue

@@ -16,7 +16,7 @@ import shutil
 import tempfile
 from typing import Any, Dict, List, Optional, Set, Tuple
 
-from headrace.io.iobase import Read, batched
+from headrace.io.iobase import BoundedSourceReader, Read, batched
 from headrace.metrics.metric import MetricResults, MetricsContainer
 from headrace.model import coders
 from headrace.options.pipeline_options import LocalRunnerOptions, SparkRunnerOptions
@@ -24,20 +24,17 @@ from headrace.pipeline.pipeline import AppliedPTransform, Pipeline, PipelineResu
 from headrace.pipeline.pvalue import PCollection
 from headrace.runners.kit import plan as planning
 from headrace.runners.kit.partial import lift
-from headrace.runners.kit.sources import split_source
-from headrace.runners.kit.columnar import plain_steps
 from headrace.runners.kit.side_inputs import SideInputCombiner, replace_views
-from headrace.runners.kit.stage import FusedStage
 from headrace.runners.kit.stateful import StatefulSpec
 from headrace.runners.spark import pyspark_compat
 from headrace.runners.spark.batch import tasks
 from headrace.runners.spark.batch.env import MetricsParam, TaskEnv
 from headrace.runners.spark.batch.map_side import (KeySide, MapSide, PartialSide, StatefulSide,
-                                                   columnar_partial_fn, map_side_fn, partition_of,
+                                                   map_side_fn, partition_of,
                                                    side_partial_combine_fn)
 from headrace.runners.spark.batch.reduce_side import reduce_fn, stateful_fn
 from headrace.runners.spark.batch.splittable import Downstream, SplittableBuild
-from headrace.runners.kit.sdf import SplittableSpec
+from headrace.runners.kit.sdf import SplittableSpec, SplittableStep, Work, read_spec, read_works
 from headrace.runners.spark.worker.failures import pipeline_error
 from headrace.runners.spark.worker.packing import FastPickleSerializer, unpack
 from headrace.runners.spark.worker.sides import portable_views
@@ -78,8 +75,6 @@ class BatchTranslation:
         self.absorbed: Set[int] = set()  # ids of stages run in a splittable step's waves
         self.broadcasts: List[Any] = []
         self.current_label = ""
-        self.reads: Dict[PCollection, Tuple[Any, str, Any]] = {}    # Read output -> parts RDD, ...
-        self.stages: Dict[PCollection, Tuple[FusedStage, PCollection]] = {}  # output -> stage, root
         self.labels = pyspark_compat.StepLabels(self.sc)
 
     # ---- building --------------------------------------------------------------------
@@ -152,23 +147,23 @@ class BatchTranslation:
         self._set(node.outputs[None], rdd.mapPartitions(tasks.create_fn(self.env)))
 
     def _build_read(self, node: AppliedPTransform) -> None:
+        """Read of a BoundedSource: the splittable DoFn `io.iobase.BoundedSourceReader`, whose
+        works are the source's parts (split here, on the driver: `kit.sdf.read_works`), run as
+        any splittable step (an ArrowBatchSource's Arrow batches reach a vectorised combine)."""
         t = node.transform
         assert isinstance(t, Read)
-        source = t.source
-        parts = split_source(node.full_label, source, self.parallelism)
-        # One partition per core: a partition reads several parts in turn, and a lifted combine
-        # then has fewer, fuller partial accumulators to shuffle.
-        rdd = self.sc.parallelize(parts, max(1, min(len(parts), self.parallelism)))
-        out = node.outputs[None]
-        self.reads[out] = (rdd, node.full_label, source)
-        self._set(out, rdd.mapPartitions(tasks.read_fn(self.env, node.full_label, source)))
+        spec = read_spec(node, BoundedSourceReader(self.parallelism))
+        works = read_works(node.full_label, t.source, self.parallelism, SplittableStep(spec))
+        self._build_splittable(node, spec, works)
 
-    def _build_splittable(self, node: AppliedPTransform) -> None:
-        """A splittable ParDo: its waves run now (`batch.splittable`); its outputs are read
-        from the persisted waves. When its one output has one consumer, a stage without side
-        inputs, that stage runs in the waves' tasks (`Downstream`): the waves then keep the
-        stage's outputs (a grouping's shuffle records for an output the grouping alone reads)
-        rather than every element of the splittable step."""
+    def _build_splittable(self, node: AppliedPTransform, spec: Optional[SplittableSpec] = None,
+                          works: Optional[List[Work]] = None) -> None:
+        """A splittable ParDo (or a Read, with its `spec` and initial `works`): its waves run
+        now (`batch.splittable`); its outputs are read from the persisted waves. When its one
+        output has one consumer, a stage without side inputs, that stage runs in the waves'
+        tasks (`Downstream`): the waves then keep the stage's outputs (a grouping's shuffle
+        records for an output the grouping alone reads) rather than every element of the
+        splittable step."""
         outs = list(dict.fromkeys(node.outputs.values()))
         users = self.consumers.get(outs[0], []) if len(outs) == 1 else []
         stage = users[0] if len(users) == 1 and isinstance(users[0], planning.Stage) else None
@@ -179,9 +174,9 @@ class BatchTranslation:
                                     self._map_sides(stage_outs))
             self.absorbed.add(id(stage))
             outs = stage_outs
-        build = SplittableBuild(self, SplittableSpec.of(node), self.sdf_straggler, self.sdf_test_split,
-                                downstream)
-        rdds = build.run(self.rdds[node.inputs[0]])
+        build = SplittableBuild(self, spec or SplittableSpec.of(node), self.sdf_straggler,
+                                self.sdf_test_split, downstream)
+        rdds = build.run(self.rdds[node.inputs[0]]) if works is None else build.run_works(works)
         self._label(node.full_label if stage is None else f"{node.full_label} + {stage.label}")
         for pc in outs:
             if downstream is not None and pc._id in downstream.map_sides:
@@ -245,7 +240,6 @@ class BatchTranslation:
         fn_bytes = coders.dumps(combine_fn) if combine_fn is not None else None
         lifted = fn_bytes is not None and self._lifted(node)
         upstream: Any = self.rdds.get(source)  # None when the shuffle records come from `self.keyed`
-        columnar = self._columnar_source(source) if lifted else None
         if source in self.keyed:  # the producing stage made the shuffle records (`_map_sides`)
             keyed = self.keyed[source]
         elif side_combine is not None:
@@ -255,11 +249,6 @@ class BatchTranslation:
             else:
                 side = map_side_fn(self.env, KeySide(label, windowing.windowfn.is_merging()))
             keyed = upstream.mapPartitions(side)
-        elif columnar is not None:
-            assert fn_bytes is not None  # columnar only when lifted
-            parts, read_label, bounded, fused = columnar
-            keyed = parts.mapPartitions(columnar_partial_fn(
-                self.env, read_label, bounded, fused, label, windowing, fn_bytes))
         else:
             keyed = upstream.mapPartitions(map_side_fn(self.env, self._map_side(node)))
         grouped = keyed.repartitionAndSortWithinPartitions(self.parallelism, partition_of)
@@ -318,18 +307,6 @@ class BatchTranslation:
                 sides[pc._id] = self._map_side(u.node)
         return sides
 
-    def _columnar_source(self, pc: PCollection) -> Optional[Tuple[Any, str, Any, FusedStage]]:
-        """(parts RDD, read label, source, stage) when `pc` is Read -> plain steps (read once)."""
-        if pc not in self.stages or self.uses.get(pc, 0) != 1:
-            return None
-        fused, root = self.stages[pc]
-        if root not in self.reads or self.uses.get(root, 0) != 1:
-            return None
-        if not plain_steps(fused.steps, fused.root):
-            return None
-        parts, read_label, source = self.reads[root]
-        return parts, read_label, source, fused
-
     def _set_outputs(self, rdd: Any, outputs: List[Tuple[PCollection, int]], packed: bool = False,
                      keyed: Tuple[int, ...] = ()) -> None:
         """Splits an RDD of (index, element) records, or of (index, pack(elements)) when
@@ -353,8 +330,6 @@ class BatchTranslation:
         self._label(label)
         upstream = self.rdds[stage.root]
         if len(outs) == 1:
-            if bcast is None:
-                self.stages[outs[0]] = (fused, stage.root)
             self._set(outs[0], upstream.mapPartitions(tasks.stage_fn(self.env, fused, bcast, None)))
         else:
             index = {pc._id: i for i, pc in enumerate(outs)}

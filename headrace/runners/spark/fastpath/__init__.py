@@ -1,5 +1,5 @@
 """Both Spark runners' vectorised path for `Read -> plain element-wise steps -> lifted
-CombinePerKey` (`batch/map_side.columnar_partial_fn`, `streaming/stages`): a bundle read as
+CombinePerKey` (`batch/splittable._StageInput`, `streaming/stages`): a bundle read as
 Arrow record batches runs here when it can be run exactly as the fused stage would run it, and
 through the fused stage (`kit.stage.FusedStage`, whose columnar run is `kit.columnar`) otherwise.
 
