@@ -31,7 +31,7 @@ from typing import Any, Iterator, List, Optional, Sequence, Tuple
 
 from headrace.errors import InvalidArgumentError
 from headrace.io.iobase import Read, UnboundedSource, even_positions
-from headrace.io.restriction_trackers import OFFSET_INFINITY, OffsetRange, OffsetRestrictionTracker
+from headrace.io.restriction_trackers import OffsetRange, OffsetRestrictionTracker
 from headrace.io.watermark_estimators import ManualWatermarkEstimator
 from headrace.model.time import MAX_TIMESTAMP_MICROS, duration_micros, to_micros
 from headrace.model.windowed import TimestampedValue
@@ -128,20 +128,24 @@ class PeriodicImpulse(PTransform):
 
 
 class _SequenceRange(RestrictionProvider):
-    """An element (start, stop, interval)'s restriction: the indexes of its timestamps,
-    [0, count) or [0, OFFSET_INFINITY) without a stop."""
+    """An element (start, stop, interval)'s restriction: the indexes [0, count) of its
+    timestamps before the stop, or without a stop before the end of time (MAX_TIMESTAMP, as
+    Beam), so that every index a split can start a residual at is a valid timestamp. A drained
+    sequence stops at once (as Beam's)."""
 
     def initial_restriction(self, element: Any) -> OffsetRange:
         start_us, stop_us, interval_us = element
-        if stop_us >= MAX_TIMESTAMP_MICROS:
-            return OffsetRange(0, OFFSET_INFINITY)
-        return OffsetRange(0, max(0, -((start_us - stop_us) // interval_us)))
+        end = min(stop_us, MAX_TIMESTAMP_MICROS)
+        return OffsetRange(0, max(0, -((start_us - end) // interval_us)))
 
     def create_tracker(self, restriction: OffsetRange) -> OffsetRestrictionTracker:
         return OffsetRestrictionTracker(restriction)
 
     def restriction_size(self, element: Any, restriction: OffsetRange) -> float:
         return float(restriction.size())
+
+    def truncate(self, element: Any, restriction: OffsetRange) -> None:
+        return None
 
 
 class ImpulseSeqGenDoFn(DoFn):

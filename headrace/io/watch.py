@@ -451,6 +451,8 @@ class WatchGrowthFn(DoFn, RestrictionProvider):
                     ManualWatermarkEstimator.default_provider())) -> Iterator[Any]:
         now = Timestamp.now()
         state: GrowthState = tracker.current_restriction()
+        if state.done:
+            return  # an ended primary (split off before its poll): polling would lose the result
         result = self.poll_fn(element)
         if not isinstance(result, PollResult):
             raise InvalidArgumentError(
