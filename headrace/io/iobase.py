@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from abc import ABC, abstractmethod
 from typing import (
     TYPE_CHECKING, Any, Iterable, Iterator, List, NamedTuple, Optional, Protocol, Tuple,
@@ -362,7 +361,7 @@ class UnboundedSourceReader(DoFn, RestrictionProvider):
         if to_micros(element.watermark(start)) >= MAX_TIMESTAMP_MICROS:
             tracker.try_claim(END_OF_SOURCE)
             return
-        end = element.available(start, time.time_ns() // 1000, self.max_records)
+        end = element.available(start, Timestamp.now().micros, self.max_records)  # the runner's clock
         if end == start:
             self._watermark(estimator, element.watermark(start))
             tracker.defer_remainder(Duration.of(self.poll_seconds))
