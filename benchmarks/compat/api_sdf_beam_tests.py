@@ -7,13 +7,15 @@ halves, with the DoFn its own RestrictionProvider, checkpointing at every odd po
 metrics counter), tracking a ManualWatermarkEstimator (`defer_remainder(Duration(micros=5))`),
 and its own WatermarkEstimatorProvider (`WatermarkEstimatorParam()`); an SDF that outputs what
 each call claimed as one list (flattened, and counted, here: where a call ends is the runner's
-choice; output when it claimed its last position, see EnumerateSdf); an SDF over a tracker subclass that only checkpoints; an SDF that leaves its
-restriction unfinished fails the pipeline; `@DoFn.unbounded_per_element()` makes an unbounded
-PCollection; `truncate` (default and overridden) as plain values.
+choice; output when it claimed its last position, see EnumerateSdf); an SDF over a tracker
+subclass that only checkpoints; an SDF that leaves its restriction unfinished fails the
+pipeline; `@DoFn.unbounded_per_element()` makes an unbounded PCollection; `truncate` (default
+and overridden) as plain values.
 
-The own-estimator lines (the watermark a part starts from) assume, as api_sdf_snippets' do, that
-the runner does not split restrictions itself. Not here: Beam's test of an SDF with side inputs (`AsList`, `AsSingleton`), since headrace
-refuses an SDF with side inputs when the pipeline is built."""
+The own-estimator lines (the watermark a part starts from) assume, as api_sdf_snippets' do,
+that the runner does not split restrictions itself. Not here: Beam's test of an SDF with side
+inputs (`AsList`, `AsSingleton`), since headrace refuses an SDF with side inputs when the
+pipeline is built."""
 
 import os
 import random
@@ -247,7 +249,7 @@ class EnumerateProvider(RestrictionProvider):
 class EnumerateSdf(beam.DoFn):
     """(x, k) for k in range(x), what one call claimed as one list, output once it claimed the
     restriction's last position (Beam's test outputs the list after the claim that fails, which
-    headrace refuses, as Beam Java does: see the module doc)."""
+    headrace refuses, as Beam Java does: docs/beam-compatibility.md)."""
 
     def process(self, element,
                 restriction_tracker=beam.DoFn.RestrictionParam(EnumerateProvider())):
