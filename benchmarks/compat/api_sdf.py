@@ -14,8 +14,6 @@ from _sdk import (
     beam, watermark_estimators, window,
 )
 
-#: The headrace runners this program is compared on (the Spark runners do not run SDFs yet).
-
 FILES = [("alpha", 23), ("beta", 0), ("gamma", 1), ("delta", 17), ("eps", 64)]
 
 

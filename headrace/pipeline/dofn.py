@@ -170,8 +170,8 @@ class _WatermarkEstimatorDoFnParam(_DoFnParam):
 
 
 def _unbounded_per_element() -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """`@DoFn.unbounded_per_element()`: marks a splittable DoFn's `process` as doing work that
-    may never end for one element (its output PCollection is unbounded)."""
+    """`@DoFn.unbounded_per_element()`: marks a DoFn's `process` (a splittable DoFn's, as a rule)
+    as doing work that may never end for one element: its output PCollection is unbounded."""
     def mark(process: Callable[..., Any]) -> Callable[..., Any]:
         process.unbounded_per_element = True  # type: ignore[attr-defined]
         return process

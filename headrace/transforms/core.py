@@ -283,7 +283,9 @@ class ParDo(PTransform):
         p = self.pipeline
         if self.is_stateful:
             self._check_stateful_input(pcoll)
-        bounded = pcoll.is_bounded
+        # a DoFn whose work per element may never end makes an unbounded output, splittable
+        # or not (as Beam's ParDo)
+        bounded = pcoll.is_bounded and not getattr(self.fn.process, "unbounded_per_element", False)
         if self.is_splittable:
             bounded = self._check_splittable(pcoll)
         main = p.new_pcollection(pcoll.windowing, bounded,

@@ -380,6 +380,25 @@ def test_sdf_without_a_provider_is_refused_when_built():
             _ = p | beam.Create([3]) | "NoProv" >> beam.ParDo(NoProvider())
 
 
+def test_unbounded_per_element_makes_any_dofns_output_unbounded():
+    # as Beam's ParDo: the decorator, not the DoFn being splittable, makes the output unbounded
+    class Endless(beam.DoFn):
+        @beam.DoFn.unbounded_per_element()
+        def process(self, element):
+            yield element
+
+    class Plain(beam.DoFn):
+        def process(self, element):
+            yield element
+
+    p = beam.Pipeline()
+    source = p | beam.Create([1])
+    assert (source | "Endless" >> beam.ParDo(Endless())).is_bounded is False
+    assert (source | "Plain" >> beam.ParDo(Plain())).is_bounded is True
+    assert (source | "EndlessSdf" >> beam.ParDo(ReadQueue(None))).is_bounded is False
+    assert (source | "Sdf" >> beam.ParDo(EmitPositions())).is_bounded is True
+
+
 class EmitPositionsInWindow(beam.DoFn):
     """EmitPositions that reads its window: (element, position, window start)."""
 
