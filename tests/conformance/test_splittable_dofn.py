@@ -18,7 +18,8 @@ from headrace.io.watermark_estimators import ManualWatermarkEstimator
 from headrace.testing import TestStream
 from headrace.testing.util import assert_that, equal_to
 from headrace.transforms import window
-from headrace.transforms.core import RestrictionProvider
+from headrace.io.iobase import WatermarkEstimator
+from headrace.transforms.core import RestrictionProvider, WatermarkEstimatorProvider
 from headrace.utils.timestamp import Duration, Timestamp
 from tests._support import counter_value
 
@@ -263,6 +264,61 @@ def test_sdf_bundle_finalizers_run_after_commit_and_not_for_a_failed_attempt(mak
     # committed metrics count each claim once; attempted ones include the failed attempt's
     assert counter_value(result, "claimed") == sum(ns)
     assert counter_value(result, "claimed", attempted=True) >= sum(ns) + 6
+
+
+class CountingEstimator(WatermarkEstimator):
+    """An estimator whose state is a list it appends to, in place, per output it observes."""
+
+    def __init__(self, state):
+        self.state = state
+
+    def observe_timestamp(self, timestamp):
+        self.state.append(1)
+
+    def current_watermark(self):
+        return None
+
+    def get_estimator_state(self):
+        return self.state
+
+
+class CountingEstimatorProvider(WatermarkEstimatorProvider):
+    def initial_estimator_state(self, element, restriction):
+        return []
+
+    def create_watermark_estimator(self, state):
+        return CountingEstimator(state)
+
+
+class CheckpointEveryClaim(beam.DoFn):
+    """Claims one position per call and checkpoints; outputs (element, position, outputs its
+    estimator observed before); the first attempt of position 2 fails after its output."""
+
+    def __init__(self, fail_dir):
+        self.fail_dir = fail_dir
+
+    def process(self, element, tracker=beam.DoFn.RestrictionParam(RangeProvider(100)),
+                estimator=beam.DoFn.WatermarkEstimatorParam(CountingEstimatorProvider())):
+        import os
+        pos = tracker.current_restriction().start
+        if not tracker.try_claim(pos):
+            return
+        yield element, pos, len(estimator.get_estimator_state())
+        marker = os.path.join(self.fail_dir, f"failed-{element}")
+        if pos == 2 and not os.path.exists(marker):
+            open(marker, "w").close()
+            raise RuntimeError("the first attempt fails after its output")
+        tracker.defer_remainder()
+
+
+def test_a_retried_bundle_gets_the_estimator_state_of_its_work_not_a_changed_one(make_pipeline,
+                                                                                tmp_path):
+    """An estimator that changes its state in place: the retry of a failed bundle starts from the
+    state the work had, so every position sees the count of the outputs before it."""
+    ns = [4, 3]
+    with make_pipeline() as p:
+        out = p | beam.Create(ns) | beam.ParDo(CheckpointEveryClaim(str(tmp_path)))
+        assert_that(out, equal_to([(n, i, i) for n in ns for i in range(n)]))
 
 
 # ---- runner-initiated splits ----------------------------------------------------------

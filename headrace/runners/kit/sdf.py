@@ -28,6 +28,7 @@ one claim): they stay blocks in a bundle's outputs, and a runner takes them as c
 
 from __future__ import annotations
 
+import copy
 import functools
 import random
 import time
@@ -328,7 +329,9 @@ class SplittableProcessor:
         value = work.element.value
         tracker = self._provider_call(
             "create_tracker", value, lambda: self.sig.restriction_provider.create_tracker(work.restriction))
-        estimator = self._estimator_of(value, work.estimator_state)
+        # a copy: an estimator that changes its state in place must not change the work's, which
+        # a retry of the bundle processes again
+        estimator = self._estimator_of(value, copy.deepcopy(work.estimator_state))
         view = _View(tracker, policy, time.monotonic())
         self._view, self._estimator = view, estimator
         before = set_processing_time(now_us)
