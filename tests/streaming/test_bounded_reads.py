@@ -1,8 +1,9 @@
 """Bounded reads in a streaming pipeline: a file read, on its own or beside a TestStream.
 
 On the Spark runner, `--streaming` (or a TestStream in the pipeline) makes the pipeline one
-Structured Streaming query; a bounded `Read`'s parts are then read in the first micro-batch, one
-Spark partition each, and the source's watermark goes to +infinity after it, as a Create's does.
+Structured Streaming query; a bounded `Read` is then the splittable DoFn `BoundedSourceReader`
+over a Create of the source, its parts spread over the step's buckets and read within the
+micro-batches' budget, and its output watermark goes to +infinity once every part is read.
 The results must be the batch results; expected values are computed here from the files.
 """
 

@@ -52,7 +52,6 @@ class Kind(enum.Enum):
     STAGE = "stage"              # ParDo / WindowInto steps fused into one `Stage`
     SIDE_STEP = "side_step"      # holds a stage's main input until its side inputs are ready
     CREATE = "create"            # a SOURCE that is a Create (its values travel with the plan)
-    BOUNDED = "bounded"          # a SOURCE that is a Read of a BoundedSource (read in parts)
 
 
 #: The kinds of `Primitive` (`plan` makes no others).

@@ -1,5 +1,6 @@
-"""Sources as every runner reaches them: a bounded source split into parts, a record becomes an
-element, a part (an unbounded source's range of positions) is read in bundles, an unbounded
+"""Sources as every runner reaches them: a bounded source split into parts (whose reads are the
+splittable DoFn `io.iobase.BoundedSourceReader`), a record becomes an element, an unbounded
+source's range of positions is read in bundles, an unbounded
 source asked for its watermark and how far it can be read; every failure names the step (and
 the part or position). Runners call sources only through these functions."""
 
@@ -40,16 +41,6 @@ def read_failure(label: str, part: Any, exc: BaseException) -> PipelineExecution
 def range_failure(label: str, start: Any, end: Any, exc: BaseException) -> PipelineExecutionError:
     """The error for a Read step whose UnboundedSource failed reading between two positions."""
     return read_failure(label, f"positions {start!r} to {end!r}", exc)
-
-
-def read_bundles(label: str, source: BoundedSource, part: Any, size: int) -> Iterator[List[WindowedValue]]:
-    """The elements of one part of `source`, in bundles of at most `size`; errors name the step."""
-    try:
-        for batch in source.read_batches(part, size):
-            for i in range(0, len(batch), size):
-                yield [to_windowed_value(v) for v in batch[i:i + size]]
-    except Exception as exc:
-        raise read_failure(label, part, exc) from exc
 
 
 def read_unbounded(label: str, source: Any, start: Any, end: Any, size: int) -> Iterator[List[WindowedValue]]:

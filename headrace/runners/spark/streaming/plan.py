@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Set, Tuple
 
-from headrace.io.iobase import Read, UnboundedSource
+from headrace.io.iobase import BoundedSourceReader, Read, UnboundedSource
 from headrace.model import coders
 from headrace.pipeline.pipeline import Pipeline
 from headrace.pipeline.userstate import get_dofn_specs
@@ -19,8 +19,7 @@ from headrace.runners.kit import plan as planning
 from headrace.runners.kit.plan import Kind
 from headrace.runners.kit.partial import Lift, lift
 from headrace.runners.kit.side_inputs import SideInputCombiner, replace_views
-from headrace.runners.kit.sdf import SplittableSpec
-from headrace.runners.kit.sources import split_source
+from headrace.runners.kit.sdf import SplittableSpec, read_spec
 from headrace.runners.kit.stateful import StatefulSpec
 from headrace.runners.spark.streaming import rows
 from headrace.runners.spark.streaming.coordinator import Coordinator, Node
@@ -42,7 +41,7 @@ BUCKETS_PER_PARTITION = 8
 #: The state layout, part of the plan's shape: a checkpoint of another layout is refused.
 STATE_LAYOUT = "keys in buckets, v2"
 
-#: A source of the query: (CREATE, BOUNDED, UNBOUNDED or TEST_STREAM, its data, {tag: pc}).
+#: A source of the query: (CREATE, UNBOUNDED or TEST_STREAM, its data, {tag: pc}).
 Source = Tuple[Kind, Any, Dict[Optional[str], int]]
 
 
@@ -72,6 +71,10 @@ def build_plan(pipeline: Pipeline, bundle_size: int, max_attempts: int, partitio
     return planner.finish(units, bundle_size, max_attempts, ctl_keys, max_records)
 
 
+#: The id of a bounded Read's source element (source index i: this + i), above any PCollection's.
+_READ_PC_BASE = 1 << 30   # (the rows' pc column is an int32)
+
+
 def _outs(u: planning.Unit) -> Tuple[int, ...]:
     """The ids of a unit's outputs."""
     return tuple(pc._id for pc in u.outputs)
@@ -89,7 +92,7 @@ class _Planner:
                  sdf_budget: Tuple[Optional[int], Optional[float]] = (None, None)) -> None:
         self.partitions = partitions
         self.sdf_budget = sdf_budget
-        self.splittable: Set[int] = set()          # splittable steps' indices
+        self.splittable: Dict[int, SplittableSpec] = {}   # splittable steps, by index
         self.level_of: Dict[int, int] = {}        # pc id -> level it is made at
         self.nodes: List[Node] = []
         self.sources: List[Source] = []
@@ -191,12 +194,17 @@ class _Planner:
         self.source_labels[i] = u.label
         if isinstance(t, Create):
             self.sources.append((Kind.CREATE, list(t.values), {None: out._id}))
-        else:
-            # a bounded Read: its parts are read in the first batch, one Spark partition each
-            assert isinstance(t, Read)
-            parts = split_source(u.label, t.source, 2 * self.partitions)
-            self.sources.append((Kind.BOUNDED, (t.source, parts), {None: out._id}))
-        self.level_of[out._id] = 0
+            self.level_of[out._id] = 0
+            return
+        # a bounded Read: the splittable DoFn `BoundedSourceReader` over the one element the
+        # source is (a Create of it, under an id of no PCollection), as every runner reads it
+        assert isinstance(t, Read)
+        element = _READ_PC_BASE + i
+        self.sources.append((Kind.CREATE, [t.source], {None: element}))
+        self.level_of[element] = 0
+        self.nodes[-1] = Node(Kind.SOURCE, i, (), (element,))
+        spec = read_spec(u.node, BoundedSourceReader(2 * self.partitions))
+        self._splittable_step(u, element, spec)
 
     def _test_stream(self, u: planning.Primitive) -> None:
         t = u.node.transform
@@ -252,12 +260,14 @@ class _Planner:
     def _splittable(self, u: planning.Primitive) -> None:
         """A splittable ParDo: its live works kept in buckets (`splittable`), its input spread
         over them by the level before."""
-        src = u.node.inputs[0]
+        self._splittable_step(u, u.node.inputs[0]._id, SplittableSpec.of(u.node))
+
+    def _splittable_step(self, u: planning.Primitive, src: int, sdf: SplittableSpec) -> None:
         g = self._new_grouping()
-        self.splittable.add(g)
-        spec = SplittableStepSpec(g, SplittableSpec.of(u.node), *self.sdf_budget)
-        self._keyed(u, src._id, g, self.level_of[src._id] + 1, spec)
-        self.nodes.append(Node(Kind.SPLITTABLE, g, (src._id,), _outs(u)))
+        self.splittable[g] = sdf
+        spec = SplittableStepSpec(g, sdf, *self.sdf_budget)
+        self._keyed(u, src, g, self.level_of[src] + 1, spec)
+        self.nodes.append(Node(Kind.SPLITTABLE, g, (src,), _outs(u)))
 
     def _keyed(self, u: planning.Primitive, src: int, g: int, lv: int, spec: Any) -> None:
         """Registers stateful operator `g` at level `lv`, its input keyed by the level before."""
@@ -291,7 +301,7 @@ class _Planner:
                 later, ctl_keys if lv < top else None, bundle_size, max_attempts,
                 {k: tuple(v) for k, v in self.spread.get(lv, {}).items()},
                 frozenset(self.broadcast.get(lv, ())), self.lifts.get(lv, {}),
-                BUCKETS_PER_PARTITION * self.partitions, splittable=frozenset(self.splittable)))
+                BUCKETS_PER_PARTITION * self.partitions, splittable=dict(self.splittable)))
         return levels
 
     def _processing_time_free(self) -> List[bool]:

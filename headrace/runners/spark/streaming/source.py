@@ -23,7 +23,7 @@ from headrace.model.time import MAX_TIMESTAMP_MICROS
 from headrace.model.windowed import WindowedValue
 from headrace.model.window import GLOBAL_WINDOWS_TUPLE
 from headrace.runners.kit.plan import Kind
-from headrace.runners.kit.sources import read_bundles, read_unbounded, to_windowed_value, unbounded_cuts
+from headrace.runners.kit.sources import read_unbounded, to_windowed_value, unbounded_cuts
 from headrace.runners.spark.streaming import rows
 from headrace.runners.spark.streaming.checkpoint import RunFiles
 from headrace.runners.spark.streaming.coordinator import script_elements
@@ -47,15 +47,13 @@ def data_source_class() -> Any:
     from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 
     class _Part(InputPartition):  # type: ignore[misc]
-        """One Spark partition of the batch from `start` to `end`: what it reads is `part` and
-        `split` (`SourcePlan.read_partitions`)."""
+        """One Spark partition of the batch from `start` to `end`: what it reads is `split`
+        (`SourcePlan.read_partitions`)."""
 
         def __init__(self, start: Offset, end: Offset,
-                     part: Optional[Tuple[int, int]] = None,
                      split: Optional[Tuple[int, Dict[int, Tuple[Any, Any]]]] = None) -> None:
             self.start = start
             self.end = end
-            self.part = part
             self.split = split
 
     class HeadraceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # type: ignore[misc]
@@ -93,7 +91,7 @@ def data_source_class() -> Any:
                 specs = self.plan.read_partitions(start, end)
             except PipelineExecutionError as exc:  # the driver names the step
                 raise task_failure(exc) from exc
-            return [_Part(start, end, part, split) for part, split in specs]
+            return [_Part(start, end, split) for split in specs]
 
         def read(self, partition: Any) -> Iterator[Tuple[Any, ...]]:
             try:
@@ -163,7 +161,7 @@ class SourcePlan:
     def __init__(self, coordinator: Any, sources: List[Tuple[Kind, Any, Dict[Optional[str], int]]],
                  bundle_size: int) -> None:
         self.coordinator = coordinator
-        self.sources = sources   # (Kind: CREATE, BOUNDED, UNBOUNDED, TEST_STREAM; data; {tag: pc})
+        self.sources = sources   # (Kind: CREATE, UNBOUNDED, TEST_STREAM; data; {tag: pc})
         self.bundle_size = bundle_size
         self.labels: Dict[int, str] = {}   # source index -> step label (for errors)
         # With several partitions and an unbounded source, the source's rows are spread over
@@ -194,38 +192,23 @@ class SourcePlan:
         return out
 
     def read_partitions(self, start: Offset, end: Offset
-                        ) -> List[Tuple[Optional[Tuple[int, int]], Optional[Tuple[int, Any]]]]:
-        """(part, split) of each Spark partition reading the batch from `start` to `end`: the
-        batch's control row and its sources' elements (both None), or one part of a bounded
-        source (`part` = (source index, part index)); with split reads (`split_reads`),
-        `split` = (j, {source index: (start, end)}): the control row and the j-th range of each
-        unbounded source (and, for j = 0, the other sources' elements). Errors name the step."""
-        heads: List[Tuple[Optional[Tuple[int, int]], Optional[Tuple[int, Any]]]] = [(None, None)]
+                        ) -> List[Optional[Tuple[int, Dict[int, Tuple[Any, Any]]]]]:
+        """The split of each Spark partition reading the batch from `start` to `end`: None, the
+        batch's control row and its sources' elements; with split reads (`split_reads`),
+        (j, {source index: (start, end)}): the control row and the j-th range of each unbounded
+        source (and, for j = 0, the other sources' elements). Errors name the step. (A bounded
+        Read is a splittable step, `plan`: its source is a Create's element.)"""
         if self.split_reads:
-            heads = [(None, (j, r)) for j, r in enumerate(self.split_ranges(start, end))]
-        return heads + [(part, None) for part in self.bounded_parts(start, end)]
-
-    def bounded_parts(self, start: Offset, end: Offset) -> List[Tuple[int, int]]:
-        """(source index, part index) of every bounded source's part read in this batch (each is
-        read in a Spark partition of its own, by `part_elements`)."""
-        return [(i, j) for i, (kind, data, _) in enumerate(self.sources)
-                if kind is Kind.BOUNDED and start.positions[i] != end.positions[i]
-                for j in range(len(data[1]))]
-
-    def part_elements(self, i: int, j: int) -> Iterator[Tuple[int, int, List[WindowedValue]]]:
-        """(pc, bundle id, elements) of part j of bounded source i; errors name the step."""
-        _, (source, parts), pcs = self.sources[i]
-        label = self.labels.get(i, "Read")
-        for k, bundle in enumerate(read_bundles(label, source, parts[j], self.bundle_size)):
-            yield pcs[None], (i << 32) | (j << 20) | k, bundle  # j < 4096, k < 2**20
+            return [(j, r) for j, r in enumerate(self.split_ranges(start, end))]
+        return [None]
 
     def elements(self, start: Offset, end: Offset, unbounded: bool = True
                  ) -> Iterator[Tuple[int, int, List[WindowedValue]]]:
-        """(pc, bundle id, elements) of the batch from `start` to `end`, in order (bounded
-        sources' parts apart: `part_elements`; unbounded sources' only with `unbounded`)."""
+        """(pc, bundle id, elements) of the batch from `start` to `end`, in order (unbounded
+        sources' only with `unbounded`)."""
         for i, (kind, data, pcs) in enumerate(self.sources):
             a, b = start.positions[i], end.positions[i]
-            if a == b or kind is Kind.BOUNDED or (kind is Kind.UNBOUNDED and not unbounded):
+            if a == b or (kind is Kind.UNBOUNDED and not unbounded):
                 continue
             if kind is Kind.CREATE:
                 size = self.bundle_size  # in bundles, as every runner reads a Create
@@ -242,9 +225,9 @@ class SourcePlan:
                         yield pcs[tag], (i << 32) | (a + k), wvs
 
     def partition_rows(self, partition: Any) -> Iterator[Tuple[Any, ...]]:
-        """The rows of one partition of a batch (`data_source_class`'s `_Part`): a bounded
-        source's part, or the control row with the batch's other elements (with split reads:
-        the control row and one range of each unbounded source); errors name the step."""
+        """The rows of one partition of a batch (`data_source_class`'s `_Part`): the control row
+        with the batch's elements (with split reads: the control row and one range of each
+        unbounded source); errors name the step."""
         start, end = partition.start, partition.end
         clock = clock_timestamp(end.next_clock)
         spread = self.spread_keys
@@ -254,11 +237,6 @@ class SourcePlan:
             key = bundle.to_bytes(8, "big") if spread else b""
             return (rows.PASS, pc, key, bundle, 0, pack(values), clock)
 
-        if partition.part is not None:
-            for pc, bundle, values in self.part_elements(*partition.part):
-                if values:
-                    yield bundle_row(pc, bundle, values)
-            return
         ctl = rows.dumps(Control.between(start, end))
         if partition.split is not None:
             # a split read: the level function reads each range (`stages.level_fn`)

@@ -2,11 +2,13 @@
 (`kit.sdf`, the one expansion every runner runs) as a stateful step whose live works are kept
 in buckets (`buckets`), as a stateful ParDo's keys are.
 
-* The level before spreads the step's input elements over its buckets by a hash of their
-  encoding (`emit_inputs`), so the rows of one element always reach the same bucket.
-* In a micro-batch, a bucket's new elements become works (`SplittableStep.initial_works`) and,
-  with the bucket's live works whose resume time (processing time) has come, are processed as
-  one bundle (retried whole on failure), each within the step's budget (`SplitPolicy`:
+* The level before turns the step's input elements into works (`SplittableStep.initial_works`:
+  initial restrictions, split and sized, as Beam's runners do before their shuffle) and spreads
+  the works over the step's buckets by a hash of their element and restriction (`emit_inputs`),
+  so one element's parts (a file's ranges, a topic's partitions) are read in parallel.
+* In a micro-batch, a bucket's new works and its live works whose resume time (processing
+  time) has come are processed as one bundle (retried whole on failure), each within the
+  step's budget (`SplitPolicy`:
   `--sdf_max_claims_per_batch`, `--sdf_max_seconds_per_batch`), at the batch's processing time.
 * What is left (the budget's checkpoints, `defer_remainder(delay)`'s, the restrictions of an
   `unbounded_per_element` read) is stored in the bucket, each work under its own key (the
@@ -40,8 +42,8 @@ from headrace.runners.spark.streaming.buckets import Bucket, BucketOperator, Key
 from headrace.runners.spark.streaming.offsets import Control
 from headrace.runners.spark.worker.packing import pack
 
-#: a bucket's new elements: {key bytes: {bundle: [(place, element)]}} (`grouping.elements_of`)
-Arrived = Dict[bytes, Dict[int, List[Tuple[int, WindowedValue]]]]
+#: a bucket's new works: {key bytes: {bundle: [(place, work)]}} (`grouping.elements_of`)
+Arrived = Dict[bytes, Dict[int, List[Tuple[int, Work]]]]
 
 
 class SplittableStepSpec(NamedTuple):
@@ -64,14 +66,24 @@ class SplittableStepSpec(NamedTuple):
 
 
 def emit_inputs(out: rows.Columns, pc: int, items: List[Tuple[int, int, WindowedValue]],
-                readers: Tuple[int, ...], n_buckets: int) -> None:
+                readers: Dict[int, SplittableSpec], n_buckets: int) -> None:
     """One row per bucket of the splittable steps `readers` reading `pc`: {key bytes: the
-    elements with that hash of their encoding, with their bundles and places}."""
+    works of the elements (`initial_works`) with that hash of their element and restriction,
+    each with its element's bundle and place}. A provider's failure fails the bundle, naming
+    the step and the element."""
     buckets: Dict[bytes, Dict[bytes, List[Any]]] = {}
-    for item in items:
-        kb = struct.pack(">I", zlib.crc32(pack([item[2]])))
-        for g in readers:
-            buckets.setdefault(rows.bucket_key(g, kb, n_buckets), {}).setdefault(kb, []).append(item)
+    for g, sdf in readers.items():
+        step = SplittableStep(sdf)
+        try:
+            for bundle, seq, wv in items:
+                for work in step.initial_works([wv]):
+                    kb = struct.pack(">I", zlib.crc32(pack([work.element, work.restriction])))
+                    by_key = buckets.setdefault(rows.bucket_key(g, kb, n_buckets), {})
+                    by_key.setdefault(kb, []).append((bundle, seq, work))
+        except ElementError as err:
+            raise bundle_failure(err, 1) from err.cause
+        finally:
+            step.teardown()
     for bk, by_key in buckets.items():
         out.add(rows.KEYED, pc, bk, 0, 0, pack(by_key))
 
@@ -111,7 +123,7 @@ class SplittableOperator(BucketOperator):
         recs = bucket.records
         step = self._step(g)
         pt = ctl.processing_times[g]
-        works = self._new_works(step, inputs)
+        works = _new_works(inputs)
         # due: its resume time has come, and it was not left by this batch (a bucket with new
         # elements may also have its timer expire in the same batch)
         for kb in sorted(kb for kb, rec in recs.items()
@@ -135,16 +147,14 @@ class SplittableOperator(BucketOperator):
         if works:   # every output is in Spark's hands
             step.finalize_bundle()
 
-    def _new_works(self, step: SplittableStep, inputs: Arrived) -> List[Work]:
-        """The works of a bucket's new elements, in the order they came."""
-        arrived = sorted(((bundle, seq, kb, wv) for kb, batches in inputs.items()
-                          for bundle, items in batches.items() for seq, wv in items),
-                         key=lambda x: x[:3])
-        try:
-            return step.initial_works(wv for _, _, _, wv in arrived)
-        except ElementError as err:
-            step.teardown()
-            raise bundle_failure(err, 1) from err.cause
+
+
+def _new_works(inputs: Arrived) -> List[Work]:
+    """A bucket's new works, in the order their elements came (then by key)."""
+    arrived = sorted(((bundle, seq, kb, work) for kb, batches in inputs.items()
+                      for bundle, items in batches.items() for seq, work in items),
+                     key=lambda x: x[:3])
+    return [work for _, _, _, work in arrived]
 
 
 def _record(work: Work, seen: int) -> KeyRecord:

@@ -75,7 +75,7 @@ class LevelSpec(NamedTuple):
     # the first level of a split read (`source.SourcePlan.split_reads`): unbounded source index
     # -> (step label, UnboundedSource, output pc), whose ranges (`rows.READ_PC`) it reads
     reads: Dict[int, Tuple[str, Any, int]] = {}
-    splittable: frozenset = frozenset()              # splittable steps of the next level (by index)
+    splittable: Dict[int, Any] = {}                  # next level's splittable steps: index -> spec
 
 
 Item = Tuple[int, int, WindowedValue]  # (bundle, seq, element)
@@ -215,8 +215,8 @@ class _Partition:
                 for bk, payload in _partials(g, label, fn, windowing, items, spec.buckets,
                                              self.committed, _behind_of(spec, g, w_prev)):
                     out.add(rows.KEYED, pc, bk, 0, 0, payload)
-        sdfs = tuple(g for g, _ in readers if g in spec.splittable)
-        if sdfs:   # splittable steps: spread by the elements' encoding (`splittable`)
+        sdfs = {g: spec.splittable[g] for g, _ in readers if g in spec.splittable}
+        if sdfs:   # splittable steps: their initial works, spread (`splittable.emit_inputs`)
             readers = tuple(r for r in readers if r[0] not in spec.splittable)
             emit_inputs(out, pc, items, sdfs, spec.buckets)
         if readers:
