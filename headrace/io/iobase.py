@@ -278,8 +278,9 @@ class BoundedSourceReader(DoFn, RestrictionProvider):
 
 
 class SourcePositions(NamedTuple):
-    """An UnboundedSource wrapper's restriction: positions from `start` on (to `stop` once a
-    split ended it)."""
+    """An UnboundedSource wrapper's restriction: positions from `start` on, or from `start` to
+    `stop` (a range a runner fixed, e.g. a streaming micro-batch's; `ended` once a split ended
+    it at `stop`)."""
 
     start: Any
     stop: Any = None
@@ -316,12 +317,13 @@ class _PositionTracker(RestrictionTracker):
         return True
 
     def try_split(self, fraction_of_remainder: float) -> Optional[Tuple[SourcePositions, SourcePositions]]:
-        if self._done:
-            return None
+        r = self._restriction
+        if self._done or (r.stop is not None and self._position == r.stop):
+            return None  # ended, or a fixed range claimed to its stop: nothing left to split off
         self._done = True
-        primary = SourcePositions(self._restriction.start, self._position, True)
+        primary = SourcePositions(r.start, self._position, True)
         self._restriction = primary
-        return primary, SourcePositions(self._position)
+        return primary, SourcePositions(self._position, r.stop)
 
     def check_done(self) -> None:
         if not self._done:
@@ -335,7 +337,11 @@ class UnboundedSourceReader(DoFn, RestrictionProvider):
     """Reads an UnboundedSource (the element) as a splittable DoFn, unbounded per element: each
     call reads what the source has now (at most `max_records`), sets the watermark to the
     source's, and checkpoints (after `poll_seconds` when nothing was new); it ends once the
-    source's watermark is MAX_TIMESTAMP (Beam's SDF wrapper of unbounded sources)."""
+    source's watermark is MAX_TIMESTAMP (Beam's SDF wrapper of unbounded sources). A restriction
+    with a `stop` is a range a runner fixed (the Spark streaming runner's micro-batch, whose
+    positions the driver chooses before the batch is read, so that a replay reads the same):
+    it is read exactly, then ends. Records come as RecordBlocks (Arrow batches of an
+    ArrowBatchSource)."""
 
     def __init__(self, max_records: int = 1000, poll_seconds: float = 0.02) -> None:
         self.max_records = max(1, max_records)
@@ -357,7 +363,16 @@ class UnboundedSourceReader(DoFn, RestrictionProvider):
     def process(self, element: UnboundedSource, tracker: Any = DoFn.RestrictionParam(),
                 estimator: Any = DoFn.WatermarkEstimatorParam(
                     ManualWatermarkEstimator.default_provider())) -> Iterator[Any]:
-        start = tracker.current_restriction().start
+        r = tracker.current_restriction()
+        start = r.start
+        if r.stop is not None:  # a range the runner fixed: read exactly it, then end
+            if start != r.stop:
+                if not tracker.try_claim(r.stop):
+                    return
+                yield from self._blocks(element, start, r.stop)
+                self._watermark(estimator, element.watermark(r.stop))
+            tracker.try_claim(END_OF_SOURCE)
+            return
         if to_micros(element.watermark(start)) >= MAX_TIMESTAMP_MICROS:
             tracker.try_claim(END_OF_SOURCE)
             return
@@ -368,9 +383,20 @@ class UnboundedSourceReader(DoFn, RestrictionProvider):
             return
         if not tracker.try_claim(end):
             return
-        yield from element.read(start, end)
+        yield from self._blocks(element, start, end)
         self._watermark(estimator, element.watermark(end))
         tracker.defer_remainder()
+
+    @staticmethod
+    def _blocks(element: UnboundedSource, start: Any, end: Any) -> Iterator[RecordBlock]:
+        """The records between two positions, as RecordBlocks (an ArrowBatchSource's: its Arrow
+        record batches)."""
+        if isinstance(element, ArrowBatchSource):
+            for arrow in element.read_arrow((start, end), ARROW_BLOCK_ROWS):
+                yield RecordBlock.of_arrow(arrow, element.records_of, element.row_attributes)
+        else:
+            for chunk in batched(element.read(start, end), 1024):
+                yield RecordBlock(chunk)
 
     @staticmethod
     def _watermark(estimator: Any, watermark: Any) -> None:

@@ -37,7 +37,7 @@ from typing import (
 )
 
 from headrace.errors import ElementError, PipelineExecutionError, _short_repr
-from headrace.io.iobase import BoundedSource, SourcePart, UnboundedSourceReader
+from headrace.io.iobase import BoundedSource, SourcePart, SourcePositions, UnboundedSourceReader
 from headrace.metrics.metric import MetricsContainer, metrics_scope
 from headrace.model.time import (
     MAX_TIMESTAMP_MICROS, MIN_TIMESTAMP_MICROS, Timestamp, set_processing_time, to_micros,
@@ -51,7 +51,7 @@ from headrace.pipeline.splittable import (
 )
 from headrace.runners.kit.columnar import Columns
 from headrace.runners.kit.dofn_runner import ParDoRunner
-from headrace.runners.kit.sources import split_source
+from headrace.runners.kit.sources import range_failure, split_source
 from headrace.runners.kit.stage import StepSpec, retried_bundle, serialize_dofn, step_spec
 
 
@@ -243,6 +243,7 @@ class SplittableProcessor:
         self.sig = signature(pardo.label, pardo.dofn)
         self._view: Optional[_View] = None
         self._estimator: Optional[WatermarkEstimator] = None
+        self._observer: Optional[WatermarkEstimator] = None  # the estimator, if it observes outputs
         pardo.receivers = {tag: [self._guard(r) for r in rs] for tag, rs in receivers.items()}
         pardo.sdf_param = self._param
         pardo.bind()
@@ -333,7 +334,12 @@ class SplittableProcessor:
         # a retry of the bundle processes again
         estimator = self._estimator_of(value, copy.deepcopy(work.estimator_state))
         view = _View(tracker, policy, time.monotonic())
+        # an estimator that ignores outputs' timestamps (the base class's no-op: a manual one)
+        # is not shown them, so a RecordBlock of Arrow columns is never turned into records
+        observes = estimator is not None and \
+            type(estimator).observe_timestamp is not WatermarkEstimator.observe_timestamp
         self._view, self._estimator = view, estimator
+        self._observer = estimator if observes else None
         before = set_processing_time(now_us)
         if policy.straggler is not None:
             policy.straggler.start_work(work.size)
@@ -341,7 +347,7 @@ class SplittableProcessor:
             self.pardo.process(work.element)
         finally:
             set_processing_time(before)
-            self._view = self._estimator = None
+            self._view = self._estimator = self._observer = None
             if policy.straggler is not None:
                 policy.straggler.finish_work()
         return Outcome(self._residuals(work, tracker, estimator, view, now_us), view.claims)
@@ -403,8 +409,8 @@ class SplittableProcessor:
                         f"step {label!r}: output {_short_repr(wv.value)} without a successful "
                         "tracker.try_claim(position) before it; claim the position an output "
                         "comes from, and output nothing once a claim failed", step=label)
-                if self._estimator is not None:
-                    _observe(self._estimator, wv)
+                if self._observer is not None:
+                    _observe(self._observer, wv)
             receiver(wv)
         return checked
 
@@ -610,6 +616,27 @@ def read_spec(node: Any, reader: Any) -> SplittableSpec:
     outputs = tuple((tag, pc._id) for tag, pc in node.outputs.items())
     step = StepSpec(label, -1, outputs, None, serialize_dofn(label, reader), (), {}, None, None)
     return SplittableSpec(step, isinstance(reader, UnboundedSourceReader))
+
+
+def read_positions(label: str, source: Any, start: Any, stop: Any) -> List[WindowedValue]:
+    """The records of an UnboundedSource between two positions a runner chose (the Spark
+    streaming runner's micro-batch ranges), read by the splittable DoFn `UnboundedSourceReader`
+    over the restriction `SourcePositions(start, stop)`: its outputs, as RecordBlocks
+    (`expand_outputs`, `output_columns`); an error names the step."""
+    spec = StepSpec(label, -1, ((None, 0),), None, serialize_dofn(label, UnboundedSourceReader()),
+                    (), {}, None, None)
+    step = SplittableStep(SplittableSpec(spec, True))
+    work = Work(source_element(source), SourcePositions(start, stop), None, MIN_TIMESTAMP_MICROS,
+                MIN_TIMESTAMP_MICROS, 1.0)
+    try:
+        result = step.run_bundle([work], Timestamp.now().micros, NO_SPLITS, 1, MetricsContainer(),
+                                 MetricsContainer(), blocks=True)
+    except PipelineExecutionError as exc:
+        cause = exc.__cause__ if exc.__cause__ is not None else exc
+        raise range_failure(label, start, stop, cause) from cause
+    finally:
+        step.teardown()
+    return result.outputs[0]
 
 
 def read_works(label: str, source: Any, parallelism: int, step: SplittableStep) -> List[Work]:

@@ -1,15 +1,14 @@
 """Sources as every runner reaches them: a bounded source split into parts (whose reads are the
 splittable DoFn `io.iobase.BoundedSourceReader`), a record becomes an element, an unbounded
-source's range of positions is read in bundles, an unbounded
 source asked for its watermark and how far it can be read; every failure names the step (and
 the part or position). Runners call sources only through these functions."""
 
 from __future__ import annotations
 
-from typing import Any, Iterator, List
+from typing import Any, List
 
 from headrace.errors import PipelineExecutionError
-from headrace.io.iobase import BoundedSource, batched
+from headrace.io.iobase import BoundedSource
 from headrace.model.time import MIN_TIMESTAMP_MICROS, to_micros
 from headrace.model.window import GLOBAL_WINDOWS_TUPLE
 from headrace.model.windowed import TimestampedValue, WindowedValue
@@ -41,16 +40,6 @@ def read_failure(label: str, part: Any, exc: BaseException) -> PipelineExecution
 def range_failure(label: str, start: Any, end: Any, exc: BaseException) -> PipelineExecutionError:
     """The error for a Read step whose UnboundedSource failed reading between two positions."""
     return read_failure(label, f"positions {start!r} to {end!r}", exc)
-
-
-def read_unbounded(label: str, source: Any, start: Any, end: Any, size: int) -> Iterator[List[WindowedValue]]:
-    """The elements of an UnboundedSource between two positions, in bundles of at most `size`;
-    errors name the step."""
-    try:
-        for chunk in batched(source.read(start, end), size):
-            yield [to_windowed_value(v) for v in chunk]
-    except Exception as exc:
-        raise range_failure(label, start, end, exc) from exc
 
 
 def unbounded_watermark(label: str, source: Any, position: Any) -> int:

@@ -19,11 +19,13 @@ import time
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from headrace.errors import PipelineExecutionError
+from headrace.io.iobase import batched
 from headrace.model.time import MAX_TIMESTAMP_MICROS
 from headrace.model.windowed import WindowedValue
 from headrace.model.window import GLOBAL_WINDOWS_TUPLE
 from headrace.runners.kit.plan import Kind
-from headrace.runners.kit.sources import read_unbounded, to_windowed_value, unbounded_cuts
+from headrace.runners.kit.sdf import expand_outputs, read_positions
+from headrace.runners.kit.sources import to_windowed_value, unbounded_cuts
 from headrace.runners.spark.streaming import rows
 from headrace.runners.spark.streaming.checkpoint import RunFiles
 from headrace.runners.spark.streaming.coordinator import script_elements
@@ -216,7 +218,8 @@ class SourcePlan:
                     yield pcs[None], (i << 32) | k, [to_windowed_value(v) for v in data[k:k + size]]
             elif kind is Kind.UNBOUNDED:
                 label = self.labels.get(i, "Read")
-                for k, bundle in enumerate(read_unbounded(label, data, a, b, self.bundle_size)):
+                elements = expand_outputs(read_positions(label, data, a, b))  # the SDF wrapper's
+                for k, bundle in enumerate(batched(elements, self.bundle_size)):
                     yield pcs[None], (i << 32) | k, bundle
             else:
                 for k, (tag, tvs) in enumerate(script_elements(data, a, b)):

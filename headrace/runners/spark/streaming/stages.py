@@ -31,11 +31,12 @@ from headrace.metrics.metric import MetricsContainer, metrics_scope
 from headrace.model import coders
 from headrace.model.time import MAX_TIMESTAMP_MICROS
 from headrace.model.windowed import WindowedValue
-from headrace.io.iobase import ArrowBatchSource
+from headrace.io.iobase import ArrowBatchSource, batched
 from headrace.runners.kit.grouping import grouping_errors, grouping_key_bytes, key_of
 from headrace.runners.kit.partial import PartialCombiner
 from headrace.runners.kit.side_inputs import SideInputReader
-from headrace.runners.kit.sources import range_failure, read_unbounded, to_windowed_value
+from headrace.runners.kit.sdf import expand_outputs, read_positions
+from headrace.runners.kit.sources import range_failure, to_windowed_value
 from headrace.runners.kit.stage import FusedStage
 from headrace.runners.spark.fastpath import VectorCombiner, vector_chain, vector_combiner
 from headrace.runners.spark.streaming import rows
@@ -392,9 +393,10 @@ def _read_range(spec: LevelSpec, i: int, a: Any, b: Any, bundle: int, vr: Option
     one the chain gives up on, goes element by element, in the same bundles)."""
     label, source, out_pc = spec.reads[i]
     size = spec.bundle_size
+    blocks = read_positions(label, source, a, b)   # the source's SDF wrapper (`kit.sdf`)
     if vr is None:
         lst = buffers.setdefault(out_pc, [])
-        for nth, wvs in enumerate(read_unbounded(label, source, a, b, size)):
+        for nth, wvs in enumerate(batched(expand_outputs(blocks), size)):
             for wv in wvs:
                 lst.append((bundle + nth, 0, wv))
         return
@@ -404,7 +406,8 @@ def _read_range(spec: LevelSpec, i: int, a: Any, b: Any, bundle: int, vr: Option
         got = vectors[vr.g] = (vr, vr.combiner())
     combiner = got[1]
     offset = 0
-    for batch in _arrow_batches(label, source, a, b, max(1, _VECTOR_ROWS // size) * size):
+    for block in (wv.value for wv in blocks):   # RecordBlocks of Arrow batches
+        batch = block.arrow
         vb = vr.chain.run(batch)
         if vb is not None and combiner.accepts(vb) and (
                 behind_of is None or not vb.n or int(vb.ts_array().min()) >= behind_of):
@@ -412,21 +415,13 @@ def _read_range(spec: LevelSpec, i: int, a: Any, b: Any, bundle: int, vr: Option
                 combiner.add(vb)
         else:
             try:
-                records = source.records_of(batch)
+                records = block.values
             except Exception as exc:
                 raise range_failure(label, a, b, exc) from exc
             lst = buffers.setdefault(out_pc, [])
             for j, record in enumerate(records):
                 lst.append((bundle + (offset + j) // size, 0, to_windowed_value(record)))
         offset += batch.num_rows
-
-
-def _arrow_batches(label: str, source: Any, a: Any, b: Any, size: int) -> Iterator[Any]:
-    """The Arrow batches of an ArrowBatchSource's positions a..b; errors name the step."""
-    try:
-        yield from source.read_arrow((a, b), size)
-    except Exception as exc:
-        raise range_failure(label, a, b, exc) from exc
 
 
 def _vector_partials(g: int, vr: _VectorRead, combiner: Any, n_buckets: int,
@@ -441,7 +436,6 @@ def _vector_partials(g: int, vr: _VectorRead, combiner: Any, n_buckets: int,
         return [(bk, pack(by_key)) for bk, by_key in buckets.items()]
 
 
-_VECTOR_ROWS = 65536   # rows per Arrow batch of a vectorised read (a multiple of the bundle size)
 
 
 def _side_reader(unit: LevelUnit, contents: Dict[int, Dict[Any, list]]) -> SideInputReader:
