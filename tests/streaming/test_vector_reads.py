@@ -15,6 +15,7 @@ import pyarrow as pa
 import pytest
 
 import headrace as beam
+from headrace.io import iobase
 from headrace.io.iobase import Read
 from headrace.options.pipeline_options import PipelineOptions
 from headrace.runners.spark.worker.env import WorkerEnv
@@ -145,7 +146,7 @@ def test_inputs_behind_the_watermark_keep_their_bundles_and_order(tmp_path):
 
 
 def test_only_batches_with_inputs_behind_go_element_by_element(tmp_path, monkeypatch):
-    monkeypatch.setattr(stages, "_VECTOR_ROWS", 100)   # 4 batches of 100 records
+    monkeypatch.setattr(iobase, "ARROW_BLOCK_ROWS", 100)   # 4 batches of 100 records
     arrow = ArrowRowStream(400)
     spec = _level0(arrow, SESSIONS)
     _run_level(spec, tmp_path, 0, 400, -10**9)
