@@ -149,7 +149,9 @@ class BatchTranslation:
     def _build_read(self, node: AppliedPTransform) -> None:
         """Read of a BoundedSource: the splittable DoFn `io.iobase.BoundedSourceReader`, whose
         works are the source's parts (split here, on the driver: `kit.sdf.read_works`), run as
-        any splittable step (an ArrowBatchSource's Arrow batches reach a vectorised combine)."""
+        any splittable step (an ArrowBatchSource's Arrow batches reach a vectorised combine);
+        since each part is read whole, as one wave its consumers compute (`run_once`), unless
+        the test splits ask for waves."""
         t = node.transform
         assert isinstance(t, Read)
         spec = read_spec(node, BoundedSourceReader(self.parallelism))
@@ -176,7 +178,12 @@ class BatchTranslation:
             outs = stage_outs
         build = SplittableBuild(self, spec or SplittableSpec.of(node), self.sdf_straggler,
                                 self.sdf_test_split, downstream)
-        rdds = build.run(self.rdds[node.inputs[0]]) if works is None else build.run_works(works)
+        if works is None:
+            rdds = build.run(self.rdds[node.inputs[0]])
+        elif self.sdf_test_split[0] > 0:  # runner splits leave residuals: waves
+            rdds = build.run_works(works)
+        else:   # a Read's parts, each read whole: one wave, read lazily
+            rdds = build.run_once(works)
         self._label(node.full_label if stage is None else f"{node.full_label} + {stage.label}")
         for pc in outs:
             if downstream is not None and pc._id in downstream.map_sides:
