@@ -130,6 +130,7 @@ def wave_fn(env: TaskEnv, spec: SplittableSpec, index: Dict[int, int], settings:
     def run(partition: int, records: Iterator[List[Work]]) -> Iterator[Tuple[int, bytes]]:
         env.check_earlier_attempt()
         task = _WaveTask(env, spec, settings.policy(partition))
+        task.once = settings.once
         try:
             bundles = task.bundles(records)
             if downstream is None:
@@ -217,6 +218,7 @@ class _WaveTask:
         self.committed, self.attempted = MetricsContainer(), MetricsContainer()
         self.finalizers: List[Any] = []
         self.residuals: List[Work] = []
+        self.once = False
 
     def bundles(self, records: Iterator[List[Work]]) -> Iterator[Dict[int, List[WindowedValue]]]:
         """Runs the works bundle by bundle; yields each bundle's outputs by PCollection id (with
@@ -225,7 +227,9 @@ class _WaveTask:
         for works in records:
             if policy.straggler is not None:
                 policy.straggler.assign(sum(max(w.size, 0.0) for w in works))
-            for bundle in batched(works, env.bundle_size):
+            # a wave run once (a Read's parts, each of many records) holds one part's outputs
+            # at a time, not a whole bundle of parts
+            for bundle in batched(works, 1 if self.once else env.bundle_size):
                 result = step.run_bundle(bundle, Timestamp.now().micros, policy, env.max_attempts,
                                          self.committed, self.attempted, finalize=False,
                                          blocks=True)
