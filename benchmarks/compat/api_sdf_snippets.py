@@ -201,9 +201,9 @@ class FakeService:
         return [(p, f"{stream}#{p}" if p < n else None) for p in page]
 
 
-class StreamProvider(RestrictionProvider):
-    """Element (stream, n): the record positions [0, n]; position n is the end record, whose
-    claim fails."""
+class CountProvider(RestrictionProvider):
+    """Element (name, n): the positions [0, n), no initial split (the polling stream's records,
+    whose end record at position n fails its claim; the timed events)."""
 
     def initial_restriction(self, element):
         return OffsetRange(0, element[1])
@@ -222,7 +222,7 @@ class PollingFn(beam.DoFn):
         self.service = FakeService(directory)
 
     def process(self, element,
-                restriction_tracker=beam.DoFn.RestrictionParam(StreamProvider())):
+                restriction_tracker=beam.DoFn.RestrictionParam(CountProvider())):
         stream, n = element
         current_position = restriction_tracker.current_restriction().start
         while True:
@@ -285,25 +285,12 @@ class MyWatermarkEstimatorProvider(WatermarkEstimatorProvider):
         return MyCustomWatermarkEstimator(estimator_state)
 
 
-class TimedProvider(RestrictionProvider):
-    """Element (name, n): positions [0, n), no initial split."""
-
-    def initial_restriction(self, element):
-        return OffsetRange(0, element[1])
-
-    def create_tracker(self, restriction):
-        return OffsetRestrictionTracker(restriction)
-
-    def restriction_size(self, element, restriction):
-        return restriction.size()
-
-
 class TimedEventsFn(beam.DoFn):
     """Position p at event second 100 + 3p; checkpoints after each position 5k + 4, and says at
     each such resume what the carried estimator state holds."""
 
     def process(self, element,
-                restriction_tracker=beam.DoFn.RestrictionParam(TimedProvider()),
+                restriction_tracker=beam.DoFn.RestrictionParam(CountProvider()),
                 watermark_estimator=beam.DoFn.WatermarkEstimatorParam(
                     MyWatermarkEstimatorProvider())):
         start = restriction_tracker.current_restriction().start
@@ -391,8 +378,8 @@ class UnboundedOffsetRestrictionTracker(OffsetRestrictionTracker):
         return False
 
 
-class UnboundedProvider(TimedProvider):
-    """TimedProvider whose trackers say they are unbounded."""
+class UnboundedProvider(CountProvider):
+    """CountProvider whose trackers say they are unbounded."""
 
     def create_tracker(self, restriction):
         return UnboundedOffsetRestrictionTracker(restriction)

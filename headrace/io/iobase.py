@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from typing import (
-    TYPE_CHECKING, Any, Iterable, Iterator, List, NamedTuple, Optional, Protocol, Tuple,
+    TYPE_CHECKING, Any, Callable, Iterable, Iterator, List, NamedTuple, Optional, Protocol, Tuple,
     runtime_checkable,
 )
 
@@ -230,8 +230,20 @@ class _SourcePartTracker(RestrictionTracker):
         return True
 
 
-#: Rows per Arrow batch a BoundedSourceReader claims of an ArrowBatchSource.
+#: Rows per Arrow batch the Read wrappers take of an ArrowBatchSource.
 ARROW_BLOCK_ROWS = 65536
+
+
+def _record_blocks(source: Any, part: Any, batches: Callable[[], Iterable[List[Any]]]
+                   ) -> Iterator[RecordBlock]:
+    """A source's records of `part` as RecordBlocks: an ArrowBatchSource's Arrow record batches
+    (`read_arrow(part)`), else the lists `batches()` gives."""
+    if isinstance(source, ArrowBatchSource):
+        for arrow in source.read_arrow(part, ARROW_BLOCK_ROWS):
+            yield RecordBlock.of_arrow(arrow, source.records_of, source.row_attributes)
+    else:
+        for batch in batches():
+            yield RecordBlock(batch if type(batch) is list else list(batch))
 
 
 class BoundedSourceReader(DoFn, RestrictionProvider):
@@ -264,16 +276,11 @@ class BoundedSourceReader(DoFn, RestrictionProvider):
         r = tracker.current_restriction()
         if r.part is None and not r.whole:
             return  # an empty primary left by a split
-        if isinstance(element, ArrowBatchSource):  # columns a runner may use as they are
-            for i, arrow in enumerate(element.read_arrow(r.part, ARROW_BLOCK_ROWS)):
-                if not tracker.try_claim(i):
-                    return
-                yield RecordBlock.of_arrow(arrow, element.records_of, element.row_attributes)
-        else:
-            for i, batch in enumerate(element.read_batches(r.part, 1024)):
-                if not tracker.try_claim(i):
-                    return
-                yield RecordBlock(batch if type(batch) is list else list(batch))
+        blocks = _record_blocks(element, r.part, lambda: element.read_batches(r.part, 1024))
+        for i, block in enumerate(blocks):
+            if not tracker.try_claim(i):
+                return
+            yield block
         tracker.try_claim(END_OF_SOURCE)
 
 
@@ -369,7 +376,8 @@ class UnboundedSourceReader(DoFn, RestrictionProvider):
             if start != r.stop:
                 if not tracker.try_claim(r.stop):
                     return
-                yield from self._blocks(element, start, r.stop)
+                yield from _record_blocks(element, (start, r.stop),
+                                          lambda: batched(element.read(start, r.stop), 1024))
                 self._watermark(estimator, element.watermark(r.stop))
             tracker.try_claim(END_OF_SOURCE)
             return
@@ -383,20 +391,10 @@ class UnboundedSourceReader(DoFn, RestrictionProvider):
             return
         if not tracker.try_claim(end):
             return
-        yield from self._blocks(element, start, end)
+        yield from _record_blocks(element, (start, end),
+                                  lambda: batched(element.read(start, end), 1024))
         self._watermark(estimator, element.watermark(end))
         tracker.defer_remainder()
-
-    @staticmethod
-    def _blocks(element: UnboundedSource, start: Any, end: Any) -> Iterator[RecordBlock]:
-        """The records between two positions, as RecordBlocks (an ArrowBatchSource's: its Arrow
-        record batches)."""
-        if isinstance(element, ArrowBatchSource):
-            for arrow in element.read_arrow((start, end), ARROW_BLOCK_ROWS):
-                yield RecordBlock.of_arrow(arrow, element.records_of, element.row_attributes)
-        else:
-            for chunk in batched(element.read(start, end), 1024):
-                yield RecordBlock(chunk)
 
     @staticmethod
     def _watermark(estimator: Any, watermark: Any) -> None:

@@ -33,8 +33,6 @@ from types import GeneratorType
 from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
 from headrace.metrics.metric import CURRENT
-from headrace.model.time import MIN_TIMESTAMP_MICROS
-from headrace.model.window import GLOBAL_WINDOWS_TUPLE
 from headrace.model.windowed import PANE_INFO_UNKNOWN, PaneInfo, TimestampedValue, WindowedValue
 from headrace.pipeline.dofn import _CallableWrapperDoFn
 from headrace.pipeline.pvalue import TaggedOutput
@@ -65,14 +63,19 @@ class Columns(NamedTuple):
     retractions: Optional[List[bool]] = None
 
     @staticmethod
-    def of_records(records: List[Any]) -> "Columns":
-        """A source's records (values or TimestampedValues) as a bundle in the global window."""
+    def of_records(records: List[Any], element: WindowedValue) -> "Columns":
+        """Records a DoFn output for `element` (values or TimestampedValues: a connector's
+        `RecordBlock`) as a bundle: a value takes the element's timestamp, a TimestampedValue
+        its own; each takes the element's windows, pane and retraction flag."""
         n = len(records)
+        values, ts = records, [element.timestamp_us] * n
         if any(type(r) is TimestampedValue for r in records):
-            ts = [r.timestamp_us if type(r) is TimestampedValue else MIN_TIMESTAMP_MICROS for r in records]
+            ts = [r.timestamp_us if type(r) is TimestampedValue else t for r, t in zip(records, ts)]
             values = [r.value if type(r) is TimestampedValue else r for r in records]
-            return Columns(values, ts, [GLOBAL_WINDOWS_TUPLE] * n)
-        return Columns(records, [MIN_TIMESTAMP_MICROS] * n, [GLOBAL_WINDOWS_TUPLE] * n)
+        pane = element.pane_info
+        return Columns(values, ts, [element.windows] * n,
+                       None if pane is PANE_INFO_UNKNOWN else [pane] * n,
+                       [True] * n if element.is_retraction else None)
 
     @staticmethod
     def of_elements(elements: Sequence[WindowedValue]) -> "Columns":

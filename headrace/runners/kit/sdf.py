@@ -43,7 +43,7 @@ from headrace.model.time import (
     MAX_TIMESTAMP_MICROS, MIN_TIMESTAMP_MICROS, Timestamp, set_processing_time, to_micros,
 )
 from headrace.model.window import GLOBAL_WINDOWS_TUPLE
-from headrace.model.windowed import PANE_INFO_UNKNOWN, TimestampedValue, WindowedValue
+from headrace.model.windowed import TimestampedValue, WindowedValue
 from headrace.pipeline.dofn import _RestrictionDoFnParam, _WatermarkEstimatorDoFnParam
 from headrace.pipeline.splittable import (
     RecordBlock, RestrictionTracker, RestrictionTrackerView, WatermarkEstimator, deferred_until,
@@ -450,19 +450,9 @@ def output_columns(outputs: Sequence[WindowedValue]) -> Iterable[Columns]:
             yield Columns.of_elements(run)
             run = []
         if block.values:
-            yield _block_columns(block.values, wv)
+            yield Columns.of_records(block.values, wv)
     if run:
         yield Columns.of_elements(run)
-
-
-def _block_columns(values: List[Any], wv: WindowedValue) -> Columns:
-    n = len(values)
-    ts = [wv.timestamp_us] * n
-    if any(type(r) is TimestampedValue for r in values):
-        ts = [r.timestamp_us if type(r) is TimestampedValue else t for r, t in zip(values, ts)]
-        values = [r.value if type(r) is TimestampedValue else r for r in values]
-    panes = None if wv.pane_info is PANE_INFO_UNKNOWN else [wv.pane_info] * n
-    return Columns(values, ts, [wv.windows] * n, panes, [True] * n if wv.is_retraction else None)
 
 
 def _cut(provider: Any, restriction: Any, fraction: float) -> Optional[Tuple[Any, Any]]:
@@ -612,8 +602,12 @@ def source_element(source: Any) -> WindowedValue:
 def read_spec(node: Any, reader: Any) -> SplittableSpec:
     """The spec of a Read step run as the splittable DoFn `reader` (a BoundedSourceReader or an
     UnboundedSourceReader of `io.iobase`) over its source."""
-    label = node.full_label
     outputs = tuple((tag, pc._id) for tag, pc in node.outputs.items())
+    return _reader_spec(node.full_label, outputs, reader)
+
+
+def _reader_spec(label: str, outputs: Tuple[Tuple[Optional[str], int], ...], reader: Any
+                 ) -> SplittableSpec:
     step = StepSpec(label, -1, outputs, None, serialize_dofn(label, reader), (), {}, None, None)
     return SplittableSpec(step, isinstance(reader, UnboundedSourceReader))
 
@@ -623,9 +617,7 @@ def read_positions(label: str, source: Any, start: Any, stop: Any) -> List[Windo
     streaming runner's micro-batch ranges), read by the splittable DoFn `UnboundedSourceReader`
     over the restriction `SourcePositions(start, stop)`: its outputs, as RecordBlocks
     (`expand_outputs`, `output_columns`); an error names the step."""
-    spec = StepSpec(label, -1, ((None, 0),), None, serialize_dofn(label, UnboundedSourceReader()),
-                    (), {}, None, None)
-    step = SplittableStep(SplittableSpec(spec, True))
+    step = SplittableStep(_reader_spec(label, ((None, 0),), UnboundedSourceReader()))
     work = Work(source_element(source), SourcePositions(start, stop), None, MIN_TIMESTAMP_MICROS,
                 MIN_TIMESTAMP_MICROS, 1.0)
     try:

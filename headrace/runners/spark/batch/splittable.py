@@ -129,8 +129,7 @@ def wave_fn(env: TaskEnv, spec: SplittableSpec, index: Dict[int, int], settings:
     the records of that stage run over the outputs), then `(RESIDUALS, pack(works))`."""
     def run(partition: int, records: Iterator[List[Work]]) -> Iterator[Tuple[int, bytes]]:
         env.check_earlier_attempt()
-        task = _WaveTask(env, spec, settings.policy(partition))
-        task.once = settings.once
+        task = _WaveTask(env, spec, settings.policy(partition), settings.once)
         try:
             bundles = task.bundles(records)
             if downstream is None:
@@ -211,14 +210,14 @@ class _StageInput:
 class _WaveTask:
     """One wave task's splittable step, split policy, metrics, finalizers and residuals."""
 
-    def __init__(self, env: TaskEnv, spec: SplittableSpec, policy: SplitPolicy) -> None:
+    def __init__(self, env: TaskEnv, spec: SplittableSpec, policy: SplitPolicy, once: bool) -> None:
         self.env = env
         self.step = SplittableStep(spec)
         self.policy = policy
+        self.once = once   # the wave is run once (`WaveSettings.once`)
         self.committed, self.attempted = MetricsContainer(), MetricsContainer()
         self.finalizers: List[Any] = []
         self.residuals: List[Work] = []
-        self.once = False
 
     def bundles(self, records: Iterator[List[Work]]) -> Iterator[Dict[int, List[WindowedValue]]]:
         """Runs the works bundle by bundle; yields each bundle's outputs by PCollection id (with
@@ -331,13 +330,7 @@ class SplittableBuild:
         parts = pack_by_size(works, t.parallelism)
         settings = WaveSettings(sum(max(w.size, 0.0) for w in works), t.parallelism, time.time(),
                                 False, 0.0, 0, once=True)
-        self.waves.append((len(works), len(parts)))
-        rdd = (t.sc.parallelize(parts, max(1, len(parts)))
-               .mapPartitionsWithIndex(wave_fn(t.env, self.spec, self.index, settings,
-                                               self.downstream)))
-        unpacker = unpack_elements if self.downstream is None else unpack
-        return {pc: rdd.filter(lambda r, i=i: r[0] == i).flatMap(unpacker)
-                for pc, i in self.index.items()}
+        return self._outputs_of(self._wave_rdd(works, parts, settings))
 
     def _wave(self, works: List[Work]) -> List[Work]:
         """Runs one wave over `works`; returns its residuals."""
@@ -346,18 +339,26 @@ class SplittableBuild:
         parts = pack_by_size(works, cores * PARTITIONS_PER_CORE)
         settings = WaveSettings(sum(max(w.size, 0.0) for w in works), cores, time.time(),
                                 self.straggler, self.test_split[0], self.test_split[1])
-        self.waves.append((len(works), len(parts)))
-        rdd = (t.sc.parallelize(parts, len(parts))
-               .mapPartitionsWithIndex(wave_fn(t.env, self.spec, self.index, settings,
-                                               self.downstream))
-               .persist(_memory_and_disk()))
+        rdd = self._wave_rdd(works, parts, settings).persist(_memory_and_disk())
         rdd.setName(f"{self.spec.label} (wave {len(self.waves)})")
         t.persisted.append(rdd)
         records = t._run(lambda: rdd.filter(lambda r: r[0] == RESIDUALS).collect())
-        unpacker = unpack_elements if self.downstream is None else unpack
-        for pc, i in self.index.items():
-            self.parts[pc].append(rdd.filter(lambda r, i=i: r[0] == i).flatMap(unpacker))
+        for pc, out in self._outputs_of(rdd).items():
+            self.parts[pc].append(out)
         return [w for rec in records for w in unpack(rec)]
+
+    def _wave_rdd(self, works: List[Work], parts: List[List[Work]], settings: WaveSettings) -> Any:
+        """The RDD of a wave over `works` packed into `parts` (records of `wave_fn`)."""
+        self.waves.append((len(works), len(parts)))
+        return (self.t.sc.parallelize(parts, max(1, len(parts)))
+                .mapPartitionsWithIndex(wave_fn(self.t.env, self.spec, self.index, settings,
+                                                self.downstream)))
+
+    def _outputs_of(self, rdd: Any) -> Dict[int, Any]:
+        """Each output's RDD (by PCollection id) from a wave's records."""
+        unpacker = unpack_elements if self.downstream is None else unpack
+        return {pc: rdd.filter(lambda r, i=i: r[0] == i).flatMap(unpacker)
+                for pc, i in self.index.items()}
 
 
 def _memory_and_disk() -> Any:
