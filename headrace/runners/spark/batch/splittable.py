@@ -130,16 +130,18 @@ def wave_fn(env: TaskEnv, spec: SplittableSpec, index: Dict[int, int], settings:
     def run(partition: int, records: Iterator[List[Work]]) -> Iterator[Tuple[int, bytes]]:
         env.check_earlier_attempt()
         task = _WaveTask(env, spec, settings.policy(partition), settings.once)
+        # a wave run once is computed by the tasks that read it: its records are not pickled
+        packer = _same if settings.once else pack
         try:
             bundles = task.bundles(records)
             if downstream is None:
                 for outputs in bundles:
                     for pc, lst in outputs.items():
                         for cols in output_columns(lst):
-                            yield (index[pc], pack(tuple(cols)))
+                            yield (index[pc], packer(tuple(cols)))
             else:
                 run_stage = stage_fn(env, downstream.stage, None, downstream.indexes,
-                                     downstream.map_sides, columns=True)
+                                     downstream.map_sides, columns=True, packer=packer)
                 items = _StageInput(downstream)
                 yield from run_stage(item for outputs in bundles for lst in outputs.values()
                                      for item in items.of(lst))
@@ -246,6 +248,21 @@ def unpack_elements(record: Tuple[int, bytes]) -> List[WindowedValue]:
     return Columns(*pickle.loads(record[1])).elements()
 
 
+def _same(values: Any) -> Any:
+    """A record's values as they are (a wave run once: `wave_fn`)."""
+    return values
+
+
+def _column_elements(record: Tuple[int, Any]) -> List[WindowedValue]:
+    """The elements of a wave run once's output record (columns, not packed)."""
+    return Columns(*record[1]).elements()
+
+
+def _values(record: Tuple[int, Any]) -> Any:
+    """The values of a wave run once's record (a downstream stage's, not packed)."""
+    return record[1]
+
+
 def _spread(step: SplittableStep, residuals: List[Work], cores: int) -> List[Work]:
     """A straggler's residuals (those due at once) cut into one work per core."""
     out: List[Work] = []
@@ -330,7 +347,7 @@ class SplittableBuild:
         parts = pack_by_size(works, t.parallelism)
         settings = WaveSettings(sum(max(w.size, 0.0) for w in works), t.parallelism, time.time(),
                                 False, 0.0, 0, once=True)
-        return self._outputs_of(self._wave_rdd(works, parts, settings))
+        return self._outputs_of(self._wave_rdd(works, parts, settings), packed=False)
 
     def _wave(self, works: List[Work]) -> List[Work]:
         """Runs one wave over `works`; returns its residuals."""
@@ -354,9 +371,14 @@ class SplittableBuild:
                 .mapPartitionsWithIndex(wave_fn(self.t.env, self.spec, self.index, settings,
                                                 self.downstream)))
 
-    def _outputs_of(self, rdd: Any) -> Dict[int, Any]:
-        """Each output's RDD (by PCollection id) from a wave's records."""
-        unpacker = unpack_elements if self.downstream is None else unpack
+    def _outputs_of(self, rdd: Any, packed: bool = True) -> Dict[int, Any]:
+        """Each output's RDD (by PCollection id) from a wave's records (`packed`, or as a wave
+        run once yields them)."""
+        if packed:
+            unpacker: Callable[[Tuple[int, Any]], Any] = (
+                unpack_elements if self.downstream is None else unpack)
+        else:
+            unpacker = _column_elements if self.downstream is None else _values
         return {pc: rdd.filter(lambda r, i=i: r[0] == i).flatMap(unpacker)
                 for pc, i in self.index.items()}
 

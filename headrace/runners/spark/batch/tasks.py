@@ -11,7 +11,7 @@ shuffle) and `reduce_side` (after it).
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Iterator, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from headrace.errors import PipelineExecutionError
 from headrace.io.iobase import batched
@@ -37,8 +37,8 @@ def create_fn(env: TaskEnv) -> Callable[[Iterator[list]], Iterator[WindowedValue
 
 
 def stage_fn(env: TaskEnv, stage: FusedStage, sides: Optional[Any], tagged: Optional[Dict[int, int]],
-             map_sides: Optional[Dict[int, "MapSide"]] = None, columns: bool = False
-             ) -> Callable[[Iterator[Any]], Iterator[Any]]:
+             map_sides: Optional[Dict[int, "MapSide"]] = None, columns: bool = False,
+             packer: Callable[[List[Any]], Any] = pack) -> Callable[[Iterator[Any]], Iterator[Any]]:
     """Runs a fused stage over a partition, bundle by bundle.
 
     `sides` is a broadcast of {side index: {window: [values]}}; `tagged` maps the stage's
@@ -51,7 +51,8 @@ def stage_fn(env: TaskEnv, stage: FusedStage, sides: Optional[Any], tagged: Opti
     stage keeps those records instead of the elements. With `columns`, the partition's items
     are its bundles as `kit.columnar.Columns` (a splittable step's outputs), not elements, or
     `fastpath.VectorBundle`s of the stage run already (vectorised) for the lifted combine of its
-    one output (`PartialSide.add_vector`).
+    one output (`PartialSide.add_vector`). `packer` packs a record's list (the identity where
+    the records stay in the task that reads them: a lazily computed wave, `splittable`).
     """
     def run(it: Iterator[Any]) -> Iterator[Any]:
         env.check_earlier_attempt()
@@ -81,7 +82,7 @@ def stage_fn(env: TaskEnv, stage: FusedStage, sides: Optional[Any], tagged: Opti
                         continue
                     for pc, lst in outs.items():  # a record per output and bundle: readers unpickle their own
                         if lst:
-                            yield (tagged[pc], pack(lst))  # type: ignore[index]
+                            yield (tagged[pc], packer(lst))  # type: ignore[index]
                     continue
                 # a map side takes its output's lists as they are (no WindowedValues for them)
                 cols = stage.process_columns(bundle if columns else Columns.of_elements(bundle),
@@ -92,11 +93,11 @@ def stage_fn(env: TaskEnv, stage: FusedStage, sides: Optional[Any], tagged: Opti
                     side = mapped.get(pc)
                     lst = side.add(out) if side is not None else out.elements()
                     if lst:
-                        yield (tagged[pc], pack(lst))  # type: ignore[index]
+                        yield (tagged[pc], packer(lst))  # type: ignore[index]
             for pc, side in mapped.items():
                 rest = side.finish()
                 for i in range(0, len(rest), env.bundle_size):
-                    yield (tagged[pc], pack(rest[i:i + env.bundle_size]))  # type: ignore[index]
+                    yield (tagged[pc], packer(rest[i:i + env.bundle_size]))  # type: ignore[index]
             stage.finalize_bundles()  # every output of the partition is in Spark's hands
         except PipelineExecutionError as exc:
             raise env.fail(exc) from exc
