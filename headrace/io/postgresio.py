@@ -253,7 +253,9 @@ def _describe(conn: Any, cfg: _Conn, sql: str, column: Optional[str], constructi
 
 def _bounds(conn: Any, sql: str, column: str, kind: str) -> Tuple[int, int]:
     col = _ident(column)
-    lo, hi = conn.execute(f"SELECT min(q.{col}), max(q.{col}) FROM ({sql}) AS q").fetchone()
+    # infinities and NaN (which sort last) do not bound a range: they go to the first / last one
+    finite = "" if kind == "int" else f" WHERE q.{col} > '-infinity' AND q.{col} < 'infinity'"
+    lo, hi = conn.execute(f"SELECT min(q.{col}), max(q.{col}) FROM ({sql}) AS q{finite}").fetchone()
     if lo is None:
         return 0, 0
     return _position(kind, lo), _position(kind, hi)
@@ -421,7 +423,10 @@ class _ReadRanges(DoFn, RestrictionProvider):
             return spec.lower - 1
         if isinstance(value, _BadValue):  # an out-of-range time: to the end it is closest to
             return spec.upper if not value.text.startswith("-") else spec.lower
-        return max(spec.lower, min(spec.upper, _position(spec.kind, value)))
+        try:
+            return max(spec.lower, min(spec.upper, _position(spec.kind, value)))
+        except (ValueError, OverflowError):  # NaN and infinities: NaN sorts last in PostgreSQL
+            return spec.lower if value < 0 else spec.upper
 
     def _cursor(self, sql: str, params: List[Any]) -> Iterator[List[Dict[str, Any]]]:
         import psycopg

@@ -65,13 +65,18 @@ def test_a_partitioned_read_gives_every_row_once(make_pipeline, pg, bounds):
         assert_that(out, equal_to(rows))
 
 
-def test_the_ranges_of_a_read_split_its_rows_into_disjoint_parts(pg):
-    """The splittable DoFn's parts, each read alone with its own tracker, give each row once."""
+@pytest.mark.parametrize("column", ["t", "f"])
+def test_the_ranges_of_a_read_split_its_rows_into_disjoint_parts(pg, column):
+    """The splittable DoFn's parts, each read alone with its own tracker, give each row once
+    (a timestamp column; a float column with NaN, infinities and NULL)."""
     from headrace.io.postgresio import resolve_spec
     name, rows = _events_table(pg, 50)
-    read = ReadFromPostgres(table_name=name, dsn=pg, partition_column="t", num_partitions=4)
+    _sql(pg, f"ALTER TABLE {name} ADD COLUMN f float8")
+    _sql(pg, f"UPDATE {name} SET f = (CASE WHEN id = 3 THEN 'NaN' WHEN id = 4 THEN 'Infinity' "
+             "WHEN id = 5 THEN '-Infinity' WHEN id = 6 THEN NULL ELSE id * 1.5 END)::float8")
+    read = ReadFromPostgres(table_name=name, dsn=pg, partition_column=column, num_partitions=4)
     fn = read._fn()
-    spec = resolve_spec(read.cfg, read.sql, "t", 4)
+    spec = resolve_spec(read.cfg, read.sql, column, 4)
     parts = list(fn.split(spec, fn.initial_restriction(spec)))
     assert len(parts) == 4
     got = []
