@@ -273,23 +273,23 @@ class _ReadStreams(DoFn, RestrictionProvider):
 
     # ---- the restriction provider ----
 
+    def validate(self, keys: Sequence[str]) -> None:
+        """Connects (failing with the masked URL) and, for a bounded read, checks that each of
+        `keys` is a stream; closes the connection."""
+        try:
+            self.client()
+            if self.config.stop_id is not None:
+                for key in keys:
+                    self._check_stream(key)
+        finally:
+            self.teardown()
+
     def initial_restriction(self, element: Any) -> Tuple[str, OffsetRange]:
         key = _key(element)
         cfg = self.config
         bounded = cfg.stop_id is not None
         if bounded:
-            kind = self._call(key, "cannot read", lambda c: c.type(key))
-            kind = kind.decode() if isinstance(kind, bytes) else kind
-            if kind == "none":
-                raise PipelineExecutionError(_scrub(
-                    f"ReadFromRedisStreams: the stream {key!r} does not exist at "
-                    f"{mask_url(cfg.url)}; a bounded read (stop_id={cfg.stop_id!r}) needs an "
-                    "existing stream: check the key, XADD to it first, or read it unbounded "
-                    "(no stop_id)", cfg.url))
-            if kind != "stream":
-                raise PipelineExecutionError(_scrub(
-                    f"ReadFromRedisStreams: the key {key!r} at {mask_url(cfg.url)} holds a "
-                    f"{kind}, not a stream; give the key of a stream", cfg.url))
+            self._check_stream(key)
         if cfg.consumer_group is not None:
             self._ensure_group(key, bounded)
         start = self._start(key)
@@ -298,6 +298,22 @@ class _ReadStreams(DoFn, RestrictionProvider):
         stop = (self._last_position(key) if cfg.stop_id in ("+", "$")
                 else id_to_position(cfg.stop_id))
         return key, OffsetRange(min(start, stop + 1), stop + 1)
+
+    def _check_stream(self, key: str) -> None:
+        """Raises unless `key` holds a stream (a bounded read needs one)."""
+        cfg = self.config
+        kind = self._call(key, "cannot read", lambda c: c.type(key))
+        kind = kind.decode() if isinstance(kind, bytes) else kind
+        if kind == "none":
+            raise PipelineExecutionError(_scrub(
+                f"ReadFromRedisStreams: the stream {key!r} does not exist at "
+                f"{mask_url(cfg.url)}; a bounded read (stop_id={cfg.stop_id!r}) needs an "
+                "existing stream: check the key, XADD to it first, or read it unbounded "
+                "(no stop_id)", cfg.url))
+        if kind != "stream":
+            raise PipelineExecutionError(_scrub(
+                f"ReadFromRedisStreams: the key {key!r} at {mask_url(cfg.url)} holds a "
+                f"{kind}, not a stream; give the key of a stream", cfg.url))
 
     def _start(self, key: str) -> int:
         cfg = self.config
@@ -576,7 +592,9 @@ def _config(url: str, start_id: Optional[str], stop_id: Optional[str],
 
 class ReadAllFromRedisStreams(PTransform):
     """Reads every stream key of the input PCollection (the readAll form of
-    `ReadFromRedisStreams`, with the same options; see the module doc)."""
+    `ReadFromRedisStreams`, with the same options; see the module doc). With `validate` (the
+    default, as Beam's) the transform connects when the pipeline is built, so an unreachable
+    server (or, for a bounded `ReadFromRedisStreams`, a missing stream) fails at once."""
 
     def __init__(self, url: str = "redis://127.0.0.1:6379/0", start_id: Optional[str] = None,
                  stop_id: Optional[str] = None, timestamp_field: Optional[str] = None,
@@ -584,8 +602,9 @@ class ReadAllFromRedisStreams(PTransform):
                  consumer_name: Optional[str] = None, batch_size: int = 1000,
                  with_metadata: bool = False, poll_interval: float = 0.1,
                  stop_after_idle: Optional[float] = None,
-                 client_options: Optional[Dict[str, Any]] = None) -> None:
+                 client_options: Optional[Dict[str, Any]] = None, validate: bool = True) -> None:
         super().__init__()
+        self._validate = bool(validate)
         self._config = _config(url, start_id, stop_id, timestamp_field, watermark_delay,
                                consumer_group, consumer_name, batch_size, with_metadata,
                                poll_interval, stop_after_idle, client_options)
@@ -605,11 +624,18 @@ class ReadAllFromRedisStreams(PTransform):
     def expand(self, pcoll: Any) -> Any:
         from headrace.transforms.core import ParDo
         fn_class = _ReadBounded if self._config.stop_id is not None else _ReadUnbounded
-        result = pcoll | "ReadStreams" >> ParDo(fn_class(self._config)).with_outputs(
+        fn = fn_class(self._config)
+        if self._validate:   # the server reachable when the pipeline is built (Beam's validate=)
+            fn.validate(self._validated_keys())
+        result = pcoll | "ReadStreams" >> ParDo(fn).with_outputs(
             DEAD_LETTER_TAG, main=_MAIN_TAG)
         if self._tags is None:
             return result[_MAIN_TAG]
         return result[_MAIN_TAG], result[DEAD_LETTER_TAG]
+
+    def _validated_keys(self) -> List[str]:
+        """The keys `validate` checks are streams (none: the keys come at run time)."""
+        return []
 
 
 class ReadFromRedisStreams(ReadAllFromRedisStreams):
@@ -623,6 +649,9 @@ class ReadFromRedisStreams(ReadAllFromRedisStreams):
         if not keys:
             raise InvalidArgumentError("ReadFromRedisStreams needs at least one stream key")
         self._keys = [_key(k) for k in keys]
+
+    def _validated_keys(self) -> List[str]:
+        return self._keys
 
     def expand(self, pbegin: Any) -> Any:
         from headrace.transforms.core import Create

@@ -66,22 +66,36 @@ def test_urls_are_masked():
     assert mask_url("redis://127.0.0.1:6379/0") == "redis://127.0.0.1:6379/0"
 
 
-def test_a_password_in_the_url_never_appears_in_the_error(make_pipeline, tmp_path_factory):
+def _error_text(exc):
+    return str(exc) + repr(exc) + "".join(str(a) for a in exc.args) + str(exc.__cause__ or "")
+
+
+def test_a_password_in_the_url_never_appears_in_the_error():
     from tests._redis import free_port
     port = free_port()   # nothing listens there
     url = f"redis://:PlantedPassw0rd@127.0.0.1:{port}/0"
-    p = make_pipeline()
-    p | ReadFromRedisStreams(["x"], url=url, stop_id="+")
+    # when the pipeline is built (validate=True, the default)
+    with pytest.raises(HeadraceError) as info:
+        beam.Pipeline(runner="LocalRunner") | ReadFromRedisStreams(["x"], url=url)
+    text = _error_text(info.value)
+    assert "PlantedPassw0rd" not in text
+    assert f"redis://:****@127.0.0.1:{port}/0" in text and "cannot connect" in text
+    # and at the first read, when not validated
+    p = beam.Pipeline(runner="LocalRunner")
+    p | ReadFromRedisStreams(["x"], url=url, stop_id="+", validate=False)
     with pytest.raises(HeadraceError) as info:
         p.run().wait_until_finish()
-    text = str(info.value) + repr(info.value) + "".join(str(a) for a in info.value.args)
+    text = _error_text(info.value)
     assert "PlantedPassw0rd" not in text
     assert f"redis://:****@127.0.0.1:{port}/0" in text and "cannot connect" in text
 
 
 def test_a_bounded_read_of_a_missing_stream_says_so(server):
+    with pytest.raises(HeadraceError, match="the stream 'no-such-stream' does not exist"):
+        (beam.Pipeline(runner="LocalRunner")
+         | ReadFromRedisStreams(["no-such-stream"], url=server.url, stop_id="+"))
     p = beam.Pipeline(runner="LocalRunner")
-    p | ReadFromRedisStreams(["no-such-stream"], url=server.url, stop_id="+")
+    p | beam.Create(["no-such-stream"]) | ReadAllFromRedisStreams(url=server.url, stop_id="+")
     with pytest.raises(HeadraceError, match="the stream 'no-such-stream' does not exist"):
         p.run().wait_until_finish()
 
