@@ -212,9 +212,9 @@ def test_an_unbounded_read_gets_what_a_writer_adds_while_it_runs(make_pipeline, 
             if i % 10 == 0:
                 time.sleep(0.3)
     writer = threading.Thread(target=write, daemon=True)
-    p = make_pipeline(trigger_interval=0.1, sdf_max_claims_per_batch=3)
-    values = (p | ReadFromRedisStreams(key, url=server.url, batch_size=4, poll_interval=0.05,
-                                       stop_after_idle=3)
+    p = make_pipeline(trigger_interval=0.1)
+    values = (p | ReadFromRedisStreams(key, url=server.url, batch_size=8, poll_interval=0.05,
+                                       stop_after_idle=2)
               | beam.Map(lambda f: f["v"]))
     assert values.is_bounded is False
     sums = (values | beam.Map(lambda v: ("all", int(v))) | beam.WindowInto(window.FixedWindows(1))
