@@ -229,3 +229,16 @@ def test_an_unbounded_read_gets_what_a_writer_adds_while_it_runs(make_pipeline, 
     writer.start()
     p.run().wait_until_finish()
     writer.join()
+
+
+def test_reads_split_at_random_points_still_give_each_entry_once(server):
+    # the local runner's test splits cut restrictions at random fractions while they are claimed
+    from headrace.options.pipeline_options import PipelineOptions
+    key, written = _fill(server, "splits", 60, step_ms=37)
+    for seed_probability in (0.3, 0.9):
+        opts = PipelineOptions(runner="LocalRunner", sdf_test_split_probability=seed_probability,
+                               bundle_size=3)
+        with beam.Pipeline(options=opts) as p:
+            out = (p | ReadFromRedisStreams(key, url=server.url, stop_id="+", batch_size=4)
+                   | beam.Map(lambda f: int(f["v"])))
+            assert_that(out, equal_to(list(range(60))))
