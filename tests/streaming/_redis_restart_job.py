@@ -4,7 +4,8 @@
     python _redis_restart_job.py URL KEY OUT_DIR CHECKPOINT
 
 Reads KEY unbounded (batch_size 5, so many claims; at most 2 claims per micro-batch), until
-it has been idle for 3 s; writes each entry's value per 1 s window of its ID's time (`v-*`).
+it has been idle for 3 s, acknowledging what it read in the consumer group `restart-group`;
+writes each entry's value per 1 s window of its ID's time (`v-*`).
 """
 
 from __future__ import annotations
@@ -26,8 +27,8 @@ def main(argv):
                            trigger_interval=0.1)
     with beam.Pipeline(options=opts) as p:
         (p | ReadFromRedisStreams(key, url=url, batch_size=5, poll_interval=0.05,
-                                  stop_after_idle=3)
-           | beam.Map(lambda f: f["v"])
+                                  stop_after_idle=3, consumer_group="restart-group")
+           | "Value" >> beam.Map(lambda f: f["v"])
            | beam.WindowInto(window.FixedWindows(1))
            | beam.io.WriteToText(os.path.join(out, "v"), file_name_suffix=".txt"))
 

@@ -80,5 +80,9 @@ def test_a_redis_read_killed_mid_run_resumes_with_nothing_lost_or_duplicated(tmp
         assert lines == [str(i) for i in range(N)]   # each entry once: nothing lost, nothing twice
         # each 1 s window of ID time (10 entries) in its own file
         assert len(files) == N // 10
+        # every entry acknowledged once committed: none pending, the group past the last one
+        assert c.xpending(key, "restart-group")["pending"] == 0
+        group = [g for g in c.xinfo_groups(key) if g["name"] == b"restart-group"][0]
+        assert group["last-delivered-id"].decode() == f"{10_000 + (N - 1) * 100}-0"
     finally:
         server.stop()
