@@ -1,0 +1,659 @@
+"""Reading Redis Streams: `ReadFromRedisStreams` and `ReadAllFromRedisStreams`, a splittable
+DoFn over each stream key (redis-py, the `redis` extra: `pip install headrace[redis]`).
+
+    p | ReadFromRedisStreams(["events"], url="redis://127.0.0.1:6379/0")
+
+emits each entry's field dict (bytes decoded as UTF-8) at its event time: the entry ID's
+milliseconds, or with `timestamp_field` that field's value in epoch **milliseconds** (an
+integer or decimal). With `stop_id` the read is bounded (the entries [start_id, stop_id], then
+it ends; `stop_id="+"`: the last entry when the read starts); without it the read is unbounded:
+it polls the stream from the entry after the last one read, checkpointing for `poll_interval`
+seconds whenever it has caught up, so a streaming pipeline keeps reading.
+
+**Positions.** An entry ID `ms-seq` is the integer `ms * 2**20 + seq` (`id_to_position`), which
+orders as the IDs do; the bound is ms < 2**43 (the year 2248) and seq < 2**20 (a million
+entries within one millisecond), and an ID outside it fails naming the entry. A restriction is
+`(key, OffsetRange)`: bounded `[start, stop + 1)`, or unbounded up to `OFFSET_INFINITY`, whose
+progress and splits are measured against the stream's last entry now (a growable tracker), so
+a split of an unbounded read leaves every later entry in the residual. Each claim is one XRANGE
+batch of at most `batch_size` entries: the DoFn claims the batch's last ID and outputs the
+batch as one `RecordBlock`. Reading a restriction is deterministic: XRANGE over the same range
+with the same batch size gives the same entries (as long as nobody deletes or trims them), so a
+replayed micro-batch that re-reads the range its first attempt claimed gets the same records.
+
+**Watermark.** A manual estimator at the largest event time read so far minus
+`watermark_delay` seconds (with the ID's time, the last entry read); +infinity once a bounded
+read has reached its end. `stop_after_idle` (seconds) ends an unbounded read when no new entry
+came for that long (by the wall clock: meant for tests and one-off runs).
+
+**Consumer groups.** With `consumer_group`, the group is created if missing, a read without
+`start_id` starts at the group's first pending entry (else after its last delivered one), and
+once a bundle's outputs are committed its bundle finalizer acknowledges (`XACK`) the entries
+the bundle read and moves the group's last-delivered ID up to them, in one Lua call.
+
+**Errors.** A malformed entry (a missing or unparsable timestamp field, bytes that are not
+UTF-8) never stops the read: it goes to the dead-letter output as `(StreamEntry, (exception
+type, repr, traceback lines))` when the transform is built `.with_exception_handling()` (the
+result is then (good, bad), as a ParDo's), and is otherwise counted (`malformed_entries`) and
+logged with its stream and ID. An unreachable server fails the first read with an error naming
+the URL with its password masked (`mask_url`); credentials never appear in errors or logs.
+"""
+
+from __future__ import annotations
+
+import logging
+import traceback
+import urllib.parse
+from typing import Any, Callable, Dict, Iterable, Iterator, List, NamedTuple, Optional, Sequence, Tuple
+
+from headrace.errors import InvalidArgumentError, PipelineExecutionError
+from headrace.io.restriction_trackers import (
+    OFFSET_INFINITY, GrowableOffsetRangeTracker, OffsetRange, OffsetRestrictionTracker,
+)
+from headrace.io.watermark_estimators import ManualWatermarkEstimator
+from headrace.metrics.metric import Metrics
+from headrace.model.time import MAX_TIMESTAMP_MICROS, Duration
+from headrace.model.windowed import TimestampedValue
+from headrace.pipeline.dofn import DoFn
+from headrace.pipeline.ptransform import PTransform
+from headrace.pipeline.pvalue import TaggedOutput
+from headrace.pipeline.splittable import (
+    RecordBlock, RestrictionProgress, RestrictionProvider, RestrictionTracker,
+    WatermarkEstimatorProvider,
+)
+from headrace.utils.timestamp import Timestamp
+
+__all__ = ["ReadAllFromRedisStreams", "ReadFromRedisStreams", "StreamEntry", "id_to_position",
+           "mask_url", "position_to_id"]
+
+_log = logging.getLogger(__name__)
+
+SEQ_BITS = 20
+_SEQ_LIMIT = 1 << SEQ_BITS
+_MS_LIMIT = 1 << (63 - SEQ_BITS)
+DEAD_LETTER_TAG = "dead_letter"
+_MAIN_TAG = "entries"
+
+
+class StreamEntry(NamedTuple):
+    """One stream entry with its metadata: what `with_metadata=True` emits."""
+
+    stream: str
+    id: str
+    fields: Dict[str, Any]
+
+
+def id_to_position(entry_id: Any) -> int:
+    """The position of a stream entry ID ("ms-seq", or "ms" for "ms-0"): ms * 2**20 + seq."""
+    text = entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)
+    ms_text, _, seq_text = text.partition("-")
+    try:
+        ms, seq = int(ms_text), int(seq_text or 0)
+    except ValueError:
+        raise InvalidArgumentError(
+            f"{text!r} is no Redis stream entry ID; give one as 'milliseconds-sequence', e.g. "
+            "'1700000000000-0'") from None
+    if not (0 <= ms < _MS_LIMIT and 0 <= seq < _SEQ_LIMIT):
+        raise InvalidArgumentError(
+            f"stream entry ID {text!r} is outside what headrace's positions encode (milliseconds "
+            f"< 2**{63 - SEQ_BITS}, sequence < 2**{SEQ_BITS}); use IDs Redis generates (XADD "
+            "with '*') or within those bounds")
+    return (ms << SEQ_BITS) | seq
+
+
+def position_to_id(position: int) -> str:
+    """The stream entry ID of a position (the inverse of `id_to_position`)."""
+    return f"{position >> SEQ_BITS}-{position & (_SEQ_LIMIT - 1)}"
+
+
+def mask_url(url: str) -> str:
+    """`url` with its password (if any) replaced by ****, e.g. redis://:****@host:6379/0."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError:
+        return "<an unparsable URL>"
+    if parts.password is None:
+        return url
+    user = parts.username or ""
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    netloc = f"{user}:****@{host}" + (f":{parts.port}" if parts.port is not None else "")
+    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+
+def _scrub(text: str, url: str) -> str:
+    """`text` with the URL's password, should a library have echoed it, replaced by ****."""
+    try:
+        password = urllib.parse.urlsplit(url).password
+    except ValueError:
+        password = None
+    for secret in {password, urllib.parse.unquote(password or "")} - {None, ""}:
+        text = text.replace(str(secret), "****")
+    return text
+
+
+class _Config(NamedTuple):
+    url: str
+    start_id: Optional[str]
+    stop_id: Optional[str]
+    timestamp_field: Optional[str]
+    watermark_delay_us: int
+    consumer_group: Optional[str]
+    consumer_name: str
+    batch_size: int
+    with_metadata: bool
+    poll_interval: float
+    stop_after_idle: Optional[float]
+    client_options: Dict[str, Any]
+
+
+# ---- the restriction: (key, OffsetRange) ------------------------------------------------------
+
+
+class _StreamTracker(RestrictionTracker):
+    """A tracker over (key, OffsetRange): a GrowableOffsetRangeTracker measured against the
+    stream's end for an unbounded range, an OffsetRestrictionTracker for a bounded one."""
+
+    def __init__(self, restriction: Tuple[str, OffsetRange], end: Callable[[], int]) -> None:
+        self.key, rng = restriction
+        self.inner: OffsetRestrictionTracker = (
+            GrowableOffsetRangeTracker(rng, end) if rng.stop == OFFSET_INFINITY
+            else OffsetRestrictionTracker(rng))
+
+    def current_restriction(self) -> Tuple[str, OffsetRange]:
+        return self.key, self.inner.current_restriction()
+
+    def current_progress(self) -> RestrictionProgress:
+        return self.inner.current_progress()
+
+    def try_claim(self, position: int) -> bool:
+        return self.inner.try_claim(position)
+
+    def try_split(self, fraction_of_remainder: float) -> Optional[Tuple[Any, Any]]:
+        parts = self.inner.try_split(fraction_of_remainder)
+        return None if parts is None else ((self.key, parts[0]), (self.key, parts[1]))
+
+    def check_done(self) -> None:
+        try:
+            self.inner.check_done()
+        except Exception as exc:
+            raise type(exc)(f"stream {self.key!r}: {exc}") from None
+
+    def is_bounded(self) -> bool:
+        return self.inner.is_bounded()
+
+
+class _ReadState(ManualWatermarkEstimator):
+    """The manual watermark estimator, also remembering (for `stop_after_idle`) the processing
+    time since which reads found nothing new; its state is (watermark, idle since)."""
+
+    def __init__(self, state: Any = None) -> None:
+        watermark, idle_since = state if state is not None else (None, None)
+        self.idle_since_us: Optional[int] = idle_since
+        super().__init__(watermark)
+
+    def get_estimator_state(self) -> Any:
+        return self.current_watermark(), self.idle_since_us
+
+    def advance(self, micros: int) -> None:
+        """Moves the watermark up to `micros` (never back)."""
+        current = self.current_watermark()
+        micros = min(micros, MAX_TIMESTAMP_MICROS)
+        if current is None or micros > current.micros:
+            self.set_watermark(Timestamp(micros=micros))
+
+
+class _ReadStateProvider(WatermarkEstimatorProvider):
+    def initial_estimator_state(self, element: Any, restriction: Any) -> Any:
+        return None
+
+    def create_watermark_estimator(self, estimator_state: Any) -> _ReadState:
+        return _ReadState(estimator_state)
+
+
+# ---- the splittable DoFn ---------------------------------------------------------------------
+
+
+class _ReadStreams(DoFn, RestrictionProvider):
+    """A splittable DoFn over each stream key (the element), its own RestrictionProvider."""
+
+    def __init__(self, config: _Config) -> None:
+        self.config = config
+        self._client: Any = None
+        self._malformed = Metrics.counter("redisio", "malformed_entries")
+
+    def __getstate__(self) -> Dict[str, Any]:
+        return {**self.__dict__, "_client": None}
+
+    def setup(self) -> None:
+        self.client()
+
+    def teardown(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            try:
+                client.close()
+            except Exception:  # closing a broken connection: nothing left to do
+                pass
+
+    # ---- the connection ----
+
+    def client(self) -> Any:
+        """The redis-py client (connected and pinged on first use; failures name the URL, masked)."""
+        if self._client is None:
+            import redis
+            cfg = self.config
+            options = {"socket_connect_timeout": 10, "socket_timeout": 30, **cfg.client_options}
+            try:
+                client = redis.Redis.from_url(cfg.url, **options)
+                client.ping()
+            except Exception as exc:
+                raise self._failure(exc, "cannot connect to") from None
+            self._client = client
+        return self._client
+
+    def _failure(self, exc: BaseException, what: str, key: Optional[str] = None) -> PipelineExecutionError:
+        url = self.config.url
+        where = f" (stream {key!r})" if key is not None else ""
+        hint = ("check that the server runs and the URL, credentials and TLS options "
+                "(rediss://, client_options={'ssl_ca_certs': ...}) are right")
+        return PipelineExecutionError(_scrub(
+            f"ReadFromRedisStreams {what} Redis at {mask_url(url)}{where}: "
+            f"{type(exc).__name__}: {exc}; {hint}", url))
+
+    def _call(self, key: str, what: str, fn: Callable[[Any], Any]) -> Any:
+        client = self.client()
+        try:
+            return fn(client)
+        except PipelineExecutionError:
+            raise
+        except Exception as exc:
+            raise self._failure(exc, what, key) from None
+
+    # ---- the restriction provider ----
+
+    def validate(self, keys: Sequence[str]) -> None:
+        """Connects (failing with the masked URL) and, for a bounded read, checks that each of
+        `keys` is a stream; closes the connection."""
+        try:
+            self.client()
+            if self.config.stop_id is not None:
+                for key in keys:
+                    self._check_stream(key)
+        finally:
+            self.teardown()
+
+    def initial_restriction(self, element: Any) -> Tuple[str, OffsetRange]:
+        key = _key(element)
+        cfg = self.config
+        bounded = cfg.stop_id is not None
+        if bounded:
+            self._check_stream(key)
+        if cfg.consumer_group is not None:
+            self._ensure_group(key, bounded)
+        start = self._start(key)
+        if not bounded:
+            return key, OffsetRange(start, OFFSET_INFINITY)
+        stop = (self._last_position(key) if cfg.stop_id in ("+", "$")
+                else id_to_position(cfg.stop_id))
+        return key, OffsetRange(min(start, stop + 1), stop + 1)
+
+    def _check_stream(self, key: str) -> None:
+        """Raises unless `key` holds a stream (a bounded read needs one)."""
+        cfg = self.config
+        kind = self._call(key, "cannot read", lambda c: c.type(key))
+        kind = kind.decode() if isinstance(kind, bytes) else kind
+        if kind == "none":
+            raise PipelineExecutionError(_scrub(
+                f"ReadFromRedisStreams: the stream {key!r} does not exist at "
+                f"{mask_url(cfg.url)}; a bounded read (stop_id={cfg.stop_id!r}) needs an "
+                "existing stream: check the key, XADD to it first, or read it unbounded "
+                "(no stop_id)", cfg.url))
+        if kind != "stream":
+            raise PipelineExecutionError(_scrub(
+                f"ReadFromRedisStreams: the key {key!r} at {mask_url(cfg.url)} holds a "
+                f"{kind}, not a stream; give the key of a stream", cfg.url))
+
+    def _start(self, key: str) -> int:
+        cfg = self.config
+        if cfg.start_id == "$":
+            return self._last_position(key) + 1
+        if cfg.start_id is not None:
+            return id_to_position(cfg.start_id) if cfg.start_id != "-" else 0
+        if cfg.consumer_group is None:
+            return 0
+        return self._group_start(key)
+
+    def _last_position(self, key: str) -> int:
+        """The position of the stream's last entry (-1 when it has none)."""
+        last = self._call(key, "cannot read", lambda c: c.xrevrange(key, count=1))
+        return id_to_position(last[0][0]) if last else -1
+
+    def _ensure_group(self, key: str, bounded: bool) -> None:
+        import redis
+        group = self.config.consumer_group
+
+        def create(c: Any) -> None:
+            try:
+                c.xgroup_create(key, group, id="0", mkstream=not bounded)
+            except redis.ResponseError as exc:
+                if "BUSYGROUP" not in str(exc):
+                    raise
+            c.xgroup_createconsumer(key, group, self.config.consumer_name)
+        self._call(key, f"cannot create the consumer group {group!r} at", create)
+
+    def _group_start(self, key: str) -> int:
+        """The group's first pending entry, else the entry after its last delivered one."""
+        group = self.config.consumer_group
+        pending = self._call(key, "cannot read the consumer group of",
+                             lambda c: c.xpending(key, group))
+        if pending and pending.get("pending"):
+            return id_to_position(pending["min"])
+        groups = self._call(key, "cannot read the consumer group of", lambda c: c.xinfo_groups(key))
+        for g in groups:
+            name = g["name"].decode() if isinstance(g["name"], bytes) else g["name"]
+            if name == group:
+                return id_to_position(g["last-delivered-id"]) + 1
+        return 0
+
+    def create_tracker(self, restriction: Tuple[str, OffsetRange]) -> _StreamTracker:
+        key = restriction[0]
+        return _StreamTracker(restriction, lambda: self._last_position(key) + 1)
+
+    def restriction_size(self, element: Any, restriction: Tuple[str, OffsetRange]) -> float:
+        rng = restriction[1]
+        if rng.stop == OFFSET_INFINITY:
+            return 1.0
+        return max(1.0, rng.size() / _SEQ_LIMIT)   # about the milliseconds it spans
+
+    def split(self, element: Any, restriction: Any) -> Iterable[Any]:
+        yield restriction
+
+    def truncate(self, element: Any, restriction: Tuple[str, OffsetRange]) -> Any:
+        return restriction if restriction[1].stop != OFFSET_INFINITY else None
+
+    # ---- reading ----
+
+    def read(self, element: Any, tracker: Any, state: _ReadState, finalizer: Any) -> Iterator[Any]:
+        """Claims XRANGE batch after batch (one claim, one RecordBlock each) until the range's
+        end, a failed claim, or (unbounded) having caught up: then a checkpoint."""
+        cfg = self.config
+        key, rng = tracker.current_restriction()
+        pos = rng.start
+        while True:
+            rng = tracker.current_restriction()[1]
+            bounded = rng.stop != OFFSET_INFINITY
+            if bounded and pos >= rng.stop:
+                state.advance(MAX_TIMESTAMP_MICROS)
+                tracker.try_claim(rng.stop)
+                return
+            hi = position_to_id(rng.stop - 1) if bounded else "+"
+            entries = self._call(key, "cannot read", lambda c: c.xrange(
+                key, min=position_to_id(pos), max=hi, count=cfg.batch_size))
+            if not entries:
+                if bounded:
+                    state.advance(MAX_TIMESTAMP_MICROS)
+                    tracker.try_claim(rng.stop)
+                    return
+                yield from self._caught_up(tracker, state)
+                return
+            state.idle_since_us = None
+            last = id_to_position(entries[-1][0])
+            if not tracker.try_claim(last):
+                return
+            good, bad, latest = self._decode(key, entries)
+            if good:
+                yield RecordBlock(good)
+            for b in bad:
+                yield TaggedOutput(DEAD_LETTER_TAG, b)
+            if latest is not None:
+                state.advance(latest - cfg.watermark_delay_us)
+            if cfg.consumer_group is not None and finalizer is not None:
+                ids = [_text(e[0]) for e in entries]
+                finalizer.register(lambda ids=ids: self._ack(key, ids))
+            pos = last + 1
+
+    def _caught_up(self, tracker: Any, state: _ReadState) -> Iterator[Any]:
+        cfg = self.config
+        now = Timestamp.now().micros
+        if state.idle_since_us is None:
+            state.idle_since_us = now
+        if cfg.stop_after_idle is not None and now - state.idle_since_us >= cfg.stop_after_idle * 1e6:
+            state.advance(MAX_TIMESTAMP_MICROS)
+            tracker.try_claim(OFFSET_INFINITY)
+            return
+        tracker.defer_remainder(Duration.of(cfg.poll_interval))
+        yield from ()
+
+    def _decode(self, key: str, entries: Sequence[Any]) -> Tuple[List[Any], List[Any], Optional[int]]:
+        """The batch's outputs, its dead letters, and its largest event time (us)."""
+        cfg = self.config
+        good: List[Any] = []
+        bad: List[Any] = []
+        latest: Optional[int] = None
+        for raw_id, raw_fields in entries:
+            entry_id = _text(raw_id)
+            try:
+                fields = {k.decode("utf-8") if isinstance(k, bytes) else k:
+                          v.decode("utf-8") if isinstance(v, bytes) else v
+                          for k, v in raw_fields.items()}
+                ts = (_event_micros(fields, cfg.timestamp_field) if cfg.timestamp_field is not None
+                      else (id_to_position(entry_id) >> SEQ_BITS) * 1000)
+            except Exception as exc:
+                self._malformed.inc()
+                _log.warning("ReadFromRedisStreams: malformed entry %s of stream %r: %s: %s",
+                             entry_id, key, type(exc).__name__, exc)
+                lines = traceback.format_exception(type(exc), exc, exc.__traceback__)
+                bad.append(TimestampedValue(
+                    (StreamEntry(key, entry_id, _decoded_if_possible(raw_fields)),
+                     (type(exc), repr(exc), lines)),
+                    Timestamp(micros=(id_to_position(entry_id) >> SEQ_BITS) * 1000)))
+                continue
+            value = StreamEntry(key, entry_id, fields) if cfg.with_metadata else fields
+            good.append(TimestampedValue(value, Timestamp(micros=ts)))
+            if latest is None or ts > latest:
+                latest = ts
+        return good, bad, latest
+
+    def _ack(self, key: str, ids: List[str]) -> None:
+        """XACKs `ids` and moves the group's last-delivered ID up to the last of them."""
+        group = self.config.consumer_group
+        self._call(key, "cannot acknowledge entries at",
+                   lambda c: c.eval(_ACK_SCRIPT, 1, key, group, ids[-1], *ids))
+
+
+def _key(element: Any) -> str:
+    if isinstance(element, bytes):
+        return element.decode("utf-8")
+    if not isinstance(element, str) or not element:
+        raise InvalidArgumentError(
+            f"ReadFromRedisStreams: a stream key must be a non-empty str, got {element!r}")
+    return element
+
+
+def _decoded_if_possible(fields: Dict[Any, Any]) -> Dict[Any, Any]:
+    """A malformed entry's fields, as str where they are UTF-8 (bytes where not)."""
+    out = {}
+    for k, v in fields.items():
+        try:
+            k, v = _text(k), _text(v)
+        except UnicodeDecodeError:
+            pass
+        out[k] = v
+    return out
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
+
+
+def _event_micros(fields: Dict[str, Any], name: str) -> int:
+    """The event time (us) in field `name`: epoch milliseconds, an integer or decimal."""
+    if name not in fields:
+        raise ValueError(f"the entry has no timestamp field {name!r}")
+    value = fields[name]
+    try:
+        ms = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"timestamp field {name!r} is {value!r}, not epoch milliseconds") from None
+    if ms != ms or abs(ms) > 9.2e15:
+        raise ValueError(f"timestamp field {name!r} is {value!r}, out of range")
+    return int(round(ms * 1000))
+
+
+# ACK the entries and move the group's last-delivered ID up to ARGV[2] (never back).
+_ACK_SCRIPT = """
+local key, group, last = KEYS[1], ARGV[1], ARGV[2]
+local ids = {}
+for i = 3, #ARGV do ids[#ids + 1] = ARGV[i] end
+local acked = 0
+for i = 1, #ids, 500 do
+  acked = acked + redis.call('XACK', key, group, unpack(ids, i, math.min(i + 499, #ids)))
+end
+local function parse(id)
+  local ms, seq = string.match(id, '^(%d+)-(%d+)$')
+  return tonumber(ms), tonumber(seq)
+end
+for _, g in ipairs(redis.call('XINFO', 'GROUPS', key)) do
+  local info = {}
+  for j = 1, #g, 2 do info[g[j]] = g[j + 1] end
+  if info['name'] == group then
+    local cms, cseq = parse(info['last-delivered-id'])
+    local nms, nseq = parse(last)
+    if nms > cms or (nms == cms and nseq > cseq) then
+      redis.call('XGROUP', 'SETID', key, group, last)
+    end
+  end
+end
+return acked
+"""
+
+
+class _ReadBounded(_ReadStreams):
+    """The bounded read (a stop_id)."""
+
+    def process(self, element: Any, tracker: Any = DoFn.RestrictionParam(),
+                state: Any = DoFn.WatermarkEstimatorParam(_ReadStateProvider()),
+                finalizer: Any = DoFn.BundleFinalizerParam) -> Iterator[Any]:
+        return self.read(element, tracker, state, finalizer)
+
+
+class _ReadUnbounded(_ReadStreams):
+    """The unbounded read (no stop_id)."""
+
+    @DoFn.unbounded_per_element()
+    def process(self, element: Any, tracker: Any = DoFn.RestrictionParam(),
+                state: Any = DoFn.WatermarkEstimatorParam(_ReadStateProvider()),
+                finalizer: Any = DoFn.BundleFinalizerParam) -> Iterator[Any]:
+        return self.read(element, tracker, state, finalizer)
+
+
+# ---- the transforms --------------------------------------------------------------------------
+
+
+def _config(url: str, start_id: Optional[str], stop_id: Optional[str],
+            timestamp_field: Optional[str], watermark_delay: float, consumer_group: Optional[str],
+            consumer_name: Optional[str], batch_size: int, with_metadata: bool,
+            poll_interval: float, stop_after_idle: Optional[float],
+            client_options: Optional[Dict[str, Any]]) -> _Config:
+    where = "ReadFromRedisStreams"
+    if not isinstance(url, str) or urllib.parse.urlsplit(url).scheme not in ("redis", "rediss", "unix"):
+        raise InvalidArgumentError(
+            f"{where}: url={mask_url(url) if isinstance(url, str) else url!r} must be a redis://, "
+            "rediss:// (TLS) or unix:// URL, e.g. redis://127.0.0.1:6379/0")
+    for name, value in (("start_id", start_id), ("stop_id", stop_id)):
+        if value is not None and value not in ("-", "+", "$"):
+            id_to_position(value)   # raises naming the ID
+    if start_id == "+":
+        raise InvalidArgumentError(f"{where}: start_id='+' is not a start; give '0-0', '$' or an ID")
+    if stop_id in ("-",):
+        raise InvalidArgumentError(f"{where}: stop_id='-' is not a stop; give '+' or an ID")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise InvalidArgumentError(f"{where}: batch_size={batch_size!r} must be an int >= 1, e.g. 1000")
+    for arg, seconds in (("watermark_delay", watermark_delay), ("poll_interval", poll_interval),
+                         ("stop_after_idle", stop_after_idle)):
+        if seconds is not None and (isinstance(seconds, bool) or not isinstance(seconds, (int, float))
+                                    or seconds < 0):
+            raise InvalidArgumentError(
+                f"{where}: {arg}={seconds!r} must be a number of seconds >= 0, e.g. {arg}=1")
+    for arg, text in (("timestamp_field", timestamp_field), ("consumer_group", consumer_group),
+                      ("consumer_name", consumer_name)):
+        if text is not None and (not isinstance(text, str) or not text):
+            raise InvalidArgumentError(f"{where}: {arg}={text!r} must be a non-empty str")
+    if client_options is not None and not isinstance(client_options, dict):
+        raise InvalidArgumentError(
+            f"{where}: client_options must be a dict of redis-py options (e.g. "
+            "{'ssl_ca_certs': '/path/ca.pem'}), got a {type(client_options).__name__}")
+    return _Config(url, start_id, stop_id, timestamp_field, int(round(watermark_delay * 1e6)),
+                   consumer_group, consumer_name or "headrace", batch_size, bool(with_metadata),
+                   float(poll_interval), stop_after_idle, dict(client_options or {}))
+
+
+class ReadAllFromRedisStreams(PTransform):
+    """Reads every stream key of the input PCollection (the readAll form of
+    `ReadFromRedisStreams`, with the same options; see the module doc). With `validate` (the
+    default, as Beam's) the transform connects when the pipeline is built, so an unreachable
+    server (or, for a bounded `ReadFromRedisStreams`, a missing stream) fails at once."""
+
+    def __init__(self, url: str = "redis://127.0.0.1:6379/0", start_id: Optional[str] = None,
+                 stop_id: Optional[str] = None, timestamp_field: Optional[str] = None,
+                 watermark_delay: float = 0, consumer_group: Optional[str] = None,
+                 consumer_name: Optional[str] = None, batch_size: int = 1000,
+                 with_metadata: bool = False, poll_interval: float = 0.1,
+                 stop_after_idle: Optional[float] = None,
+                 client_options: Optional[Dict[str, Any]] = None, validate: bool = True) -> None:
+        super().__init__()
+        self._validate = bool(validate)
+        self._config = _config(url, start_id, stop_id, timestamp_field, watermark_delay,
+                               consumer_group, consumer_name, batch_size, with_metadata,
+                               poll_interval, stop_after_idle, client_options)
+        self._tags: Optional[Tuple[str, str]] = None
+
+    def with_exception_handling(self, main_tag: str = "good",
+                                dead_letter_tag: str = "bad") -> "ReadAllFromRedisStreams":
+        """Makes the result (good, bad): the entries, and the malformed ones as
+        (StreamEntry, (exception type, repr, traceback lines))."""
+        if main_tag == dead_letter_tag:
+            raise InvalidArgumentError(
+                f"{type(self).__name__}.with_exception_handling: main_tag and dead_letter_tag are "
+                f"both {main_tag!r}; give them different names")
+        self._tags = (main_tag, dead_letter_tag)
+        return self
+
+    def expand(self, pcoll: Any) -> Any:
+        from headrace.transforms.core import ParDo
+        fn_class = _ReadBounded if self._config.stop_id is not None else _ReadUnbounded
+        fn = fn_class(self._config)
+        if self._validate:   # the server reachable when the pipeline is built (Beam's validate=)
+            fn.validate(self._validated_keys())
+        result = pcoll | "ReadStreams" >> ParDo(fn).with_outputs(
+            DEAD_LETTER_TAG, main=_MAIN_TAG)
+        if self._tags is None:
+            return result[_MAIN_TAG]
+        return result[_MAIN_TAG], result[DEAD_LETTER_TAG]
+
+    def _validated_keys(self) -> List[str]:
+        """The keys `validate` checks are streams (none: the keys come at run time)."""
+        return []
+
+
+class ReadFromRedisStreams(ReadAllFromRedisStreams):
+    """Reads the entries of Redis streams `stream_keys`, bounded with a `stop_id`, else unbounded
+    (see the module doc for positions, event time, watermark, consumer groups and errors)."""
+
+    def __init__(self, stream_keys: Any, url: str = "redis://127.0.0.1:6379/0",
+                 start_id: Optional[str] = None, stop_id: Optional[str] = None, **kwargs: Any) -> None:
+        super().__init__(url, start_id, stop_id, **kwargs)
+        keys = [stream_keys] if isinstance(stream_keys, (str, bytes)) else list(stream_keys)
+        if not keys:
+            raise InvalidArgumentError("ReadFromRedisStreams needs at least one stream key")
+        self._keys = [_key(k) for k in keys]
+
+    def _validated_keys(self) -> List[str]:
+        return self._keys
+
+    def expand(self, pbegin: Any) -> Any:
+        from headrace.transforms.core import Create
+        keys = pbegin | "StreamKeys" >> Create(self._keys)
+        return super().expand(keys)

@@ -1,0 +1,37 @@
+"""A streaming job reading a Redis stream, for the crash-and-restart test
+(test_redis_restart.py), run as a subprocess.
+
+    python _redis_restart_job.py URL KEY OUT_DIR CHECKPOINT
+
+Reads KEY unbounded (batch_size 5, so many claims; at most 2 claims per micro-batch), until
+it has been idle for 3 s, acknowledging what it read in the consumer group `restart-group`;
+writes each entry's value per 1 s window of its ID's time (`v-*`).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import headrace as beam
+from headrace.io.redisio import ReadFromRedisStreams
+from headrace.options.pipeline_options import PipelineOptions
+from headrace.transforms import window
+
+
+def main(argv):
+    url, key, out, checkpoint = argv
+    opts = PipelineOptions(runner="SparkRunner", spark_master="local[2]",
+                           spark_conf=["spark.ui.enabled=false", "spark.sql.shuffle.partitions=2"],
+                           checkpoint_location=checkpoint, sdf_max_claims_per_batch=2,
+                           trigger_interval=0.1)
+    with beam.Pipeline(options=opts) as p:
+        (p | ReadFromRedisStreams(key, url=url, batch_size=5, poll_interval=0.05,
+                                  stop_after_idle=3, consumer_group="restart-group")
+           | "Value" >> beam.Map(lambda f: f["v"])
+           | beam.WindowInto(window.FixedWindows(1))
+           | beam.io.WriteToText(os.path.join(out, "v"), file_name_suffix=".txt"))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
