@@ -419,6 +419,22 @@ def test_sdf_errors_name_the_step_and_the_element(make_pipeline, fn, words):
     assert "TheSdf" in text and words in text and "8" in text, text
 
 
+class FailsInSetup(beam.DoFn):
+    def setup(self):
+        raise ConnectionError("cannot reach the server at example:1")
+
+    def process(self, element, tracker=beam.DoFn.RestrictionParam(RangeProvider())):
+        yield element
+
+
+def test_an_sdf_whose_setup_fails_names_the_step_and_the_cause(make_pipeline):
+    with pytest.raises(HeadraceError) as info:
+        with make_pipeline(max_bundle_attempts=1) as p:
+            _ = p | beam.Create([8]) | "TheSdf" >> beam.ParDo(FailsInSetup())
+    text = str(info.value)
+    assert "TheSdf" in text and "cannot reach the server at example:1" in text, text
+
+
 def test_sdf_with_side_inputs_is_refused_when_built():
     with pytest.raises(PipelineConstructionError, match="side input"):
         with beam.Pipeline() as p:

@@ -49,7 +49,7 @@ import pickle
 import time
 from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Tuple
 
-from headrace.errors import PipelineExecutionError
+from headrace.errors import ElementError, PipelineExecutionError
 from headrace.io.iobase import batched
 from headrace.metrics.metric import MetricsContainer, metrics_scope
 from headrace.model.time import MIN_TIMESTAMP_MICROS, Timestamp
@@ -60,7 +60,7 @@ from headrace.runners.kit.columnar import Columns, plain_steps
 from headrace.runners.spark.fastpath import vector_chain
 from headrace.runners.kit.sdf import (SplitPolicy, SplittableSpec, SplittableStep, StragglerRule,
                                       Work, next_resume, output_columns)
-from headrace.runners.kit.stage import FusedStage
+from headrace.runners.kit.stage import FusedStage, bundle_failure
 from headrace.runners.spark.batch.env import TaskEnv
 from headrace.runners.spark.batch.map_side import MapSide, PartialSide
 from headrace.runners.spark.batch.tasks import stage_fn
@@ -103,6 +103,9 @@ def initial_fn(env: TaskEnv, spec: SplittableSpec) -> Callable[[Iterator[Windowe
         try:
             for bundle in batched(it, env.bundle_size):
                 yield pack(step.initial_works(bundle))
+        except ElementError as err:   # the DoFn's setup, or its provider, on an element
+            failure = bundle_failure(err, 1)
+            raise env.fail(failure) from err.cause
         except PipelineExecutionError as exc:
             raise env.fail(exc) from exc
         finally:
