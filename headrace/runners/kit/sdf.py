@@ -30,8 +30,11 @@ from __future__ import annotations
 
 import copy
 import functools
+import logging
+import pickle
 import random
 import time
+import zlib
 from typing import (
     Any, Callable, Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Tuple,
 )
@@ -71,10 +74,28 @@ class Work(NamedTuple):
 
 
 class Outcome(NamedTuple):
-    """What processing one work left: residual works (none: the work is done)."""
+    """What processing one work left: residual works (none: the work is done), and the
+    restriction it read (its primary: the tracker's restriction once the residuals were split off)."""
 
     residuals: List[Work]
     claimed: int
+    primary: Any = None
+
+
+class ReadRecord(NamedTuple):
+    """What one work's processing read and left, for a replay of its bundle to read exactly
+    that (`SplittableStep.run_bundle`'s `replay`): the work's element and restriction as they
+    came (`digest`), the primary it read, and its residual works."""
+
+    digest: int
+    primary: Any
+    residuals: List[Work]
+
+
+def work_digest(work: Work) -> int:
+    """A fingerprint of a work's element value and restriction (which work a ReadRecord is of)."""
+    return zlib.crc32(pickle.dumps((work.element.value, work.element.timestamp_us,
+                                    work.restriction), pickle.HIGHEST_PROTOCOL))
 
 
 class StragglerRule:
@@ -191,6 +212,7 @@ class SplitPolicy:
 
 
 NO_SPLITS = SplitPolicy()
+_LOG = logging.getLogger(__name__)
 
 
 class _View(RestrictionTrackerView):
@@ -350,7 +372,8 @@ class SplittableProcessor:
             self._view = self._estimator = self._observer = None
             if policy.straggler is not None:
                 policy.straggler.finish_work()
-        return Outcome(self._residuals(work, tracker, estimator, view, now_us), view.claims)
+        residuals = self._residuals(work, tracker, estimator, view, now_us)
+        return Outcome(residuals, view.claims, tracker.current_restriction())
 
     def _residuals(self, work: Work, tracker: RestrictionTracker,
                    estimator: Optional[WatermarkEstimator], view: _View, now_us: int) -> List[Work]:
@@ -493,6 +516,8 @@ class BundleResult(NamedTuple):
     outputs: Dict[int, List[WindowedValue]]   # by PCollection id
     residuals: List[Work]
     claims: int
+    #: each work's ReadRecord, in the order of the works
+    reads: List[ReadRecord] = []
 
 
 class SplittableStep:
@@ -530,33 +555,64 @@ class SplittableStep:
 
     def run_bundle(self, works: Sequence[Work], now_us: int, policy: SplitPolicy,
                    max_attempts: int, committed: MetricsContainer, attempted: MetricsContainer,
-                   finalize: bool = True, blocks: bool = False) -> BundleResult:
+                   finalize: bool = True, blocks: bool = False,
+                   replay: Optional[Sequence[ReadRecord]] = None) -> BundleResult:
         """Processes `works` as one bundle (start_bundle, each work, finish_bundle), retried whole
-        up to `max_attempts`; returns its outputs and residuals. With `finalize`, the bundle
-        finalizer's callbacks run at once (for a runner whose hand-over of the outputs is their
-        commit); otherwise the caller calls `finalize_bundle()` once it has committed them. With
-        `blocks`, outputs keep their RecordBlocks (for `output_columns`); otherwise they are
-        expanded into elements."""
+        up to `max_attempts`; returns its outputs, residuals and what each work read. With
+        `finalize`, the bundle finalizer's callbacks run at once (for a runner whose hand-over of
+        the outputs is their commit); otherwise the caller calls `finalize_bundle()` once it has
+        committed them. With `blocks`, outputs keep their RecordBlocks (for `output_columns`);
+        otherwise they are expanded into elements. With `replay` (the `reads` of an earlier run
+        of the same works, whose outputs may have been committed), each work reads exactly the
+        primary it read then, with no split, and leaves the residuals it left then."""
+        if replay is not None and [r.digest for r in replay] != [work_digest(w) for w in works]:
+            # not the same works (the bundle's input changed: an upstream read that is not
+            # replayed exactly): read them afresh, and say that this batch may differ
+            _LOG.warning("step %r: a replayed bundle has other works than its first run; they "
+                         "are read afresh, so this batch's outputs may differ from the first "
+                         "run's", self.label)
+            replay = None
+
         def attempt() -> BundleResult:
             for lst in self.outs.values():
                 lst.clear()
             residuals: List[Work] = []
+            reads: List[ReadRecord] = []
             claims = 0
             proc = self.processor()
             proc.start_bundle()
-            for work in works:
-                outcome = proc.process(work, now_us, policy)
+            for i, work in enumerate(works):
+                if replay is not None:
+                    outcome = self._replay(proc, work, replay[i], now_us)
+                else:
+                    outcome = proc.process(work, now_us, policy)
+                    reads.append(ReadRecord(work_digest(work), outcome.primary, outcome.residuals))
                 residuals.extend(outcome.residuals)
                 claims += outcome.claimed
             proc.finish_bundle()
             keep = list if blocks else expand_outputs
-            return BundleResult({pc: keep(lst) for pc, lst in self.outs.items()}, residuals, claims)
+            return BundleResult({pc: keep(lst) for pc, lst in self.outs.items()}, residuals, claims,
+                                list(replay) if replay is not None else reads)
 
         result = retried_bundle(self.label, max_attempts, committed, attempted, attempt,
                                 self.teardown)
         if finalize:
             self.finalize_bundle()
         return result
+
+    def _replay(self, proc: "SplittableProcessor", work: Work, read: ReadRecord, now_us: int) -> Outcome:
+        """`work` read again over the primary its first run read, leaving that run's residuals;
+        a read that stops short of the primary (the source no longer has what it read) fails."""
+        outcome = proc.process(work._replace(restriction=read.primary), now_us, NO_SPLITS)
+        if outcome.primary != read.primary:   # it checkpointed before the primary's end
+            raise PipelineExecutionError(
+                f"step {self.label!r} could not read again what a micro-batch read before a "
+                f"failure ({read.primary!r} of element {work.element.value!r}): its source no "
+                "longer has those records (trimmed or expired?), so the replayed batch would "
+                "differ from the one whose outputs may be committed. Keep the source's records "
+                "longer than a batch may take to be retried (e.g. a stream's MAXLEN, a topic's "
+                "retention)", step=self.label)
+        return Outcome(read.residuals, outcome.claimed, read.primary)
 
     def split_work(self, work: Work, parts: int) -> List[Work]:
         """`work` cut into about `parts` works of near-equal size (`SplittableProcessor.split_work`)."""

@@ -90,6 +90,13 @@ class KeyCell:
         self.handle = handle
         self.cell = handle.getValueState("key_state", StructType([StructField("b", BinaryType())]))
         self.ctl: Optional[Control] = None
+        #: the current Spark grouping key's bytes (set by the processor before each call)
+        self.key = b""
+
+    def at(self, key: Any) -> bytes:
+        """Makes Spark's grouping key `key` (kind, key bytes) the current one; its key bytes."""
+        self.key = bytes(key[1])
+        return self.key
 
     def control(self) -> Control:
         """This batch's control values (the partition's control row comes before its keys)."""

@@ -16,12 +16,15 @@ from headrace.runners.spark.streaming.coordinator import BatchState
 
 class RunFiles:
     """The files of one streaming run under its checkpoint directory (`<checkpoint>/headrace`):
-    the plan (`plan.pkl`) and the driver's state after each batch (`batches/<n>.pkl`)."""
+    the plan (`plan.pkl`), the driver's state after each batch (`batches/<n>.pkl`) and the
+    splittable steps' read journals (`sdf-reads/`)."""
 
     def __init__(self, checkpoint: str) -> None:
         self.root = os.path.join(checkpoint, "headrace")
         self.plan_path = os.path.join(self.root, "plan.pkl")
         self.batches = os.path.join(self.root, "batches")
+        #: the splittable steps' read journals (`splittable.ReadJournal`)
+        self.sdf_reads = os.path.join(self.root, "sdf-reads")
 
     def write_plan(self, plan: Any) -> None:
         """Stores the plan (atomically; cloudpickle, so a source's functions, such as a

@@ -29,13 +29,15 @@ from headrace.runners.spark.streaming.grouping import (
 from headrace.runners.spark.streaming.side_steps import (
     SideInputStore, SideStepOperator, SideStepSpec, add_side_row,
 )
-from headrace.runners.spark.streaming.splittable import SplittableOperator, SplittableStepSpec
+from headrace.runners.spark.streaming.splittable import (
+    ReadJournal, SplittableOperator, SplittableStepSpec,
+)
 from headrace.runners.spark.streaming.stateful import StatefulOperator, StatefulStepSpec
 
-def processor(specs: Dict[int, Any], forward_key: bytes, env: Any) -> Any:
+def processor(specs: Dict[int, Any], forward_key: bytes, env: Any, reads_dir: str) -> Any:
     """The StatefulProcessor running `specs` (GroupingSpecs, SideStepSpecs, StatefulStepSpecs
     and SplittableStepSpecs, by index), for `transformWithState`; the partition whose control key is
-    `forward_key` passes the control row on."""
+    `forward_key` passes the control row on; splittable steps journal reads in `reads_dir`."""
     from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 
     side_steps = {g: sp for g, sp in specs.items() if isinstance(sp, SideStepSpec)}
@@ -44,6 +46,7 @@ def processor(specs: Dict[int, Any], forward_key: bytes, env: Any) -> Any:
     stateful = {g: sp for g, sp in specs.items() if isinstance(sp, StatefulStepSpec)}
     splittable = {g: sp for g, sp in specs.items() if isinstance(sp, SplittableStepSpec)}
     side_specs = {g: sp for g, sp in specs.items() if getattr(sp, "sides", ())}
+    journal = ReadJournal(reads_dir)
 
     class HeadraceGroupings(StatefulProcessor):  # type: ignore[misc]
         """headrace's stateful steps as one transformWithState processor (see the module doc)."""
@@ -55,7 +58,7 @@ def processor(specs: Dict[int, Any], forward_key: bytes, env: Any) -> Any:
             self.side_steps = SideStepOperator(self.cell, side_steps)
             self.groupings = GroupingOperator(self.cell, groupings, self.store)
             self.stateful = StatefulOperator(self.cell, stateful, env.max_attempts)
-            self.splittable = SplittableOperator(self.cell, splittable, env.max_attempts)
+            self.splittable = SplittableOperator(self.cell, splittable, env.max_attempts, journal)
             self.keyed = {**{g: self.stateful for g in stateful},   # operators of element buckets
                           **{g: self.splittable for g in splittable}}
 
@@ -64,7 +67,7 @@ def processor(specs: Dict[int, Any], forward_key: bytes, env: Any) -> Any:
 
         def handleExpiredTimer(self, key: Any, timerValues: Any, expiredTimerInfo: Any
                                ) -> Iterator[Any]:
-            g = rows.grouping_of(bytes(key[1]))
+            g = rows.grouping_of(self.cell.at(key))
             ctl = self.cell.control()
             expired = expiredTimerInfo.getExpiryTimeInMs()
             if g in side_steps:
@@ -78,7 +81,7 @@ def processor(specs: Dict[int, Any], forward_key: bytes, env: Any) -> Any:
 
         def _input(self, key: Any, rows_: Any) -> Iterator[rows.Row]:
             """Routes one Spark grouping key's rows."""
-            kind, kb = key[0], bytes(key[1])
+            kind, kb = key[0], self.cell.at(key)
             if kind == rows.CTL:
                 yield from self._control_rows(kb, rows_)
             elif kind == rows.PASS:

@@ -139,7 +139,8 @@ def _start(spark: Any, plan: StreamPlan, checkpoint: str, keys: Tuple[bytes, ...
     for lv, spec in enumerate(plan.levels):
         if lv > 0:
             df = df.groupBy("kind", "key").transformWithState(
-                processor(plan.groupings[lv], keys[0], env), schema, "Append", "EventTime")
+                processor(plan.groupings[lv], keys[0], env, RunFiles(checkpoint).sdf_reads),
+                schema, "Append", "EventTime")
         df = df.mapInArrow(level_fn(spec, env), schema)
     writer = (df.writeStream.foreachBatch(make_sink(checkpoint, plan.coordinator.n_groupings))
               .option("checkpointLocation", os.path.join(checkpoint, "spark")))

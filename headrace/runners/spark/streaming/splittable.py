@@ -23,11 +23,23 @@ in buckets (`buckets`), as a stateful ParDo's keys are.
   the stages' do, `stages`); never those of a failed attempt.
 
 A restarted query (after a crash) finds the works of the last committed batch in the state
-store and replays the uncommitted batch from them, so it reads exactly what it read before.
+store and replays the uncommitted batch from them. Replaying the same works is not enough for
+the batch to read the same records: a budget in seconds, or a source that has grown since (a
+queue, a stream), would let the replay read more or less than the first run, whose outputs a
+sink may have committed already (Spark's sinks commit a batch before its commit log entry is
+written). So each bucket journals what its works read in the batch (`ReadJournal`: per work, the
+primary restriction it read and the residuals it left), under the checkpoint directory, before
+any output leaves the task; a run of the same bucket in the same batch (a replay after a crash,
+or a task retry) reads exactly those primaries and leaves those residuals
+(`SplittableStep.run_bundle`'s `replay`). This is the role Spark's offset log plays for its own
+sources (the driver fixes a batch's offsets before the batch runs), taken per work, since a
+splittable step's restrictions live in the executors' state.
 """
 
 from __future__ import annotations
 
+import os
+import pickle
 import struct
 import zlib
 from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Tuple
@@ -35,7 +47,7 @@ from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Tuple
 from headrace.errors import ElementError
 from headrace.metrics.metric import MetricsContainer
 from headrace.model.windowed import WindowedValue
-from headrace.runners.kit.sdf import SplitPolicy, SplittableSpec, SplittableStep, Work
+from headrace.runners.kit.sdf import ReadRecord, SplitPolicy, SplittableSpec, SplittableStep, Work
 from headrace.runners.kit.stage import bundle_failure
 from headrace.runners.spark.streaming import rows
 from headrace.runners.spark.streaming.buckets import Bucket, BucketOperator, KeyCell, KeyRecord
@@ -93,13 +105,47 @@ def work_key(batch: int, i: int) -> bytes:
     return struct.pack(">qI", batch, i)
 
 
+class ReadJournal:
+    """What each bucket of a splittable step read in its last micro-batch (see the module doc):
+    one file per step and bucket under `root`, holding the batch's number and its works'
+    `ReadRecord`s, replaced atomically each batch the bucket runs in (a batch runs only once
+    the one before is committed, so older entries are never needed again)."""
+
+    def __init__(self, root: str) -> None:
+        self.root = root
+
+    def _path(self, g: int, key: bytes) -> str:
+        return os.path.join(self.root, str(g), key.hex())
+
+    def load(self, g: int, key: bytes, batch: int) -> Optional[List[ReadRecord]]:
+        """The reads bucket `key` of step `g` journaled in `batch`, or None (none journaled)."""
+        try:
+            with open(self._path(g, key), "rb") as fh:
+                journaled, reads = pickle.load(fh)
+        except FileNotFoundError:
+            return None
+        return reads if journaled == batch else None
+
+    def store(self, g: int, key: bytes, batch: int, reads: List[ReadRecord]) -> None:
+        """Journals the reads of bucket `key` of step `g` in `batch` (atomically: a reader sees
+        the old entry or the whole new one)."""
+        path = self._path(g, key)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "wb") as fh:
+            pickle.dump((batch, reads), fh, pickle.HIGHEST_PROTOCOL)
+        os.replace(tmp, path)
+
+
 class SplittableOperator(BucketOperator):
     """The splittable ParDos of one processor (`specs`: by index), each built on first use."""
 
-    def __init__(self, cell: KeyCell, specs: Dict[int, SplittableStepSpec], max_attempts: int) -> None:
+    def __init__(self, cell: KeyCell, specs: Dict[int, SplittableStepSpec], max_attempts: int,
+                 journal: ReadJournal) -> None:
         super().__init__(cell)
         self.specs = specs
         self.max_attempts = max_attempts
+        self.journal = journal
         self.steps: Dict[int, SplittableStep] = {}
 
     def close(self) -> None:
@@ -131,8 +177,12 @@ class SplittableOperator(BucketOperator):
             works.append(recs.pop(kb).state)
         if works:
             committed, attempted = MetricsContainer(), MetricsContainer()
+            key = self.cell.key
+            replay = self.journal.load(g, key, ctl.batch)
             result = step.run_bundle(works, pt, self.specs[g].policy(), self.max_attempts,
-                                     committed, attempted, finalize=False)
+                                     committed, attempted, finalize=False, replay=replay)
+            # journaled before any output leaves the task (a replay's reads are the same)
+            self.journal.store(g, key, ctl.batch, result.reads)
             for pc, lst in result.outputs.items():
                 if lst:
                     yield (rows.PASS, pc, b"", 2 * ctl.batch, 0, pack(lst))
