@@ -23,11 +23,11 @@ def main(argv):
     url, key, out, checkpoint = argv
     opts = PipelineOptions(runner="SparkRunner", spark_master="local[2]",
                            spark_conf=["spark.ui.enabled=false", "spark.sql.shuffle.partitions=2"],
-                           checkpoint_location=checkpoint, sdf_max_claims_per_batch=2,
+                           checkpoint_location=checkpoint, sdf_max_claims_per_batch=3,
                            trigger_interval=0.1)
     with beam.Pipeline(options=opts) as p:
-        (p | ReadFromRedisStreams(key, url=url, batch_size=5, poll_interval=0.05,
-                                  stop_after_idle=3, consumer_group="restart-group")
+        (p | ReadFromRedisStreams(key, url=url, batch_size=10, poll_interval=0.05,
+                                  stop_after_idle=2, consumer_group="restart-group")
            | "Value" >> beam.Map(lambda f: f["v"])
            | beam.WindowInto(window.FixedWindows(1))
            | beam.io.WriteToText(os.path.join(out, "v"), file_name_suffix=".txt"))

@@ -70,7 +70,7 @@ def test_a_redis_read_killed_mid_run_resumes_with_nothing_lost_or_duplicated(tmp
                 time.sleep(0.02)
         writer = threading.Thread(target=write, daemon=True)
         writer.start()
-        code, err = _run(server.url, key, out, ckpt, kill_at_batch=4)
+        code, err = _run(server.url, key, out, ckpt, kill_at_batch=2)
         assert code == -signal.SIGKILL, err[-3000:]
         writer.join()
         code, err = _run(server.url, key, out, ckpt)
