@@ -109,6 +109,7 @@ def test_a_job_killed_at_several_points_resumes_with_exactly_once_output(tmp_pat
     # The crash-free reference run is another process with its own directories: it runs
     # meanwhile (each run is mostly a Spark driver starting and waiting on small batches).
     base = tmp_path / "reference"
+    base.mkdir()
     reference = _start(base / "out", base / "ckpt")
     try:
         out, ckpt, marker = tmp_path / "out", tmp_path / "ckpt", tmp_path / "marker"
