@@ -1,10 +1,10 @@
 """Pipelines run over Spark Connect by `test_spark_connect.py`, in a process of their own.
 
-`python -m tests.streaming.connect_scenarios sc://HOST:PORT RESULTS.json [NAME ...]` runs every
-scenario below (or those named) with `--runner=SparkRunner --spark_remote=sc://HOST:PORT` and
-writes, per scenario, whether it passed and what it saw, for the test to check. PySpark allows
-no classic session in a process that uses Spark Connect, so this process starts none: it is a
-Spark Connect client only, as on a cluster that offers nothing else.
+`python -m tests.streaming.connect_scenarios sc://HOST:PORT RESULTS.json` runs every scenario
+below with `--runner=SparkRunner --spark_remote=sc://HOST:PORT` and writes, per scenario, whether
+it passed and what it saw, for the test to check. PySpark allows no classic session in a
+process that uses Spark Connect, so this process starts none: it is a Spark Connect client
+only, as on a cluster that offers nothing else.
 """
 
 from __future__ import annotations
@@ -169,17 +169,12 @@ SCENARIOS = [stream_panes, bounded_pipeline, step_failure, static_conf_refused,
 
 
 def main(argv):
-    """Runs every scenario (or those named by argv[2:]) against the server at argv[0]; writes
-    the outcomes to argv[1]."""
+    """Runs every scenario against the server at argv[0]; writes the outcomes to argv[1]."""
     import tempfile
-    url, out, names = argv[0], argv[1], argv[2:]
-    unknown = set(names) - {s.__name__ for s in SCENARIOS}
-    if unknown:
-        raise SystemExit(f"unknown scenario(s) {sorted(unknown)}; the scenarios are "
-                         f"{[s.__name__ for s in SCENARIOS]}")
+    url, out = argv[0], argv[1]
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for scenario in [s for s in SCENARIOS if not names or s.__name__ in names]:
+        for scenario in SCENARIOS:
             args = (url, tmp) if scenario in (bounded_read, demo_stream) else (url,)
             start = time.monotonic()
             try:

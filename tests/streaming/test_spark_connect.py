@@ -110,13 +110,6 @@ def _await_server(server: subprocess.Popen, port: int, log_path: str, timeout: f
     pytest.fail(f"the Spark Connect server did not start (exit code {server.poll()}); its log:\n{tail}")
 
 
-# The scenarios run in two client processes at once (each its own Spark Connect session, so
-# one's runtime settings are not the other's): much of a scenario's time is waiting (a query's
-# micro-batches, the demo's files arriving, a splittable DoFn's delays), not the server's CPU.
-LANES = (("demo_stream", "static_conf_refused", "runtime_conf_applied"),
-         ("stream_panes", "bounded_pipeline", "step_failure", "bounded_read", "splittable_dofn"))
-
-
 @pytest.fixture(scope="module")
 def connect_results(tmp_path_factory):
     """Every scenario of `connect_scenarios`, run once against one local Spark Connect server."""
@@ -132,33 +125,18 @@ def connect_results(tmp_path_factory):
     server = _start_server(port, log_path)
     try:
         _await_server(server, port, log_path)
+        out = str(work / "results.json")
         env = {k: v for k, v in os.environ.items()
                if k not in ("SPARK_REMOTE", "SPARK_LOCAL_REMOTE", "SPARK_CONNECT_MODE_ENABLED")}
         env["PYTHONPATH"] = os.pathsep.join([REPO] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-        children = []
-        try:
-            for i, lane in enumerate(LANES):   # at once; each child's output to a file
-                out, log = str(work / f"results-{i}.json"), open(work / f"client-{i}.log", "w+")
-                children.append((out, log, subprocess.Popen(
-                    [sys.executable, "-m", "tests.streaming.connect_scenarios",
-                     f"sc://127.0.0.1:{port}", out, *lane],
-                    cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, text=True)))
-            results = {}
-            for out, log, child in children:
-                child.wait(timeout=1200)
-                if not os.path.exists(out):
-                    log.seek(0)
-                    pytest.fail(f"the Spark Connect scenarios did not finish (exit code "
-                                f"{child.returncode}):\n{log.read()[-8000:]}")
-                with open(out) as fh:
-                    results.update(json.load(fh))
-            return results
-        finally:
-            for _, log, child in children:
-                if child.poll() is None:
-                    child.kill()
-                    child.wait()
-                log.close()
+        child = subprocess.run(
+            [sys.executable, "-m", "tests.streaming.connect_scenarios", f"sc://127.0.0.1:{port}", out],
+            cwd=REPO, env=env, capture_output=True, text=True, timeout=1200)
+        if not os.path.exists(out):
+            pytest.fail(f"the Spark Connect scenarios did not finish (exit code {child.returncode}):\n"
+                        f"{child.stdout[-3000:]}\n{child.stderr[-5000:]}")
+        with open(out) as fh:
+            return json.load(fh)
     finally:
         server.terminate()
         try:
@@ -211,9 +189,3 @@ def test_the_streaming_demo_runs_over_spark_connect(connect_results):
 def test_a_splittable_dofn_resumes_its_checkpoints_over_spark_connect(connect_results):
     # connect_scenarios.splittable_dofn: works checkpointed with a real-time delay, resumed
     assert _outcome(connect_results, "splittable_dofn") == {"elements": 2}
-
-
-def test_the_lanes_run_every_scenario_once():
-    from tests.streaming import connect_scenarios
-    lanes = [name for lane in LANES for name in lane]
-    assert sorted(lanes) == sorted(s.__name__ for s in connect_scenarios.SCENARIOS)
