@@ -12,7 +12,6 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 
 import pytest
@@ -39,32 +38,10 @@ def _batches_done(ckpt):
     return max([int(n.split(".")[0]) for n in names if n.endswith(".pkl")], default=-1)
 
 
-def _start(out, ckpt, *flags):
-    """Starts the job (a process); its stderr goes to a temporary file (read by `_finish`), so
-    a job nobody reads from meanwhile never blocks on a full pipe."""
-    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYTHONPATH=ROOT)
-    err = tempfile.TemporaryFile(mode="w+")
-    proc = subprocess.Popen([sys.executable, JOB, str(out), str(ckpt), *flags], env=env,
-                            stdout=subprocess.DEVNULL, stderr=err, text=True)
-    proc.err_file = err
-    return proc
-
-
-def _finish(proc):
-    """Waits for the job; returns its exit code and stderr."""
-    try:
-        proc.wait(timeout=600)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-        raise
-    with proc.err_file as fh:
-        fh.seek(0)
-        return proc.returncode, fh.read()
-
-
 def _run(out, ckpt, *flags, kill_at_batch=None):
-    proc = _start(out, ckpt, *flags)
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYTHONPATH=ROOT)
+    proc = subprocess.Popen([sys.executable, JOB, str(out), str(ckpt), *flags], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     if kill_at_batch is not None:  # from outside, at whatever point the job is then
         deadline = time.monotonic() + 300
         while proc.poll() is None and time.monotonic() < deadline:
@@ -72,12 +49,18 @@ def _run(out, ckpt, *flags, kill_at_batch=None):
                 proc.send_signal(signal.SIGKILL)
                 break
             time.sleep(0.05)
-    return _finish(proc)
+    try:
+        _, err = proc.communicate(timeout=600)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise
+    return proc.returncode, err
 
 
-def _reference(proc, base):
-    """The crash-free run's files (its process `proc`, started by the test), checked."""
-    code, err = _finish(proc)
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    base = tmp_path_factory.mktemp("reference")
+    code, err = _run(base / "out", base / "ckpt")
     assert code == 0, err[-3000:]
     files = visible_files(base / "out")
     assert len([f for f in files if f.startswith("sums")]) > 8   # several windows, early panes
@@ -102,31 +85,21 @@ def _check_stateful_output(files):
                             for (k, start), (s, n) in expected.items())
 
 
-def test_a_job_killed_at_several_points_resumes_with_exactly_once_output(tmp_path):
+def test_a_job_killed_at_several_points_resumes_with_exactly_once_output(reference, tmp_path):
     # One job, killed three times, each time restarted on its checkpoint: while a batch's
     # elements pass a stage; right after the sink renamed a pane's file, before the batch
     # committed (in the batch the first restart replays); from outside, two batches further.
-    # The crash-free reference run is another process with its own directories: it runs
-    # meanwhile (each run is mostly a Spark driver starting and waiting on small batches).
-    base = tmp_path / "reference"
-    base.mkdir()
-    reference = _start(base / "out", base / "ckpt")
-    try:
-        out, ckpt, marker = tmp_path / "out", tmp_path / "ckpt", tmp_path / "marker"
-        marker.mkdir()
-        for how in ("mid-batch", "after-write"):
-            code, err = _run(out, ckpt, "--kill", how, "--marker", str(marker))
-            assert how in os.listdir(marker), err[-3000:]   # the kill happened
-            assert code == -signal.SIGKILL, err[-3000:]
-        code, err = _run(out, ckpt, kill_at_batch=_batches_done(ckpt) + 2)
+    out, ckpt, marker = tmp_path / "out", tmp_path / "ckpt", tmp_path / "marker"
+    marker.mkdir()
+    for how in ("mid-batch", "after-write"):
+        code, err = _run(out, ckpt, "--kill", how, "--marker", str(marker))
+        assert how in os.listdir(marker), err[-3000:]   # the kill happened
         assert code == -signal.SIGKILL, err[-3000:]
-        code, err = _run(out, ckpt)   # the last restart runs to the end
-        assert code == 0, err[-3000:]
-    except BaseException:
-        reference.kill()
-        _finish(reference)
-        raise
-    assert visible_files(out) == _reference(reference, base)
+    code, err = _run(out, ckpt, kill_at_batch=_batches_done(ckpt) + 2)
+    assert code == -signal.SIGKILL, err[-3000:]
+    code, err = _run(out, ckpt)   # the last restart runs to the end
+    assert code == 0, err[-3000:]
+    assert visible_files(out) == reference
 
 
 # ---- a splittable DoFn --------------------------------------------------------------
