@@ -23,8 +23,9 @@ conftest's `_TestRunner` with a streaming pipeline:
    journal, files) is in the test's own `tmp_path`, which is the same directory in both
    passes (conftest's `tmp_path` fixture). Every later `run()` runs alone.
 
-A test whose part was taken out, whose options are not shared by another test, or whose script
-is long (`LONG_SCRIPT`), runs alone.
+A test whose part was taken out, whose options (but those only read while a pipeline is built,
+`BUILD_ONLY_OPTIONS`) are not shared by another test, or whose script is long (`LONG_SCRIPT`),
+runs alone.
 """
 
 from __future__ import annotations
@@ -66,8 +67,16 @@ class _Part(PTransform):
     """The composite every captured pipeline is grafted under (label `T<n>`)."""
 
 
+# Options only read while a pipeline is built (a captured part was built with its own), never
+# when it runs: parts that differ only in these share a query. --allow_unsafe_triggers turns a
+# construction error into a warning (transforms/core.py, _check_groupable).
+BUILD_ONLY_OPTIONS = frozenset({"allow_unsafe_triggers"})
+
+
 def _options_key(options: Any) -> str:
-    return repr(sorted((k, repr(v)) for k, v in options.get_all_options(drop_default=True).items()))
+    """What must be equal for parts to share a query: the options a run reads."""
+    return repr(sorted((k, repr(v)) for k, v in options.get_all_options(drop_default=True).items()
+                       if k not in BUILD_ONLY_OPTIONS))
 
 
 def graft(pipelines: List[Tuple[Pipeline, str]], options: Any) -> Pipeline:

@@ -160,7 +160,9 @@ def test_a_stream_keyed_by_a_class_registered_after_import(make_pipeline):
     tv = [beam.window.TimestampedValue(e, e[1]) for e in data]
     stream = (TestStream().add_elements(tv[:12]).advance_watermark_to(5)
               .add_elements(tv[12:]).advance_watermark_to_infinity())
-    with make_pipeline(bundle_size=5) as p:
+    # bundle_size=1: many bundles, each of which must find the registration (and the options
+    # of test_test_stream's one-bundle test, so that on Spark the two share a query)
+    with make_pipeline(bundle_size=1) as p:
         out = (p | stream | beam.WindowInto(window.FixedWindows(60)) | beam.CombinePerKey(sum)
                | beam.MapTuple(lambda k, v: (type(k).__name__, k, v)))
         assert_that(out, equal_to([("Medal", k, v) for k, v in sums.items()]))
