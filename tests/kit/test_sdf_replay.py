@@ -63,7 +63,8 @@ def _step() -> SplittableStep:
 
 
 def _run(step: SplittableStep, works: List[Any], policy: SplitPolicy = NO_SPLITS, replay=None):
-    return step.run_bundle(works, 0, policy, 1, MetricsContainer(), MetricsContainer(), replay=replay)
+    return step.run_bundle(works, 0, policy, 1, MetricsContainer(), MetricsContainer(), replay=replay,
+                           journal=True)
 
 
 def _values(result) -> List[str]:

@@ -35,6 +35,8 @@ import pickle
 import random
 import time
 import zlib
+
+import cloudpickle
 from typing import (
     Any, Callable, Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Tuple,
 )
@@ -93,9 +95,14 @@ class ReadRecord(NamedTuple):
 
 
 def work_digest(work: Work) -> int:
-    """A fingerprint of a work's element value and restriction (which work a ReadRecord is of)."""
-    return zlib.crc32(pickle.dumps((work.element.value, work.element.timestamp_us,
-                                    work.restriction), pickle.HIGHEST_PROTOCOL))
+    """A fingerprint of a work's element value and restriction (which work a ReadRecord is of;
+    cloudpickle for what pickle cannot take, such as a source holding a lambda)."""
+    value = (work.element.value, work.element.timestamp_us, work.restriction)
+    try:
+        data = pickle.dumps(value, pickle.HIGHEST_PROTOCOL)
+    except Exception:
+        data = cloudpickle.dumps(value, pickle.HIGHEST_PROTOCOL)
+    return zlib.crc32(data)
 
 
 class StragglerRule:
@@ -556,7 +563,8 @@ class SplittableStep:
     def run_bundle(self, works: Sequence[Work], now_us: int, policy: SplitPolicy,
                    max_attempts: int, committed: MetricsContainer, attempted: MetricsContainer,
                    finalize: bool = True, blocks: bool = False,
-                   replay: Optional[Sequence[ReadRecord]] = None) -> BundleResult:
+                   replay: Optional[Sequence[ReadRecord]] = None,
+                   journal: bool = False) -> BundleResult:
         """Processes `works` as one bundle (start_bundle, each work, finish_bundle), retried whole
         up to `max_attempts`; returns its outputs, residuals and what each work read. With
         `finalize`, the bundle finalizer's callbacks run at once (for a runner whose hand-over of
@@ -564,7 +572,8 @@ class SplittableStep:
         committed them. With `blocks`, outputs keep their RecordBlocks (for `output_columns`);
         otherwise they are expanded into elements. With `replay` (the `reads` of an earlier run
         of the same works, whose outputs may have been committed), each work reads exactly the
-        primary it read then, with no split, and leaves the residuals it left then."""
+        primary it read then, with no split, and leaves the residuals it left then. The result's
+        `reads` are filled only with `journal` or `replay`."""
         if replay is not None and [r.digest for r in replay] != [work_digest(w) for w in works]:
             # not the same works (the bundle's input changed: an upstream read that is not
             # replayed exactly): read them afresh, and say that this batch may differ
@@ -586,7 +595,8 @@ class SplittableStep:
                     outcome = self._replay(proc, work, replay[i], now_us)
                 else:
                     outcome = proc.process(work, now_us, policy)
-                    reads.append(ReadRecord(work_digest(work), outcome.primary, outcome.residuals))
+                    if journal:
+                        reads.append(ReadRecord(work_digest(work), outcome.primary, outcome.residuals))
                 residuals.extend(outcome.residuals)
                 claims += outcome.claimed
             proc.finish_bundle()

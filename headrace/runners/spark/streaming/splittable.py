@@ -180,7 +180,8 @@ class SplittableOperator(BucketOperator):
             key = self.cell.key
             replay = self.journal.load(g, key, ctl.batch)
             result = step.run_bundle(works, pt, self.specs[g].policy(), self.max_attempts,
-                                     committed, attempted, finalize=False, replay=replay)
+                                     committed, attempted, finalize=False, replay=replay,
+                                     journal=True)
             # journaled before any output leaves the task (a replay's reads are the same)
             self.journal.store(g, key, ctl.batch, result.reads)
             for pc, lst in result.outputs.items():
