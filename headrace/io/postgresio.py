@@ -327,9 +327,37 @@ def _range_sql(spec: QuerySpec, r: OffsetRange) -> Tuple[str, List[Any]]:
     return (f"SELECT * FROM ({spec.sql}) AS q WHERE {where} ORDER BY {col} NULLS FIRST", params)
 
 
-class _ReadRanges(DoFn, RestrictionProvider):
+class _Connected(DoFn):
+    """A DoFn holding one connection to its server (`cfg`): never pickled, opened on first use
+    and again after a failure (`connection`), closed in teardown."""
+
+    cfg: _Conn
+    _conn: Any = None
+    #: values Python cannot hold send their row to the dead letter (`_wrap_fragile_loaders`)
+    fragile_loaders = False
+
+    def __getstate__(self) -> Dict[str, Any]:
+        return {**self.__dict__, "_conn": None}
+
+    def connection(self, autocommit: bool = True) -> Any:
+        """The DoFn's connection, opened on first use and again after a failure."""
+        if self._conn is None or self._conn.closed or self._conn.broken:
+            self._conn = self.cfg.connect(autocommit=autocommit)
+            if self.fragile_loaders:
+                _wrap_fragile_loaders(self._conn)
+        return self._conn
+
+    def teardown(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+
+class _ReadRanges(_Connected, RestrictionProvider):
     """Reads a QuerySpec's range of positions (its own RestrictionProvider): every group of rows
     of one position claimed once, then output as one RecordBlock of dicts (or Rows)."""
+
+    fragile_loaders = True
 
     def __init__(self, cfg: _Conn, as_rows: bool, timestamp_column: Optional[str],
                  source: str, fetch_size: int = _FETCH_ROWS) -> None:
@@ -338,25 +366,9 @@ class _ReadRanges(DoFn, RestrictionProvider):
         self.timestamp_column = timestamp_column
         self.source = source
         self.fetch_size = fetch_size
-        self._conn: Any = None
-
-    def __getstate__(self) -> Dict[str, Any]:
-        return {**self.__dict__, "_conn": None}
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.source!r}, {self.cfg!r})"
-
-    def connection(self) -> Any:
-        """The DoFn's connection (autocommit), opened on first use and again after a failure."""
-        if self._conn is None or self._conn.closed or self._conn.broken:
-            self._conn = self.cfg.connect()
-            _wrap_fragile_loaders(self._conn)
-        return self._conn
-
-    def teardown(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
 
     # the restriction provider
     def initial_restriction(self, element: QuerySpec) -> OffsetRange:
@@ -692,35 +704,23 @@ class ReadAllFromPostgres(_PostgresRead):
         return self._apply_reader(specs, fn)
 
 
-class _Resolve(DoFn):
+class _Resolve(_Connected):
     """A query -> its QuerySpec (checked, its partition column's bounds queried)."""
 
     def __init__(self, cfg: _Conn, column: Optional[str], parts: int) -> None:
         self.cfg = cfg
         self.column = column
         self.parts = parts
-        self._conn: Any = None
-
-    def __getstate__(self) -> Dict[str, Any]:
-        return {**self.__dict__, "_conn": None}
-
-    def setup(self) -> None:
-        self._conn = self.cfg.connect()
 
     def process(self, query: str) -> Iterator[QuerySpec]:
         yield resolve_spec(self.cfg, _source_sql(self.cfg.where, query, None), self.column,
-                           self.parts, conn=self._conn)
-
-    def teardown(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+                           self.parts, conn=self.connection())
 
 
 # ---- the sink ------------------------------------------------------------------------------------
 
 
-class _Upsert(DoFn):
+class _Upsert(_Connected):
     """Writes a bundle's elements in batches inside one transaction, committed in finish_bundle."""
 
     def __init__(self, cfg: _Conn, table: str, columns: List[str], statement: str,
@@ -730,21 +730,12 @@ class _Upsert(DoFn):
         self.columns = columns
         self.statement = statement
         self.batch_size = batch_size
-        self._conn: Any = None
-
-    def __getstate__(self) -> Dict[str, Any]:
-        return {**self.__dict__, "_conn": None}
 
     def __repr__(self) -> str:
         return f"_Upsert({self.table!r}, {self.cfg!r})"
 
-    def setup(self) -> None:
-        self._conn = None
-
     def start_bundle(self) -> None:
-        if self._conn is None or self._conn.closed or self._conn.broken:
-            self._conn = self.cfg.connect(autocommit=False)
-        self._conn.rollback()  # nothing left of a failed bundle
+        self.connection(autocommit=False).rollback()  # nothing left of a failed bundle
         self._rows: List[Tuple[Any, ...]] = []
 
     def process(self, element: Any) -> None:
@@ -785,11 +776,6 @@ class _Upsert(DoFn):
         except psycopg.Error as exc:
             raise self.cfg.error(exc, f"committing to table {self.table!r} failed",
                                  "the bundle is retried; check the server") from None
-
-    def teardown(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
 
 
 class WriteToPostgres(PTransform):
