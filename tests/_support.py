@@ -11,6 +11,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
+import sys
+import time
 import uuid
 from typing import Any, Dict, Iterator, List
 
@@ -155,3 +159,39 @@ def property_settings(runner: str) -> Any:
     10 on a Spark master (each example is a Spark job; the local runner checks the model)."""
     from hypothesis import settings
     return settings(max_examples=30 if runner == "LocalRunner" else 10, deadline=None)
+
+
+# ---- streaming jobs killed and restarted (tests/streaming/test_*restart.py) ----------------------
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def batches_done(ckpt: Any) -> int:
+    """The number of the last batch whose driver state a streaming job wrote under its
+    checkpoint `ckpt` (-1: none yet)."""
+    batches = os.path.join(ckpt, "headrace", "batches")
+    names = os.listdir(batches) if os.path.isdir(batches) else []
+    return max([int(n.split(".")[0]) for n in names if n.endswith(".pkl")], default=-1)
+
+
+def run_job(script: str, args: List[Any], ckpt: Any, kill_at_batch: Any = None) -> Any:
+    """Runs the job `script args` in a subprocess; with `kill_at_batch`, SIGKILLs it from
+    outside once it has written that batch (`batches_done`), at whatever point it then is.
+    Returns (exit code, stderr)."""
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYTHONPATH=REPO)
+    proc = subprocess.Popen([sys.executable, script, *map(str, args)], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if kill_at_batch is not None:
+        deadline = time.monotonic() + 300
+        while proc.poll() is None and time.monotonic() < deadline:
+            if batches_done(ckpt) >= kill_at_batch:
+                proc.send_signal(signal.SIGKILL)
+                break
+            time.sleep(0.05)
+    try:
+        _, err = proc.communicate(timeout=600)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise
+    return proc.returncode, err
+

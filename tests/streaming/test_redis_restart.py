@@ -7,19 +7,16 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 
 import pytest
 
 from tests._redis import start_server
-from tests._support import visible_files
+from tests._support import run_job, visible_files
 from tests.conftest import RUNNERS
 
 JOB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_redis_restart_job.py")
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 pytestmark = pytest.mark.skipif(
     "spark-local" not in RUNNERS,
@@ -29,29 +26,8 @@ pytestmark = pytest.mark.skipif(
 N = 120
 
 
-def _batches_done(ckpt):
-    batches = os.path.join(ckpt, "headrace", "batches")
-    names = os.listdir(batches) if os.path.isdir(batches) else []
-    return max([int(n.split(".")[0]) for n in names if n.endswith(".pkl")], default=-1)
-
-
 def _run(url, key, out, ckpt, kill_at_batch=None):
-    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYTHONPATH=ROOT)
-    proc = subprocess.Popen([sys.executable, JOB, url, key, str(out), str(ckpt)], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    if kill_at_batch is not None:
-        deadline = time.monotonic() + 300
-        while proc.poll() is None and time.monotonic() < deadline:
-            if _batches_done(ckpt) >= kill_at_batch:
-                proc.send_signal(signal.SIGKILL)
-                break
-            time.sleep(0.05)
-    try:
-        _, err = proc.communicate(timeout=600)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        raise
-    return proc.returncode, err
+    return run_job(JOB, [url, key, out, ckpt], ckpt, kill_at_batch)
 
 
 def test_a_redis_read_killed_mid_run_resumes_with_nothing_lost_or_duplicated(tmp_path_factory):

@@ -10,17 +10,14 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import sys
-import time
 
 import pytest
 
-from tests._support import visible_files
+from tests._support import batches_done, run_job, visible_files
 from tests.conftest import RUNNERS
 
 JOB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_restart_job.py")
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 # The jobs run the Spark streaming runner on local[2] in subprocesses of their own, so the test
@@ -31,30 +28,8 @@ pytestmark = pytest.mark.skipif(
            "HEADRACE_TEST_RUNNERS")
 
 
-def _batches_done(ckpt):
-    """The number of the last batch whose driver state the job wrote (-1: none yet)."""
-    batches = os.path.join(ckpt, "headrace", "batches")
-    names = os.listdir(batches) if os.path.isdir(batches) else []
-    return max([int(n.split(".")[0]) for n in names if n.endswith(".pkl")], default=-1)
-
-
 def _run(out, ckpt, *flags, kill_at_batch=None):
-    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYTHONPATH=ROOT)
-    proc = subprocess.Popen([sys.executable, JOB, str(out), str(ckpt), *flags], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    if kill_at_batch is not None:  # from outside, at whatever point the job is then
-        deadline = time.monotonic() + 300
-        while proc.poll() is None and time.monotonic() < deadline:
-            if _batches_done(ckpt) >= kill_at_batch:
-                proc.send_signal(signal.SIGKILL)
-                break
-            time.sleep(0.05)
-    try:
-        _, err = proc.communicate(timeout=600)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        raise
-    return proc.returncode, err
+    return run_job(JOB, [out, ckpt, *flags], ckpt, kill_at_batch)
 
 
 @pytest.fixture(scope="module")
@@ -95,7 +70,7 @@ def test_a_job_killed_at_several_points_resumes_with_exactly_once_output(referen
         code, err = _run(out, ckpt, "--kill", how, "--marker", str(marker))
         assert how in os.listdir(marker), err[-3000:]   # the kill happened
         assert code == -signal.SIGKILL, err[-3000:]
-    code, err = _run(out, ckpt, kill_at_batch=_batches_done(ckpt) + 2)
+    code, err = _run(out, ckpt, kill_at_batch=batches_done(ckpt) + 2)
     assert code == -signal.SIGKILL, err[-3000:]
     code, err = _run(out, ckpt)   # the last restart runs to the end
     assert code == 0, err[-3000:]
@@ -108,18 +83,7 @@ SDF_JOB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_sdf_restart
 
 
 def _run_sdf(out, ckpt, journal, *flags, kill_at_batch=None):
-    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYTHONPATH=ROOT)
-    proc = subprocess.Popen([sys.executable, SDF_JOB, str(out), str(ckpt), str(journal), *flags],
-                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    if kill_at_batch is not None:
-        deadline = time.monotonic() + 300
-        while proc.poll() is None and time.monotonic() < deadline:
-            if _batches_done(ckpt) >= kill_at_batch:
-                proc.send_signal(signal.SIGKILL)
-                break
-            time.sleep(0.05)
-    _, err = proc.communicate(timeout=600)
-    return proc.returncode, err
+    return run_job(SDF_JOB, [out, ckpt, journal, *flags], ckpt, kill_at_batch)
 
 
 def test_a_splittable_dofn_killed_mid_run_resumes_its_restrictions_exactly_once(tmp_path):
@@ -136,7 +100,7 @@ def test_a_splittable_dofn_killed_mid_run_resumes_its_restrictions_exactly_once(
     kill_at = job.LENGTH // 2 + 1   # in the middle of a call (of a micro-batch)
     code, err = _run_sdf(out, ckpt, journal, "--kill-at", str(kill_at), "--marker", str(marker))
     assert os.listdir(marker) == ["killed"] and code == -signal.SIGKILL, err[-3000:]
-    code, err = _run_sdf(out, ckpt, journal, kill_at_batch=_batches_done(ckpt) + 2)
+    code, err = _run_sdf(out, ckpt, journal, kill_at_batch=batches_done(ckpt) + 2)
     assert code == -signal.SIGKILL, err[-3000:]
     code, err = _run_sdf(out, ckpt, journal)
     assert code == 0, err[-3000:]
