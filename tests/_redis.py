@@ -23,12 +23,15 @@ def free_port() -> int:
 class RedisServer:
     """A running redis-server process: `url`, `client()`, `stream(name)` (a fresh key)."""
 
-    def __init__(self, tmp_dir) -> None:
+    def __init__(self, tmp_dir, password=None) -> None:
         self.port = free_port()
-        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.password = password
+        auth = f":{password}@" if password else ""
+        self.url = f"redis://{auth}127.0.0.1:{self.port}/0"
         self.proc = subprocess.Popen(
             [BINARY, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--daemonize", "no", "--dir", str(tmp_dir)],
+             "--appendonly", "no", "--daemonize", "no", "--dir", str(tmp_dir),
+             *(["--requirepass", password] if password else [])],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 20
         while True:
@@ -43,7 +46,8 @@ class RedisServer:
 
     def client(self):
         import redis
-        return redis.Redis(host="127.0.0.1", port=self.port, socket_connect_timeout=2)
+        return redis.Redis(host="127.0.0.1", port=self.port, socket_connect_timeout=2,
+                           password=self.password)
 
     def stream(self, name: str) -> str:
         return f"{name}-{uuid.uuid4().hex[:8]}"
@@ -54,11 +58,11 @@ class RedisServer:
             self.proc.wait()
 
 
-def start_server(tmp_path_factory) -> RedisServer:
+def start_server(tmp_path_factory, password=None) -> RedisServer:
     """A new private server, or a skip saying what to install."""
     pytest.importorskip("redis", reason="the Redis connector's tests need redis-py: "
                         "pip install 'headrace[redis]' (or redis>=5)")
     if not shutil.which(BINARY):
         pytest.skip("redis-server is not installed: install Debian's `redis-server` package "
                     "(apt-get install redis-server) to run the Redis connector's tests")
-    return RedisServer(tmp_path_factory.mktemp("redis"))
+    return RedisServer(tmp_path_factory.mktemp("redis"), password)

@@ -184,6 +184,20 @@ def pipeline_factory(make_pipeline):
     return make_pipeline
 
 
+@pytest.fixture(scope="session")
+def pg():
+    """The DSN of a private PostgreSQL server, started once per test session (tests/_postgres.py)."""
+    from tests._postgres import PrivateCluster, server_bin
+    pytest.importorskip("psycopg", reason="pip install 'psycopg[binary]' (the postgres extra)")
+    bindir = server_bin()
+    if bindir is None:
+        pytest.skip("no PostgreSQL server binaries under /usr/lib/postgresql/*/bin: install "
+                    "Debian's `postgresql` package")
+    cluster = PrivateCluster(bindir)
+    yield cluster.dsn
+    cluster.stop()
+
+
 @pytest.fixture
 def journal(tmp_path):
     """An event log DoFns can append to from any process."""

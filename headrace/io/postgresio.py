@@ -38,6 +38,7 @@ from headrace.pipeline.dofn import DoFn
 from headrace.pipeline.ptransform import PTransform
 from headrace.pipeline.pvalue import PCollection, Row, TaggedOutput
 from headrace.pipeline.splittable import RecordBlock, RestrictionProvider
+from headrace.utils.secrets import Secret, reveal
 from headrace.utils.timestamp import Duration, Timestamp
 
 __all__ = ["ReadAllFromPostgres", "ReadFromPostgres", "WriteToPostgres"]
@@ -65,48 +66,62 @@ def mask_dsn(dsn: str) -> str:
                   r"\1***", text)
 
 
-def _secrets(dsn: str, kwargs: Dict[str, Any]) -> List[str]:
-    found = [str(kwargs[k]) for k in ("password", "sslpassword") if kwargs.get(k)]
+_SECRET_KEYS = ("password", "sslpassword")
+
+
+def _split_secrets(dsn: str, kwargs: Dict[str, Any]) -> Tuple[str, Dict[str, Any]]:
+    """The DSN without its password and the keyword arguments with every credential (the
+    DSN's included) kept as a Secret, so that no pickled pipeline (a streaming checkpoint's
+    plan) holds one."""
+    out = {k: Secret(str(v)) if k in _SECRET_KEYS and v is not None and not isinstance(v, Secret)
+           else v for k, v in kwargs.items()}
     try:
-        from psycopg.conninfo import conninfo_to_dict
+        from psycopg.conninfo import conninfo_to_dict, make_conninfo
         parsed = conninfo_to_dict(dsn)
-        found += [str(parsed[k]) for k in ("password", "sslpassword") if parsed.get(k)]
-    except Exception:
-        pass
-    return [s for s in found if s]
+    except Exception:  # no psycopg, or a bad DSN: named when it connects
+        return dsn, out
+    found = {k: parsed.pop(k) for k in _SECRET_KEYS if parsed.get(k)}
+    if not found:
+        return dsn, out
+    for k, v in found.items():
+        out.setdefault(k, Secret(str(v)))
+    return make_conninfo("", **{k: v for k, v in parsed.items() if v is not None}), out
 
 
-def _scrub(text: str, dsn: str, kwargs: Dict[str, Any]) -> str:
-    for secret in _secrets(dsn, kwargs):
-        text = text.replace(secret, "***")
+def _scrub(text: str, kwargs: Dict[str, Any]) -> str:
+    for value in kwargs.values():
+        if isinstance(value, Secret) and value.get_secret_value():
+            text = text.replace(value.get_secret_value(), "***")
     return text
 
 
 class _Conn:
     """The connection settings of a transform: the DSN and psycopg keyword arguments (sslmode,
-    sslrootcert, connect_timeout, ...), never shown unmasked."""
+    sslrootcert, connect_timeout, ...), never shown unmasked; the credentials (a password in the
+    DSN or the arguments) are kept as Secrets."""
 
     def __init__(self, dsn: str, kwargs: Optional[Dict[str, Any]], where: str) -> None:
         if not isinstance(dsn, str) or not dsn:
             raise InvalidArgumentError(f"{where}: dsn must be a libpq connection string such as "
                                        f"{DEFAULT_DSN!r}, got {type(dsn).__name__}")
-        self.dsn = dsn
-        self.kwargs = dict(kwargs or {})
+        self.shown = mask_dsn(dsn)
+        self.dsn, self.kwargs = _split_secrets(dsn, dict(kwargs or {}))
         self.kwargs.setdefault("connect_timeout", 10)
         self.where = where
 
     def __repr__(self) -> str:
-        return f"_Conn({mask_dsn(self.dsn)!r})"
+        return f"_Conn({self.shown!r})"
 
     def masked(self) -> str:
         """The DSN with its password masked."""
-        return mask_dsn(self.dsn)
+        return self.shown
 
     def connect(self, autocommit: bool = True, construction: bool = False) -> Any:
         """A new connection; an error names the masked DSN and what to check."""
         import psycopg
         try:
-            return psycopg.connect(self.dsn, autocommit=autocommit, **self.kwargs)
+            return psycopg.connect(self.dsn, autocommit=autocommit,
+                                   **{k: reveal(v) for k, v in self.kwargs.items()})
         except psycopg.Error as exc:
             raise self.error(exc, "cannot connect to the server",
                              "check that the server runs and accepts connections at that address, "
@@ -117,7 +132,7 @@ class _Conn:
     def error(self, exc: BaseException, what: str, fix: str, construction: bool = False) -> Exception:
         """An error about this connection (or its object), its text scrubbed of credentials."""
         first = (str(exc).strip().splitlines() or [""])[0]
-        cause = _scrub(f"{type(exc).__name__}: {first}", self.dsn, self.kwargs)
+        cause = _scrub(f"{type(exc).__name__}: {first}", self.kwargs)
         cls = PipelineConstructionError if construction else DataFormatError
         return cls(f"{self.where}: {what} (PostgreSQL at {self.masked()}): {cause}; {fix}")
 

@@ -61,6 +61,7 @@ from headrace.pipeline.splittable import (
     RecordBlock, RestrictionProgress, RestrictionProvider, RestrictionTracker,
     WatermarkEstimatorProvider,
 )
+from headrace.utils.secrets import Secret, reveal
 from headrace.utils.timestamp import Timestamp
 
 __all__ = ["ReadAllFromRedisStreams", "ReadFromRedisStreams", "StreamEntry", "id_to_position",
@@ -73,6 +74,8 @@ _SEQ_LIMIT = 1 << SEQ_BITS
 _MS_LIMIT = 1 << (63 - SEQ_BITS)
 DEAD_LETTER_TAG = "dead_letter"
 _MAIN_TAG = "entries"
+# redis-py options that hold credentials: kept as Secrets (never pickled into a checkpoint)
+_SECRET_OPTIONS = ("password", "ssl_password")
 
 
 class StreamEntry(NamedTuple):
@@ -122,19 +125,37 @@ def mask_url(url: str) -> str:
     return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
 
 
-def _scrub(text: str, url: str) -> str:
-    """`text` with the URL's password, should a library have echoed it, replaced by ****."""
-    try:
-        password = urllib.parse.urlsplit(url).password
-    except ValueError:
-        password = None
-    for secret in {password, urllib.parse.unquote(password or "")} - {None, ""}:
-        text = text.replace(str(secret), "****")
+def _split_password(url: str) -> Tuple[str, Optional[Secret]]:
+    """`url` without its password, and the password (unquoted, as redis-py reads it) kept as a
+    Secret, so that no pickled pipeline (a streaming checkpoint's plan) holds it."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.password is None:
+        return url, None
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    netloc = (f"{parts.username}@" if parts.username else "") + host + (
+        f":{parts.port}" if parts.port is not None else "")
+    bare = urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+    return bare, Secret(urllib.parse.unquote(parts.password))
+
+
+def _scrub(text: str, cfg: "_Config") -> str:
+    """`text` with the credentials, should a library have echoed them, replaced by ****."""
+    values = [cfg.password] + [v for v in cfg.client_options.values() if isinstance(v, Secret)]
+    for secret in values:
+        if secret is None:
+            continue
+        plain = secret.get_secret_value()
+        for form in {plain, urllib.parse.quote(plain, safe="")} - {""}:
+            text = text.replace(form, "****")
     return text
 
 
 class _Config(NamedTuple):
-    url: str
+    url: str                   # without its password
+    shown: str                 # as given, the password masked
+    password: Optional[Secret]
     start_id: Optional[str]
     stop_id: Optional[str]
     timestamp_field: Optional[str]
@@ -246,7 +267,9 @@ class _ReadStreams(DoFn, RestrictionProvider):
             cfg = self.config
             options = {"socket_connect_timeout": 10, "socket_timeout": 30, **cfg.client_options}
             try:
-                client = redis.Redis.from_url(cfg.url, **options)
+                client = redis.Redis.from_url(cfg.url, **{k: reveal(v) for k, v in options.items()},
+                                              **({} if cfg.password is None else
+                                                 {"password": cfg.password.get_secret_value()}))
                 client.ping()
             except Exception as exc:
                 raise self._failure(exc, "cannot connect to") from None
@@ -254,13 +277,13 @@ class _ReadStreams(DoFn, RestrictionProvider):
         return self._client
 
     def _failure(self, exc: BaseException, what: str, key: Optional[str] = None) -> PipelineExecutionError:
-        url = self.config.url
+        cfg = self.config
         where = f" (stream {key!r})" if key is not None else ""
         hint = ("check that the server runs and the URL, credentials and TLS options "
                 "(rediss://, client_options={'ssl_ca_certs': ...}) are right")
         return PipelineExecutionError(_scrub(
-            f"ReadFromRedisStreams {what} Redis at {mask_url(url)}{where}: "
-            f"{type(exc).__name__}: {exc}; {hint}", url))
+            f"ReadFromRedisStreams {what} Redis at {cfg.shown}{where}: "
+            f"{type(exc).__name__}: {exc}; {hint}", cfg))
 
     def _call(self, key: str, what: str, fn: Callable[[Any], Any]) -> Any:
         client = self.client()
@@ -307,13 +330,13 @@ class _ReadStreams(DoFn, RestrictionProvider):
         if kind == "none":
             raise PipelineExecutionError(_scrub(
                 f"ReadFromRedisStreams: the stream {key!r} does not exist at "
-                f"{mask_url(cfg.url)}; a bounded read (stop_id={cfg.stop_id!r}) needs an "
+                f"{cfg.shown}; a bounded read (stop_id={cfg.stop_id!r}) needs an "
                 "existing stream: check the key, XADD to it first, or read it unbounded "
-                "(no stop_id)", cfg.url))
+                "(no stop_id)", cfg))
         if kind != "stream":
             raise PipelineExecutionError(_scrub(
-                f"ReadFromRedisStreams: the key {key!r} at {mask_url(cfg.url)} holds a "
-                f"{kind}, not a stream; give the key of a stream", cfg.url))
+                f"ReadFromRedisStreams: the key {key!r} at {cfg.shown} holds a "
+                f"{kind}, not a stream; give the key of a stream", cfg))
 
     def _start(self, key: str) -> int:
         cfg = self.config
@@ -585,9 +608,12 @@ def _config(url: str, start_id: Optional[str], stop_id: Optional[str],
         raise InvalidArgumentError(
             f"{where}: client_options must be a dict of redis-py options (e.g. "
             "{'ssl_ca_certs': '/path/ca.pem'}), got a {type(client_options).__name__}")
-    return _Config(url, start_id, stop_id, timestamp_field, int(round(watermark_delay * 1e6)),
-                   consumer_group, consumer_name or "headrace", batch_size, bool(with_metadata),
-                   float(poll_interval), stop_after_idle, dict(client_options or {}))
+    bare, password = _split_password(url)
+    options = {k: Secret(v) if k in _SECRET_OPTIONS and isinstance(v, str) else v
+               for k, v in (client_options or {}).items()}
+    return _Config(bare, mask_url(url), password, start_id, stop_id, timestamp_field,
+                   int(round(watermark_delay * 1e6)), consumer_group, consumer_name or "headrace",
+                   batch_size, bool(with_metadata), float(poll_interval), stop_after_idle, options)
 
 
 class ReadAllFromRedisStreams(PTransform):

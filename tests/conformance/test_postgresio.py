@@ -1,6 +1,6 @@
 """PostgreSQL: ReadFromPostgres (partitioned bounded reads, polling reads), ReadAllFromPostgres and
-WriteToPostgres (upsert), on every runner, against a private server this module starts
-(tests/_postgres.py). Expected tables are computed from the rows the tests insert."""
+WriteToPostgres (upsert), on every runner, against a private server (the `pg`
+fixture, tests/_postgres.py). Expected tables are computed from the rows the tests insert."""
 
 from __future__ import annotations
 
@@ -14,24 +14,12 @@ import headrace as beam
 from headrace.errors import DataFormatError, PipelineConstructionError
 from headrace.testing.util import assert_that, equal_to
 from headrace.transforms import window
-from tests._postgres import PrivateCluster, server_bin, table_name
+from tests._postgres import table_name
 
 psycopg = pytest.importorskip("psycopg", reason="pip install 'psycopg[binary]' (the postgres extra)")
 
 from headrace.io.postgresio import (ReadAllFromPostgres, ReadFromPostgres,  # noqa: E402
                                     WriteToPostgres)
-
-
-@pytest.fixture(scope="session")
-def pg():
-    """A private PostgreSQL server for the session (its DSN)."""
-    bindir = server_bin()
-    if bindir is None:
-        pytest.skip("no PostgreSQL server binaries under /usr/lib/postgresql/*/bin: install "
-                    "Debian's `postgresql` package")
-    cluster = PrivateCluster(bindir)
-    yield cluster.dsn
-    cluster.stop()
 
 
 def _sql(dsn, statement, params=None):

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import os
 import pickle
-from typing import Any, Optional
+from typing import Any, Dict, Optional
 
 from headrace.errors import PipelineExecutionError
 from headrace.model import coders
 from headrace.runners.spark.streaming.coordinator import BatchState
+from headrace.utils import secrets
 
 
 class RunFiles:
@@ -26,11 +27,16 @@ class RunFiles:
         #: the splittable steps' read journals (`splittable.ReadJournal`)
         self.sdf_reads = os.path.join(self.root, "sdf-reads")
 
-    def write_plan(self, plan: Any) -> None:
+    def write_plan(self, plan: Any) -> Dict[str, str]:
         """Stores the plan (atomically; cloudpickle, so a source's functions, such as a
-        `timestamp_fn` lambda, travel)."""
+        `timestamp_fn` lambda, travel) without its credentials: returns the map of the
+        `Secret`s left out (`headrace.utils.secrets`; within the caller's `left_out`, its map),
+        which the workers get in memory."""
         os.makedirs(self.batches, exist_ok=True)
-        _atomic_write(self.plan_path, coders.dumps(plan))
+        with secrets.left_out() as left:
+            data = coders.dumps(plan)
+        _atomic_write(self.plan_path, data)
+        return left
 
     def read_plan(self) -> Any:
         """The stored plan; a plan whose headrace classes this version does not have (written by

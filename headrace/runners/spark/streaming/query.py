@@ -115,18 +115,19 @@ def _start_settings(spark: Any, partitions: int) -> Iterator[None]:
 
 
 def start(spark: Any, plan: StreamPlan, checkpoint: str, keys: Tuple[bytes, ...], max_attempts: int,
-          trigger_interval: float) -> Any:
+          trigger_interval: float, secrets: Optional[Dict[str, str]] = None) -> Any:
     """Starts the query of `plan` (with its partitions and the checkpoint file manager set for
-    the start); returns the StreamingQuery."""
+    the start); returns the StreamingQuery. `secrets`: the credentials left out of the stored
+    plan (`RunFiles.write_plan`), which the source's readers get in memory."""
     with _start_settings(spark, plan.partitions):
-        return _start(spark, plan, checkpoint, keys, max_attempts, trigger_interval)
+        return _start(spark, plan, checkpoint, keys, max_attempts, trigger_interval, secrets)
 
 
 def _start(spark: Any, plan: StreamPlan, checkpoint: str, keys: Tuple[bytes, ...], max_attempts: int,
-           trigger_interval: float) -> Any:
+           trigger_interval: float, secrets: Optional[Dict[str, str]]) -> Any:
     """Builds the query of `plan` (see the module doc) and starts it; only DataFrame and
     streaming APIs that Spark Connect serves too."""
-    spark.dataSource.register(data_source_class())
+    spark.dataSource.register(data_source_class(secrets))
     df = (spark.readStream.format(SOURCE_NAME).option("run_dir", checkpoint).load()
           .withWatermark("clock", "0 seconds").drop("clock"))
     if plan.spread_keys:

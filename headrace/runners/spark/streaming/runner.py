@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
+import zlib
 from typing import Any, Optional, Tuple
 
 from headrace.options.pipeline_options import LocalRunnerOptions, SparkRunnerOptions
@@ -31,6 +32,7 @@ from headrace.runners.spark.streaming.checkpoint import RunFiles
 from headrace.runners.spark.streaming.errors import build_error, check_connect_checkpoint, check_restart
 from headrace.runners.spark.streaming.plan import build_plan
 from headrace.runners.spark.streaming.result import StreamingPipelineResult
+from headrace.utils.secrets import left_out
 
 
 class SparkStreamingRunner:
@@ -56,14 +58,16 @@ class SparkStreamingRunner:
         n = old.partitions if old is not None else queries.state_partitions(spark, so.state_partitions)
         keys = queries.partition_keys(spark, n)
         max_attempts = max(1, int(lo.max_bundle_attempts))
-        plan = build_plan(pipeline, max(1, int(lo.bundle_size)), max_attempts,
-                          n, keys, max(1, int(so.max_records_per_batch)), _sdf_budget(so))
-        if old is not None:
-            check_restart(old, plan, checkpoint)
-        files.write_plan(plan)
+        # the plan (and the steps pickled inside it) holds no credential: see headrace.utils.secrets
+        with left_out(f"{zlib.crc32(checkpoint.encode()):08x}") as secrets:
+            plan = build_plan(pipeline, max(1, int(lo.bundle_size)), max_attempts,
+                              n, keys, max(1, int(so.max_records_per_batch)), _sdf_budget(so))
+            if old is not None:
+                check_restart(old, plan, checkpoint)
+            files.write_plan(plan)
         try:
             query = queries.start(spark, plan, checkpoint, keys, max_attempts,
-                                  float(so.trigger_interval))
+                                  float(so.trigger_interval), secrets)
         except Exception as exc:
             explained = build_error(exc, files)
             if explained is None:

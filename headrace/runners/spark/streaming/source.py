@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import datetime
 import time
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
 
 from headrace.errors import PipelineExecutionError
 from headrace.io.iobase import batched
@@ -32,6 +32,7 @@ from headrace.runners.spark.streaming.coordinator import script_elements
 from headrace.runners.spark.streaming.offsets import Control, Offset
 from headrace.runners.spark.worker.failures import task_failure
 from headrace.runners.spark.worker.packing import pack
+from headrace.utils.secrets import remember
 
 SOURCE_NAME = "headrace_stream"
 _EPOCH = datetime.datetime(1970, 1, 1)
@@ -43,8 +44,11 @@ def clock_timestamp(clock_ms: int) -> datetime.datetime:
     return _EPOCH + datetime.timedelta(milliseconds=clock_ms)
 
 
-def data_source_class() -> Any:
-    """The pyspark DataSource class of headrace's streaming source (pyspark imported here)."""
+def data_source_class(secrets: Optional[Mapping[str, str]] = None) -> Any:
+    """The pyspark DataSource class of headrace's streaming source (pyspark imported here);
+    `secrets` (the credentials left out of the stored plan, `RunFiles.write_plan`) travel in its
+    closure, in memory only."""
+    values = dict(secrets or {})
     from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
     from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 
@@ -62,6 +66,7 @@ def data_source_class() -> Any:
         """Reads every source of a headrace pipeline, one coordinated micro-batch at a time."""
 
         def __init__(self, run_dir: str) -> None:
+            remember(values)
             self.files = RunFiles(run_dir)
             self.plan = self.files.read_plan()
 
@@ -96,6 +101,7 @@ def data_source_class() -> Any:
             return [_Part(start, end, split) for split in specs]
 
         def read(self, partition: Any) -> Iterator[Tuple[Any, ...]]:
+            remember(values)  # an executor's process: the reader came pickled
             try:
                 yield from self.plan.partition_rows(partition)
             except PipelineExecutionError as exc:  # a source failed: the driver names the step

@@ -16,13 +16,15 @@ from headrace.errors import PipelineExecutionError
 from headrace.model import coders, typecoders
 from headrace.runners.kit.runtime import relax_gc
 from headrace.runners.spark.worker.failures import TaskFailure, failure_payload
+from headrace.utils import secrets
 
 
 class WorkerEnv:
     """A task's settings (picklable; built on the driver): bundle size, bundle attempts, and the
     directory of failure markers.
 
-    It also carries the coders registered on the driver (`coders.registry.register_coder`,
+    It also carries the credentials left out of a stored plan (`headrace.utils.secrets`) and
+    the coders registered on the driver (`coders.registry.register_coder`,
     `coders.register_key_encoder`), which every task installs in its worker first
     (`install_registrations`), so that keys of a user's class encode there as on the driver even
     when the registration is not made at import time."""
@@ -33,9 +35,13 @@ class WorkerEnv:
         self.marker_dir = marker_dir
         self.custom_coders = typecoders.registry.custom_coders()
         self.key_encoders = coders.custom_key_encoders()
+        self.secrets = secrets.known()
 
     def install_registrations(self) -> None:
-        """Installs the driver's registered coders and key encoders in this (worker) process."""
+        """Installs the driver's registered coders and key encoders in this (worker) process,
+        and the credentials left out of the stored plan (`headrace.utils.secrets`)."""
+        if self.secrets:
+            secrets.remember(self.secrets)
         if self.custom_coders:
             typecoders.registry.install(self.custom_coders)
         if self.key_encoders:

@@ -1,0 +1,72 @@
+"""Credentials kept as `headrace.utils.secrets.Secret`: masked when shown, left out of what a
+runner stores (a streaming checkpoint's plan), resolved in the processes the runner tells. The
+end-to-end check (no planted password in a checkpoint, a log or an error after a kill and a
+restart) is tests/streaming/test_redis_restart.py."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+
+from headrace.errors import PipelineExecutionError
+from headrace.model import coders
+from headrace.utils import secrets
+from headrace.utils.secrets import Secret
+
+
+def test_a_secret_is_masked_when_shown():
+    s = Secret("hunter2")
+    assert "hunter2" not in repr(s) + str(s) + f"{s}" + repr([s]) + repr({"password": s})
+    assert s.get_secret_value() == "hunter2"
+
+
+def test_outside_left_out_a_secret_pickles_with_its_value():
+    s = pickle.loads(pickle.dumps(Secret("v1")))
+    assert s.get_secret_value() == "v1"
+
+
+def test_left_out_pickles_references_the_same_for_the_same_plan():
+    plan = {"a": Secret("pw-a"), "b": [Secret("pw-b"), Secret("pw-a")]}
+    with secrets.left_out("ns1") as first:
+        data1 = coders.dumps(plan)
+    with secrets.left_out("ns1") as second:
+        data2 = coders.dumps(plan)
+    assert b"pw-a" not in data1 and b"pw-b" not in data1
+    assert data1 == data2 and first == second == {"ns1:0": "pw-a", "ns1:1": "pw-b"}
+    with secrets.left_out("ns1") as outer:
+        with secrets.left_out("other") as inner:   # nested: the enclosing map
+            coders.dumps(Secret("pw-c"))
+    assert inner is outer and outer == {"ns1:0": "pw-c"}
+
+
+def test_a_reference_resolves_where_its_value_was_given(monkeypatch):
+    monkeypatch.setattr(secrets, "_KNOWN", {})
+    stored = pickle.dumps(Secret(None, "elsewhere:0"))
+    loaded = pickle.loads(stored)
+    with pytest.raises(PipelineExecutionError, match="left out of the stored pipeline plan"):
+        loaded.get_secret_value()
+    secrets.remember({"elsewhere:0": "pw"})
+    assert loaded.get_secret_value() == "pw"
+    assert secrets.known() == {"elsewhere:0": "pw"}
+    assert b"pw" not in pickle.dumps(loaded)   # a reference stays a reference
+
+
+def test_connectors_keep_passwords_as_secrets():
+    from headrace.io.postgresio import _Conn
+    from headrace.io.redisio import ReadFromRedisStreams
+    conn = _Conn("postgresql://bob:Pg%40ss@db:5433/app?sslmode=require", {"sslpassword": "k3y"}, "W")
+    assert conn.kwargs["password"].get_secret_value() == "Pg@ss"
+    assert conn.kwargs["sslpassword"].get_secret_value() == "k3y"
+    assert "Pg" not in conn.dsn and "sslmode=require" in conn.dsn and "Pg" not in repr(conn)
+    conn = _Conn("host=db user=bob password='a b' dbname=app", None, "W")
+    assert conn.kwargs["password"].get_secret_value() == "a b" and "a b" not in conn.dsn
+    read = ReadFromRedisStreams(["k"], url="rediss://alice:p%40ss@cache:6380/1", validate=False,
+                                client_options={"ssl_password": "k3y"})
+    cfg = read._config
+    assert cfg.url == "rediss://alice@cache:6380/1" and cfg.password.get_secret_value() == "p@ss"
+    assert cfg.shown == "rediss://alice:****@cache:6380/1"
+    assert isinstance(cfg.client_options["ssl_password"], Secret)
+    with secrets.left_out("t"):
+        data = coders.dumps(read)
+    assert b"p@ss" not in data and b"p%40ss" not in data and b"k3y" not in data
