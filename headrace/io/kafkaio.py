@@ -634,7 +634,16 @@ class _ReadPartitions(DoFn, RestrictionProvider):
                     continue
                 if err.fatal() or err.code() in _missing_codes():
                     raise cluster.failure(err.str(), "failed reading", tp[0])
-                errors.append(m)
+                if m.topic() is None or m.partition() is None or m.partition() < 0:
+                    # the client's own trouble (brokers down, a timeout): librdkafka retries,
+                    # so log it and count the read as caught up for now
+                    _log.warning("%s: %s", self.what, _scrub(
+                        f"consumer of topic {tp[0]!r} partition {tp[1]} at "
+                        f"{_where(cfg.consumer_config)}: {err.str()}", cfg.consumer_config))
+                    return records, errors, nxt, True
+                errors.append(m)   # about this partition: a bad record
+                if len(errors) >= cfg.batch_size:
+                    break
                 continue
             off = m.offset()
             if off < nxt:   # from before a re-assignment

@@ -347,3 +347,79 @@ def test_an_unbounded_read_gets_what_a_producer_writes_while_it_runs(make_pipeli
     p.run().wait_until_finish()
     writer.join()
     assert sorted(int(w.value) for w in written) == list(range(48))
+
+
+# ---- consumer error events (the mock cluster cannot be made to send them) -------------------
+
+
+class _Msg:
+    """A consumer message or event, as confluent-kafka's Message answers."""
+
+    def __init__(self, topic, partition, offset, value=None, error=None):
+        self._t, self._p, self._o, self._v, self._e = topic, partition, offset, value, error
+
+    def error(self):
+        return self._e
+
+    def topic(self):
+        return self._t
+
+    def partition(self):
+        return self._p
+
+    def offset(self):
+        return self._o
+
+    def key(self):
+        return None
+
+    def value(self):
+        return self._v
+
+    def timestamp(self):
+        return (1, 5000 + self._o) if self._e is None else (0, -1)
+
+    def headers(self):
+        return None
+
+
+def test_a_partition_error_event_is_a_bad_record_and_a_client_error_is_not():
+    from confluent_kafka import KafkaError, KafkaException
+
+    from headrace.io.kafkaio import _Cluster, _ReadBounded, _ReadState
+    from headrace.io.restriction_trackers import OffsetRange
+    from headrace.model.time import MAX_TIMESTAMP_MICROS
+    from headrace.pipeline.pvalue import TaggedOutput
+    from headrace.pipeline.splittable import RecordBlock
+
+    read = ReadAllFromKafka({"bootstrap.servers": "b:9092"}, max_num_records=10,
+                            timestamp_policy="CreateTime", validate=False)
+    events = [_Msg("t", 0, 0, b"a"),
+              _Msg("t", 0, -1001, error=KafkaError(KafkaError.OFFSET_OUT_OF_RANGE, "gone")),
+              _Msg(None, None, -1001, error=KafkaError(KafkaError._TRANSPORT, "brokers down")),
+              _Msg("t", 0, 1, b"b"), _Msg("t", 0, 2, error=KafkaError(KafkaError._PARTITION_EOF))]
+
+    class Consumer:
+        def poll(self, timeout):
+            return events.pop(0) if events else None
+
+    class Cluster(_Cluster):
+        def reader(self, tp, offset):
+            return [Consumer(), offset, None]
+
+        def watermarks(self, tp):
+            return 0, 2
+
+    fn = _ReadBounded(read._config, "ReadAllFromKafka")
+    fn._cluster = Cluster(read._config, "ReadAllFromKafka")
+    tracker = fn.create_tracker((("t", 0), OffsetRange(0, 2)))
+    state = _ReadState()
+    outputs = list(fn.read(("t", 0), tracker, state, None))
+    good = [v.value for o in outputs if isinstance(o, RecordBlock) for v in o.values]
+    bad = [o.value.value for o in outputs if isinstance(o, TaggedOutput)]
+    assert good == [(None, b"a"), (None, b"b")]
+    assert [(b[0].topic, b[0].partition, b[0].offset, b[1][0]) for b in bad] == [
+        ("t", 0, -1, KafkaException)]
+    assert "gone" in bad[0][1][1]
+    tracker.check_done()   # the whole range claimed
+    assert state.current_watermark().micros == MAX_TIMESTAMP_MICROS   # the bounded read's end
