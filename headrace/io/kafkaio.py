@@ -1,0 +1,941 @@
+"""Reading Apache Kafka: `ReadFromKafka` and `ReadAllFromKafka`, a splittable DoFn over each
+topic partition (confluent-kafka, the `kafka` extra: `pip install headrace[kafka]`).
+
+    p | ReadFromKafka({"bootstrap.servers": "broker:9092"}, ["events"], max_num_records=1000)
+
+emits each record as `(key, value)` (bytes, or what `key_deserializer` / `value_deserializer`
+make of them), or with `with_metadata=True` as a `KafkaRecord`. The names and main options are
+Beam's `ReadFromKafka`; `consumer_config` goes to librdkafka as it is (TLS and SASL options
+included), except that headrace commits offsets itself (never automatically).
+
+**Partitions and positions.** The topics' partitions are looked up in the cluster's metadata
+when the pipeline runs (not when it is built): each partition is one element of a splittable
+DoFn whose restriction is `((topic, partition), OffsetRange)` over the partition's offsets.
+The start is the offset of `start_read_time` (Kafka's offsetsForTimes), else the offset
+committed for the config's `group.id`, else `auto.offset.reset` (earliest, or latest as
+Kafka's default). The read is bounded with `stop_read_time` (the end is the offset of the
+first record at or after it, or the partition's end when the read starts) or
+`max_num_records` (at most that many records in all: the offsets between each partition's
+start and end when the read starts are shared out between the partitions); else it is
+unbounded, up to `OFFSET_INFINITY`, with progress and splits measured against the partition's
+high watermark (a growable tracker). Each claim batch reads, from the restriction's current
+offset, up to `batch_size` records or up to the range's end, with one consumer per partition
+kept assigned between batches; the batch's last offset is claimed and the batch is output as
+one `RecordBlock`. Offsets without a record
+(compacted away, transaction markers) are skipped: the same offsets are missing on every read,
+so reading a range again gives the same records, as a replayed micro-batch must.
+
+**Event time and watermark.** `timestamp_policy`: 'ProcessingTime' (Beam's default: the time
+the record is read), 'CreateTime' or 'LogAppendTime' (the record's Kafka timestamp, which must
+be of that type; a record without one is a bad record). The watermark of each partition is the
+largest event time read minus `watermark_delay` seconds; when an unbounded read has caught up
+it moves to the current time minus the delay (an idle partition does not hold the pipeline
+back); +infinity once a bounded read reaches its end. `max_read_time` (Beam's, seconds) and
+`stop_after_idle` (seconds without a new record) end an unbounded read by the wall clock:
+for tests and one-off runs.
+
+**Committing offsets.** With `commit_offset_in_finalize=True` (needs a `group.id`), once a
+bundle's outputs are committed its bundle finalizer commits, for the config's group, the
+offset after the last record the bundle read of each partition.
+
+**Errors.** A record the deserializers or the timestamp policy reject, and an error event the
+consumer reports for a partition, never stop the read: they go to the dead-letter output as
+`(KafkaRecord, (exception type, repr, traceback lines))` when the transform is built
+`.with_exception_handling()` (the result is then (good, bad), as a ParDo's), and are otherwise
+counted (`bad_records`) and logged with topic, partition and offset. An unreachable cluster
+or a missing topic fails with an error naming the bootstrap servers, the topic and what to
+check; the values of secret options (`sasl.password`, `ssl.key.password`, ...) never appear
+in errors, logs or the transform's repr (`masked_config`).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import traceback
+from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple, Union
+
+from headrace.errors import InvalidArgumentError, PipelineExecutionError
+from headrace.io.restriction_trackers import (
+    OFFSET_INFINITY, GrowableOffsetRangeTracker, OffsetRange, OffsetRestrictionTracker,
+)
+from headrace.io.watermark_estimators import ManualWatermarkEstimator
+from headrace.metrics.metric import Metrics
+from headrace.model.time import MAX_TIMESTAMP_MICROS, Duration
+from headrace.model.windowed import TimestampedValue
+from headrace.pipeline.dofn import DoFn
+from headrace.pipeline.ptransform import PTransform
+from headrace.pipeline.pvalue import TaggedOutput
+from headrace.pipeline.splittable import (
+    RecordBlock, RestrictionProgress, RestrictionProvider, RestrictionTracker,
+    WatermarkEstimatorProvider,
+)
+from headrace.utils.timestamp import Timestamp
+
+__all__ = ["KafkaRecord", "ReadAllFromKafka", "ReadFromKafka", "masked_config"]
+
+_log = logging.getLogger(__name__)
+
+DEAD_LETTER_TAG = "dead_letter"
+_MAIN_TAG = "records"
+_METADATA_TIMEOUT = 10.0       # seconds for a metadata or offsets request (at most)
+_MAX_CONSUMERS = 16            # partition consumers one DoFn instance keeps open
+_STALL_LIMIT = 60.0            # seconds a bounded read waits for records it knows exist
+
+BYTE_ARRAY_DESERIALIZER = "org.apache.kafka.common.serialization.ByteArrayDeserializer"
+_JAVA_DESERIALIZERS: Dict[str, Callable[[bytes], Any]] = {
+    BYTE_ARRAY_DESERIALIZER: lambda b: b,
+    "org.apache.kafka.common.serialization.StringDeserializer": lambda b: b.decode("utf-8"),
+    "org.apache.kafka.common.serialization.LongDeserializer":
+        lambda b: int.from_bytes(_sized(b, 8), "big", signed=True),
+    "org.apache.kafka.common.serialization.IntegerDeserializer":
+        lambda b: int.from_bytes(_sized(b, 4), "big", signed=True),
+}
+_POLICIES = ("ProcessingTime", "CreateTime", "LogAppendTime")
+_TIMESTAMP_TYPES = {0: "NoTimestampType", 1: "CreateTime", 2: "LogAppendTime"}
+# option names whose values are secrets (matched as substrings of the lower-cased name)
+_SECRET_MARKERS = ("password", "secret", "jaas", "token", "key.pem", "keystore.pem",
+                   "certificate.pem", "credential")
+
+
+def _sized(b: bytes, n: int) -> bytes:
+    if len(b) != n:
+        raise ValueError(f"{len(b)} bytes where the deserializer reads exactly {n}")
+    return b
+
+
+class KafkaRecord(NamedTuple):
+    """One Kafka record with its metadata (what `with_metadata=True` emits; Beam's KafkaRecord):
+    timestamp in epoch milliseconds (None without one), timestamp_type 'CreateTime',
+    'LogAppendTime' or 'NoTimestampType', headers a tuple of (name, bytes) pairs."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp: Optional[int]
+    timestamp_type: str
+    key: Any
+    value: Any
+    headers: Tuple[Tuple[str, Optional[bytes]], ...]
+
+
+def _is_secret(name: str) -> bool:
+    lower = name.lower()
+    return any(marker in lower for marker in _SECRET_MARKERS)
+
+
+def masked_config(config: Dict[str, Any]) -> Dict[str, Any]:
+    """`config` with the value of every secret option (passwords, secrets, JAAS, PEM keys,
+    tokens) replaced by '****'."""
+    return {k: ("****" if _is_secret(str(k)) and v not in (None, "") else v) for k, v in config.items()}
+
+
+class _MaskedConfig(Dict[str, Any]):
+    """A consumer config whose repr and str show the secret values as ****."""
+
+    def __repr__(self) -> str:
+        return repr(masked_config(self))
+
+    __str__ = __repr__
+
+
+def _scrub(text: str, config: Dict[str, Any]) -> str:
+    """`text` with the value of each secret option (should a library echo it) replaced by ****."""
+    for k, v in config.items():
+        if _is_secret(str(k)) and isinstance(v, str) and len(v) >= 3:
+            text = text.replace(v, "****")
+    return text
+
+
+def _where(config: Dict[str, Any]) -> str:
+    """'bootstrap servers h1:9092,h2:9092 (SASL_SSL, user alice, password ****)'."""
+    servers = config.get("bootstrap.servers") or config.get("metadata.broker.list") or "<none given>"
+    extras = []
+    if config.get("security.protocol"):
+        extras.append(str(config["security.protocol"]))
+    if config.get("sasl.username"):
+        extras.append(f"user {config['sasl.username']}")
+    if config.get("sasl.password"):
+        extras.append("password ****")
+    return f"bootstrap servers {servers}" + (f" ({', '.join(extras)})" if extras else "")
+
+
+class _Config(NamedTuple):
+    consumer_config: _MaskedConfig
+    start_read_time: Optional[int]
+    stop_read_time: Optional[int]
+    max_num_records: Optional[int]
+    max_read_time: Optional[float]
+    commit_offset_in_finalize: bool
+    timestamp_policy: str
+    with_metadata: bool
+    key_deserializer: Callable[[bytes], Any]
+    value_deserializer: Callable[[bytes], Any]
+    watermark_delay_us: int
+    batch_size: int
+    poll_interval: float
+    stop_after_idle: Optional[float]
+    consumer_polling_timeout: float
+
+    @property
+    def bounded(self) -> bool:
+        return self.stop_read_time is not None or self.max_num_records is not None
+
+
+# ---- the cluster: consumers, metadata, offsets -------------------------------------------------
+
+
+class _Cluster:
+    """The consumers of one DoFn instance: one for metadata and offsets, one per partition read
+    (kept assigned, the position it will deliver next remembered); never pickled."""
+
+    def __init__(self, config: _Config, what: str) -> None:
+        self.config = config
+        self.what = what
+        self._meta: Any = None
+        self._readers: Dict[Tuple[str, int], Any] = {}   # tp -> [consumer, next offset, eof offset]
+
+    def failure(self, exc: Any, doing: str, topic: Optional[str] = None) -> PipelineExecutionError:
+        """An error naming what failed, the cluster (secrets masked), the topic and what to do."""
+        conf = self.config.consumer_config
+        where = f" (topic {topic!r})" if topic is not None else ""
+        detail = f"{type(exc).__name__}: {exc}" if isinstance(exc, BaseException) else str(exc)
+        hint = ("check that the brokers run and are reachable from the workers, and that "
+                "bootstrap.servers, security.protocol and the SSL/SASL options of consumer_config "
+                "are right")
+        return PipelineExecutionError(_scrub(
+            f"{self.what} {doing} Kafka at {_where(conf)}{where}: {detail}; {hint}", conf))
+
+    def _consumer(self, extra: Optional[Dict[str, Any]] = None) -> Any:
+        from confluent_kafka import Consumer
+        conf = dict(self.config.consumer_config)
+        conf.setdefault("group.id", "headrace")
+        conf.update({"enable.auto.commit": False, "enable.auto.offset.store": False,
+                     "enable.partition.eof": True})
+        for k, v in (extra or {}).items():
+            conf.setdefault(k, v)
+        try:
+            return Consumer(conf, logger=_log)
+        except Exception as exc:
+            raise self.failure(exc, "cannot create a consumer for") from None
+
+    def meta(self) -> Any:
+        """The consumer for metadata and offset requests."""
+        if self._meta is None:
+            self._meta = self._consumer()
+        return self._meta
+
+    @property
+    def timeout(self) -> float:
+        """Seconds a metadata or offsets request may take: 10, or the config's socket.timeout.ms
+        when shorter."""
+        try:
+            socket_ms = float(self.config.consumer_config.get("socket.timeout.ms", 60000))
+        except (TypeError, ValueError):
+            socket_ms = 60000.0
+        return min(_METADATA_TIMEOUT, max(0.1, socket_ms / 1000))
+
+    def _request(self, doing: str, topic: Optional[str], fn: Callable[[Any], Any]) -> Any:
+        try:
+            return fn(self.meta())
+        except PipelineExecutionError:
+            raise
+        except Exception as exc:
+            raise self.failure(exc, doing, topic) from None
+
+    def partitions(self, topic: str) -> List[int]:
+        """The partitions of `topic` (from the cluster's metadata), or an error saying it is missing."""
+        md = self._request("cannot read the metadata of", topic,
+                           lambda c: c.list_topics(topic, timeout=self.timeout))
+        tmd = md.topics.get(topic)
+        if tmd is None or tmd.error is not None or not tmd.partitions:
+            conf = self.config.consumer_config
+            reason = tmd.error.str() if tmd is not None and tmd.error is not None else "no partitions"
+            raise PipelineExecutionError(_scrub(
+                f"{self.what}: the topic {topic!r} does not exist at {_where(conf)} ({reason}); "
+                "check the topic's name, create it first (kafka-topics.sh --create), or check that "
+                "the consumer may describe it (its ACLs)", conf))
+        return sorted(tmd.partitions)
+
+    def check_topic(self, topic: str) -> None:
+        """Raises unless `topic` exists (an unreachable cluster raises too)."""
+        self.partitions(topic)
+
+    def watermarks(self, tp: Tuple[str, int]) -> Tuple[int, int]:
+        """(low, high) watermark offsets of the partition, asked of the broker."""
+        from confluent_kafka import TopicPartition
+        return self._request("cannot read the offsets of", tp[0], lambda c: c.get_watermark_offsets(
+            TopicPartition(tp[0], tp[1]), timeout=self.timeout, cached=False))
+
+    def offset_for_time(self, tp: Tuple[str, int], millis: int) -> int:
+        """The offset of the first record at or after `millis` (the partition's end if none)."""
+        from confluent_kafka import TopicPartition
+        found = self._request("cannot look up offsets by time at", tp[0], lambda c: c.offsets_for_times(
+            [TopicPartition(tp[0], tp[1], millis)], timeout=self.timeout))[0]
+        return found.offset if found.offset >= 0 else self.watermarks(tp)[1]
+
+    def committed(self, tp: Tuple[str, int]) -> Optional[int]:
+        """The offset committed for the config's group.id (None: no group.id, or none committed)."""
+        from confluent_kafka import TopicPartition
+        if not self.config.consumer_config.get("group.id"):
+            return None
+        found = self._request("cannot read the committed offsets of", tp[0], lambda c: c.committed(
+            [TopicPartition(tp[0], tp[1])], timeout=self.timeout))[0]
+        return found.offset if found.offset >= 0 else None
+
+    def commit(self, tp: Tuple[str, int], offset: int) -> None:
+        """Commits `offset` (the next to read) of the partition for the config's group.id."""
+        from confluent_kafka import TopicPartition
+        self._request("cannot commit offsets to", tp[0], lambda c: c.commit(
+            offsets=[TopicPartition(tp[0], tp[1], offset)], asynchronous=False))
+
+    def reader(self, tp: Tuple[str, int], offset: int) -> List[Any]:
+        """[consumer, next offset, eof offset] of the partition, positioned at `offset`."""
+        from confluent_kafka import TopicPartition
+        entry = self._readers.pop(tp, None)
+        if entry is None:
+            while len(self._readers) >= _MAX_CONSUMERS:
+                _close(self._readers.pop(next(iter(self._readers)))[0])
+            entry = [self._consumer({"fetch.wait.max.ms": 100}), None, None]
+        self._readers[tp] = entry   # the most recently used last
+        if entry[1] != offset:
+            try:
+                entry[0].assign([TopicPartition(tp[0], tp[1], offset)])
+            except Exception as exc:
+                raise self.failure(exc, "cannot assign the partition of", tp[0]) from None
+            entry[1], entry[2] = offset, None
+        return entry
+
+    def close(self) -> None:
+        """Closes every consumer."""
+        readers, self._readers = self._readers, {}
+        for entry in readers.values():
+            _close(entry[0])
+        meta, self._meta = self._meta, None
+        if meta is not None:
+            _close(meta)
+
+
+def _close(consumer: Any) -> None:
+    try:
+        consumer.close()
+    except Exception:   # closing a broken consumer: nothing left to do
+        pass
+
+
+# ---- the restriction: ((topic, partition), OffsetRange) --------------------------------------
+
+
+class _PartitionTracker(RestrictionTracker):
+    """A tracker over ((topic, partition), OffsetRange): growable against the partition's high
+    watermark when unbounded, an OffsetRestrictionTracker when bounded."""
+
+    def __init__(self, restriction: Tuple[Tuple[str, int], OffsetRange], end: Callable[[], int]) -> None:
+        self.tp, rng = restriction
+        self.inner: OffsetRestrictionTracker = (
+            GrowableOffsetRangeTracker(rng, end) if rng.stop == OFFSET_INFINITY
+            else OffsetRestrictionTracker(rng))
+
+    def current_restriction(self) -> Tuple[Tuple[str, int], OffsetRange]:
+        return self.tp, self.inner.current_restriction()
+
+    def current_progress(self) -> RestrictionProgress:
+        return self.inner.current_progress()
+
+    def try_claim(self, position: int) -> bool:
+        return self.inner.try_claim(position)
+
+    def try_split(self, fraction_of_remainder: float) -> Optional[Tuple[Any, Any]]:
+        parts = self.inner.try_split(fraction_of_remainder)
+        return None if parts is None else ((self.tp, parts[0]), (self.tp, parts[1]))
+
+    def check_done(self) -> None:
+        try:
+            self.inner.check_done()
+        except Exception as exc:
+            raise type(exc)(f"topic {self.tp[0]!r} partition {self.tp[1]}: {exc}") from None
+
+    def is_bounded(self) -> bool:
+        return self.inner.is_bounded()
+
+
+class _ReadState(ManualWatermarkEstimator):
+    """The manual watermark estimator, also remembering the processing times (us) when the read
+    started and since when it has found nothing new; its state is (watermark, started, idle)."""
+
+    def __init__(self, state: Any = None) -> None:
+        watermark, started, idle_since = state if state is not None else (None, None, None)
+        self.started_us: Optional[int] = started
+        self.idle_since_us: Optional[int] = idle_since
+        super().__init__(watermark)
+
+    def get_estimator_state(self) -> Any:
+        return self.current_watermark(), self.started_us, self.idle_since_us
+
+    def advance(self, micros: int) -> None:
+        """Moves the watermark up to `micros` (never back)."""
+        current = self.current_watermark()
+        micros = min(micros, MAX_TIMESTAMP_MICROS)
+        if current is None or micros > current.micros:
+            self.set_watermark(Timestamp(micros=micros))
+
+
+class _ReadStateProvider(WatermarkEstimatorProvider):
+    def initial_estimator_state(self, element: Any, restriction: Any) -> Any:
+        return None
+
+    def create_watermark_estimator(self, estimator_state: Any) -> _ReadState:
+        return _ReadState(estimator_state)
+
+
+def _partition_of(element: Any, what: str) -> Tuple[Tuple[str, int], Optional[int]]:
+    """((topic, partition), record limit or None) of a partition element."""
+    if (isinstance(element, tuple) and len(element) in (2, 3) and isinstance(element[0], str)
+            and isinstance(element[1], int) and not isinstance(element[1], bool)):
+        return (element[0], element[1]), (element[2] if len(element) == 3 else None)
+    raise InvalidArgumentError(
+        f"{what}: {element!r} is no partition; give a topic name or (topic, partition)")
+
+
+# ---- partition discovery ---------------------------------------------------------------------
+
+
+class _Partitions(DoFn):
+    """Expands topics into their partitions, from the cluster's metadata at run time: an
+    element is a topic, a (topic, partition), or a list of them; with `max_num_records` each
+    output carries its share of the records, (topic, partition, limit)."""
+
+    def __init__(self, config: _Config, what: str) -> None:
+        self.config = config
+        self.what = what
+        self._cluster: Optional[_Cluster] = None
+
+    def __getstate__(self) -> Dict[str, Any]:
+        return {**self.__dict__, "_cluster": None}
+
+    def teardown(self) -> None:
+        cluster, self._cluster = self._cluster, None
+        if cluster is not None:
+            cluster.close()
+
+    def process(self, element: Any) -> Iterator[Any]:
+        if self._cluster is None:
+            self._cluster = _Cluster(self.config, self.what)
+        cluster = self._cluster
+        items = element if isinstance(element, list) else [element]
+        tps: List[Tuple[str, int]] = []
+        for item in items:
+            if isinstance(item, bytes):
+                item = item.decode("utf-8")
+            if isinstance(item, str) and item:
+                tps += [(item, p) for p in cluster.partitions(item)]
+            else:
+                tp = _partition_of(item, self.what)[0]
+                if tp[1] not in cluster.partitions(tp[0]):
+                    raise PipelineExecutionError(
+                        f"{self.what}: topic {tp[0]!r} has no partition {tp[1]} (it has "
+                        f"{cluster.partitions(tp[0])}); give a partition that exists")
+                tps.append(tp)
+        limit = self.config.max_num_records
+        if limit is None:
+            yield from tps
+            return
+        spans = [max(0, _stop(cluster, tp, None) - _start(cluster, tp)) for tp in tps]
+        for tp, share in zip(tps, _share_out(limit, spans)):
+            yield tp + (share,)
+
+
+def _share_out(total: int, capacities: Sequence[int]) -> List[int]:
+    """`total` shared out over parts of the given capacities: equal shares in order, each part
+    at most its capacity, until the total or every capacity is used up."""
+    shares = [0] * len(capacities)
+    left = total
+    while left > 0:
+        open_parts = [i for i, cap in enumerate(capacities) if shares[i] < cap]
+        if not open_parts:
+            break
+        each = max(1, left // len(open_parts))
+        for i in open_parts:
+            give = min(each, capacities[i] - shares[i], left)
+            shares[i] += give
+            left -= give
+            if left == 0:
+                break
+    return shares
+
+
+def _start(cluster: _Cluster, tp: Tuple[str, int]) -> int:
+    """Where a read of the partition starts: start_read_time, the group's committed offset, or
+    auto.offset.reset (earliest, else the partition's end)."""
+    cfg = cluster.config
+    if cfg.start_read_time is not None:
+        return cluster.offset_for_time(tp, cfg.start_read_time)
+    committed = cluster.committed(tp)
+    if committed is not None:
+        return committed
+    low, high = cluster.watermarks(tp)
+    reset = str(cfg.consumer_config.get("auto.offset.reset", "latest")).lower()
+    return low if reset in ("earliest", "smallest", "beginning") else high
+
+
+def _stop(cluster: _Cluster, tp: Tuple[str, int], limit: Optional[int]) -> int:
+    """The end (exclusive) of a bounded read of the partition: stop_read_time's offset, else
+    the partition's end now; with `limit`, at most that many offsets after the start."""
+    cfg = cluster.config
+    stop = (cluster.offset_for_time(tp, cfg.stop_read_time) if cfg.stop_read_time is not None
+            else cluster.watermarks(tp)[1])
+    if limit is not None:
+        stop = min(stop, _start(cluster, tp) + limit)
+    return stop
+
+
+# ---- the splittable DoFn ---------------------------------------------------------------------
+
+
+class _ReadPartitions(DoFn, RestrictionProvider):
+    """A splittable DoFn over each (topic, partition), its own RestrictionProvider."""
+
+    def __init__(self, config: _Config, what: str) -> None:
+        self.config = config
+        self.what = what
+        self._cluster: Optional[_Cluster] = None
+        self._bad = Metrics.counter("kafkaio", "bad_records")
+
+    def __getstate__(self) -> Dict[str, Any]:
+        return {**self.__dict__, "_cluster": None}
+
+    def cluster(self) -> _Cluster:
+        """This instance's consumers (made on first use)."""
+        if self._cluster is None:
+            self._cluster = _Cluster(self.config, self.what)
+        return self._cluster
+
+    def teardown(self) -> None:
+        cluster, self._cluster = self._cluster, None
+        if cluster is not None:
+            cluster.close()
+
+    def validate(self, topics: Sequence[str]) -> None:
+        """Connects (failing with the masked cluster) and checks that each of `topics` exists."""
+        cluster = _Cluster(self.config, self.what)
+        try:
+            if topics:
+                for topic in topics:
+                    cluster.check_topic(topic)
+            else:
+                cluster._request("cannot connect to", None,
+                                 lambda c: c.list_topics(timeout=cluster.timeout))
+        finally:
+            cluster.close()
+
+    # ---- the restriction provider ----
+
+    def initial_restriction(self, element: Any) -> Tuple[Tuple[str, int], OffsetRange]:
+        tp, limit = _partition_of(element, self.what)
+        cluster = self.cluster()
+        start = _start(cluster, tp)
+        if not self.config.bounded:
+            return tp, OffsetRange(start, OFFSET_INFINITY)
+        stop = _stop(cluster, tp, limit)
+        return tp, OffsetRange(start, max(start, stop))
+
+    def create_tracker(self, restriction: Tuple[Tuple[str, int], OffsetRange]) -> _PartitionTracker:
+        tp = restriction[0]
+        return _PartitionTracker(restriction, lambda: self.cluster().watermarks(tp)[1])
+
+    def restriction_size(self, element: Any, restriction: Tuple[Tuple[str, int], OffsetRange]) -> float:
+        rng = restriction[1]
+        return 1.0 if rng.stop == OFFSET_INFINITY else float(max(1, rng.size()))
+
+    def split(self, element: Any, restriction: Any) -> Iterator[Any]:
+        yield restriction
+
+    def truncate(self, element: Any, restriction: Tuple[Tuple[str, int], OffsetRange]) -> Any:
+        return restriction if restriction[1].stop != OFFSET_INFINITY else None
+
+    # ---- reading ----
+
+    def read(self, element: Any, tracker: Any, state: _ReadState, finalizer: Any) -> Iterator[Any]:
+        """Reads batch after batch (claiming each batch's last offset, output as one RecordBlock)
+        until the range's end, a failed claim, or (unbounded) having caught up: then a
+        checkpoint. The batch is read up to the range's stop as it is before the claim; a
+        runner splits only within claims, so a failed claim leaves the whole batch to the
+        residual."""
+        cfg = self.config
+        tp, rng = tracker.current_restriction()
+        now = Timestamp.now().micros
+        if state.started_us is None:
+            state.started_us = now
+        committed: List[int] = []
+        pos = rng.start
+        while True:
+            stop = tracker.current_restriction()[1].stop
+            if pos >= stop:   # a bounded range read to its end
+                state.advance(MAX_TIMESTAMP_MICROS)
+                tracker.try_claim(stop)
+                return
+            records, errors, pos_after, caught_up = self._batch(tp, pos, stop)
+            if records and not tracker.try_claim(records[-1].offset()):
+                return   # split off before this batch: the residual reads it
+            claimed = records
+            good, bad, latest = self._decode(tp, claimed, errors, state)
+            if good:
+                yield RecordBlock(good)
+            for b in bad:
+                yield TaggedOutput(DEAD_LETTER_TAG, b)
+            if latest is not None:
+                state.advance(latest - cfg.watermark_delay_us)
+            if claimed:
+                state.idle_since_us = None
+                if cfg.commit_offset_in_finalize and finalizer is not None:
+                    if not committed:
+                        finalizer.register(lambda: self.cluster().commit(tp, committed[-1]))
+                    committed.append(claimed[-1].offset() + 1)
+            pos = max(pos, pos_after)
+            if caught_up:
+                if stop != OFFSET_INFINITY:
+                    if pos < stop and self._stalled(tp, pos, stop):
+                        state.advance(MAX_TIMESTAMP_MICROS)
+                        tracker.try_claim(stop)
+                        return
+                    continue
+                yield from self._caught_up(tracker, state)
+                return
+
+    def _batch(self, tp: Tuple[str, int], pos: int, stop: int) -> Tuple[List[Any], List[Any], int, bool]:
+        """Up to batch_size records from `pos` (offsets < stop), the error events met, the
+        offset after what was read (past skipped offsets), and whether the read caught up."""
+        cfg = self.config
+        cluster = self.cluster()
+        entry = cluster.reader(tp, pos)
+        consumer = entry[0]
+        records: List[Any] = []
+        errors: List[Any] = []
+        nxt = pos
+        waited = 0.0
+        while len(records) < cfg.batch_size and nxt < stop:
+            if entry[2] is not None and entry[2] <= nxt:   # at the end last time it looked
+                timeout = 0.0
+            else:
+                timeout = cfg.consumer_polling_timeout
+            t0 = time.monotonic()
+            m = consumer.poll(timeout)
+            if m is None:
+                waited += time.monotonic() - t0
+                return records, errors, nxt, True
+            err = m.error()
+            if err is not None:
+                if err.code() == _eof_code():
+                    entry[2] = m.offset()
+                    if m.offset() >= nxt:
+                        nxt = m.offset()
+                        entry[1] = nxt
+                        return records, errors, nxt, True
+                    continue
+                if err.fatal() or err.code() in _missing_codes():
+                    raise cluster.failure(err.str(), "failed reading", tp[0])
+                if m.topic() is None or m.partition() is None or m.partition() < 0:
+                    # the client's own trouble (brokers down, a timeout): librdkafka retries,
+                    # so log it and count the read as caught up for now
+                    _log.warning("%s: %s", self.what, _scrub(
+                        f"consumer of topic {tp[0]!r} partition {tp[1]} at "
+                        f"{_where(cfg.consumer_config)}: {err.str()}", cfg.consumer_config))
+                    return records, errors, nxt, True
+                errors.append(m)   # about this partition: a bad record
+                if len(errors) >= cfg.batch_size:
+                    break
+                continue
+            off = m.offset()
+            if off < nxt:   # from before a re-assignment
+                continue
+            entry[1] = off + 1
+            if off >= stop:   # past a range cut short by a split
+                break
+            records.append(m)
+            nxt = off + 1
+        return records, errors, nxt, False
+
+    def _stalled(self, tp: Tuple[str, int], pos: int, stop: int) -> bool:
+        """A bounded read found nothing new at `pos` before its end: True if the partition's log
+        ends there (truncated: nothing more to read); else waits a little and returns False,
+        failing after a limit (an open transaction, brokers out of reach)."""
+        high = self.cluster().watermarks(tp)[1]
+        if high <= pos:
+            _log.warning("%s: topic %r partition %d ends at offset %d, before the read's end %d",
+                         self.what, tp[0], tp[1], high, stop)
+            return True
+        state = getattr(self, "_stall", None)
+        now = time.monotonic()
+        if state is None or state[0] != (tp, pos):
+            state = self._stall = ((tp, pos), now)
+        time.sleep(min(self.config.poll_interval, 1.0))
+        if now - state[1] > _STALL_LIMIT:
+            raise PipelineExecutionError(_scrub(
+                f"{self.what}: topic {tp[0]!r} partition {tp[1]}: no record came at offset {pos} "
+                f"for {_STALL_LIMIT:.0f} s though the partition's end is {high} (an open "
+                f"transaction with isolation.level=read_committed, or brokers unreachable from the "
+                f"workers at {_where(self.config.consumer_config)}); check the brokers and producers",
+                self.config.consumer_config))
+        return False
+
+    def _caught_up(self, tracker: Any, state: _ReadState) -> Iterator[Any]:
+        cfg = self.config
+        now = Timestamp.now().micros
+        state.advance(now - cfg.watermark_delay_us)   # an idle partition holds nothing back
+        if state.idle_since_us is None:
+            state.idle_since_us = now
+        idle_end = (cfg.stop_after_idle is not None
+                    and now - state.idle_since_us >= cfg.stop_after_idle * 1e6)
+        time_end = (cfg.max_read_time is not None and state.started_us is not None
+                    and now - state.started_us >= cfg.max_read_time * 1e6)
+        if idle_end or time_end:
+            state.advance(MAX_TIMESTAMP_MICROS)
+            tracker.try_claim(OFFSET_INFINITY)
+            return
+        tracker.defer_remainder(Duration.of(cfg.poll_interval))
+        yield from ()
+
+    def _decode(self, tp: Tuple[str, int], messages: Sequence[Any], errors: Sequence[Any],
+                state: _ReadState) -> Tuple[List[Any], List[Any], Optional[int]]:
+        """The batch's outputs, its dead letters, and its largest event time (us)."""
+        cfg = self.config
+        good: List[Any] = []
+        bad: List[Any] = []
+        latest: Optional[int] = None
+        now = Timestamp.now().micros
+        for m in messages:
+            try:
+                key = None if m.key() is None else cfg.key_deserializer(m.key())
+                value = None if m.value() is None else cfg.value_deserializer(m.value())
+                ts = _event_micros(m, cfg.timestamp_policy, now)
+            except Exception as exc:
+                bad.append(self._dead(tp, m, exc, now))
+                continue
+            out = (_record(m, key, value) if cfg.with_metadata else (key, value))
+            good.append(TimestampedValue(out, Timestamp(micros=ts)))
+            if latest is None or ts > latest:
+                latest = ts
+        for e in errors:
+            from confluent_kafka import KafkaException
+            wm = state.current_watermark()
+            bad.append(self._dead(tp, e, KafkaException(e.error()),
+                                  now if wm is None else max(wm.micros, 0)))
+        return good, bad, latest
+
+    def _dead(self, tp: Tuple[str, int], m: Any, exc: Exception, now: int) -> Any:
+        self._bad.inc()
+        offset = m.offset() if m.offset() is not None and m.offset() >= 0 else -1
+        _log.warning("%s: bad record at topic %r partition %d offset %d: %s: %s", self.what,
+                     tp[0], tp[1], offset, type(exc).__name__, exc)
+        lines = traceback.format_exception(type(exc), exc, exc.__traceback__)
+        raw = _record(m, m.key(), m.value(), tp, offset)
+        at = raw.timestamp * 1000 if raw.timestamp is not None else now
+        return TimestampedValue((raw, (type(exc), repr(exc), lines)), Timestamp(micros=at))
+
+
+def _eof_code() -> int:
+    from confluent_kafka import KafkaError
+    return KafkaError._PARTITION_EOF
+
+
+def _missing_codes() -> Tuple[int, ...]:
+    from confluent_kafka import KafkaError
+    return (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION, KafkaError._UNKNOWN_TOPIC,
+            KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError._AUTHENTICATION, KafkaError._SSL)
+
+
+def _record(m: Any, key: Any, value: Any, tp: Optional[Tuple[str, int]] = None,
+            offset: Optional[int] = None) -> KafkaRecord:
+    """The KafkaRecord of message `m` with the given key and value."""
+    kind, millis = m.timestamp() if m.error() is None else (0, 0)
+    headers = tuple((str(k), v) for k, v in (m.headers() or ()))
+    return KafkaRecord(m.topic() if tp is None else tp[0], m.partition() if tp is None else tp[1],
+                       m.offset() if offset is None else offset,
+                       millis if kind in (1, 2) else None, _TIMESTAMP_TYPES.get(kind, str(kind)),
+                       key, value, headers)
+
+
+def _event_micros(m: Any, policy: str, now: int) -> int:
+    """The record's event time (us) under the timestamp policy."""
+    if policy == "ProcessingTime":
+        return now
+    kind, millis = m.timestamp()
+    wanted = 1 if policy == "CreateTime" else 2
+    if kind != wanted:
+        raise ValueError(
+            f"timestamp_policy={policy!r} needs records with a {_TIMESTAMP_TYPES[wanted]} timestamp, "
+            f"this one has {_TIMESTAMP_TYPES.get(kind, kind)}; use the policy matching the "
+            "topic's message.timestamp.type, or 'ProcessingTime'")
+    return millis * 1000
+
+
+class _ReadBounded(_ReadPartitions):
+    """The bounded read (stop_read_time or max_num_records)."""
+
+    def process(self, element: Any, tracker: Any = DoFn.RestrictionParam(),
+                state: Any = DoFn.WatermarkEstimatorParam(_ReadStateProvider()),
+                finalizer: Any = DoFn.BundleFinalizerParam) -> Iterator[Any]:
+        return self.read(element, tracker, state, finalizer)
+
+
+class _ReadUnbounded(_ReadPartitions):
+    """The unbounded read."""
+
+    @DoFn.unbounded_per_element()
+    def process(self, element: Any, tracker: Any = DoFn.RestrictionParam(),
+                state: Any = DoFn.WatermarkEstimatorParam(_ReadStateProvider()),
+                finalizer: Any = DoFn.BundleFinalizerParam) -> Iterator[Any]:
+        return self.read(element, tracker, state, finalizer)
+
+
+# ---- the transforms --------------------------------------------------------------------------
+
+
+def _deserializer(value: Any, arg: str, where: str) -> Callable[[bytes], Any]:
+    if callable(value):
+        return value
+    if isinstance(value, str) and value in _JAVA_DESERIALIZERS:
+        return _JAVA_DESERIALIZERS[value]
+    raise InvalidArgumentError(
+        f"{where}: {arg}={value!r} is not supported; give a callable (bytes -> value) or one of "
+        f"{sorted(_JAVA_DESERIALIZERS)}")
+
+
+def _seconds(value: Any, arg: str, where: str) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                              or value < 0):
+        raise InvalidArgumentError(f"{where}: {arg}={value!r} must be a number of seconds >= 0, "
+                                   f"e.g. {arg}=1")
+
+
+def _millis(value: Any, arg: str, where: str) -> Optional[int]:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidArgumentError(f"{where}: {arg}={value!r} must be epoch milliseconds (an int >= 0), "
+                                   "e.g. 1700000000000")
+    return value
+
+
+def _config(where: str, consumer_config: Any, key_deserializer: Any, value_deserializer: Any,
+            start_read_time: Any, max_num_records: Any, max_read_time: Any,
+            commit_offset_in_finalize: Any, timestamp_policy: Any, with_metadata: Any,
+            stop_read_time: Any, watermark_delay: Any, batch_size: Any, poll_interval: Any,
+            stop_after_idle: Any, consumer_polling_timeout: Any) -> _Config:
+    if not isinstance(consumer_config, dict) or not consumer_config.get("bootstrap.servers"):
+        shown = masked_config(consumer_config) if isinstance(consumer_config, dict) else consumer_config
+        raise InvalidArgumentError(
+            f"{where}: consumer_config must be a dict with 'bootstrap.servers', e.g. "
+            f"{{'bootstrap.servers': 'broker:9092'}}; got {shown!r}")
+    conf = _MaskedConfig({str(k): v for k, v in consumer_config.items()})
+    if timestamp_policy not in _POLICIES:
+        raise InvalidArgumentError(f"{where}: timestamp_policy={timestamp_policy!r}; give one of {_POLICIES}")
+    if commit_offset_in_finalize and not conf.get("group.id"):
+        raise InvalidArgumentError(
+            f"{where}: commit_offset_in_finalize=True needs a 'group.id' in consumer_config "
+            "(the group whose offsets are committed)")
+    if max_num_records is not None and (isinstance(max_num_records, bool)
+                                        or not isinstance(max_num_records, int) or max_num_records < 0):
+        raise InvalidArgumentError(f"{where}: max_num_records={max_num_records!r} must be an int >= 0")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise InvalidArgumentError(f"{where}: batch_size={batch_size!r} must be an int >= 1, e.g. 1000")
+    for arg, seconds in (("max_read_time", max_read_time), ("watermark_delay", watermark_delay),
+                         ("poll_interval", poll_interval), ("stop_after_idle", stop_after_idle),
+                         ("consumer_polling_timeout", consumer_polling_timeout)):
+        _seconds(seconds, arg, where)
+    return _Config(conf, _millis(start_read_time, "start_read_time", where),
+                   _millis(stop_read_time, "stop_read_time", where), max_num_records,
+                   max_read_time, bool(commit_offset_in_finalize), timestamp_policy, bool(with_metadata),
+                   _deserializer(key_deserializer, "key_deserializer", where),
+                   _deserializer(value_deserializer, "value_deserializer", where),
+                   int(round((watermark_delay or 0) * 1e6)), batch_size, float(poll_interval),
+                   stop_after_idle, float(consumer_polling_timeout))
+
+
+class ReadAllFromKafka(PTransform):
+    """Reads every topic, or (topic, partition), of the input PCollection (the readAll form of
+    `ReadFromKafka`, with the same options; see the module doc). With `validate` (the default)
+    the transform connects when the pipeline is built, so an unreachable cluster fails at once."""
+
+    processing_time_policy = "ProcessingTime"
+    create_time_policy = "CreateTime"
+    log_append_time = "LogAppendTime"
+    byte_array_deserializer = BYTE_ARRAY_DESERIALIZER
+
+    def __init__(self, consumer_config: Dict[str, Any],
+                 key_deserializer: Union[str, Callable[[bytes], Any]] = BYTE_ARRAY_DESERIALIZER,
+                 value_deserializer: Union[str, Callable[[bytes], Any]] = BYTE_ARRAY_DESERIALIZER,
+                 start_read_time: Optional[int] = None, max_num_records: Optional[int] = None,
+                 max_read_time: Optional[float] = None, commit_offset_in_finalize: bool = False,
+                 timestamp_policy: str = "ProcessingTime", with_metadata: bool = False,
+                 expansion_service: Any = None, *, stop_read_time: Optional[int] = None,
+                 watermark_delay: float = 0, batch_size: int = 1000, poll_interval: float = 0.1,
+                 stop_after_idle: Optional[float] = None, consumer_polling_timeout: float = 2,
+                 validate: bool = True) -> None:
+        super().__init__()
+        where = type(self).__name__
+        if expansion_service is not None:
+            raise InvalidArgumentError(
+                f"{where}: expansion_service={expansion_service!r}: headrace reads Kafka in Python "
+                "(confluent-kafka), with no Java expansion service; leave it out")
+        self._what = where
+        self._validate = bool(validate)
+        self._config = _config(where, consumer_config, key_deserializer, value_deserializer,
+                               start_read_time, max_num_records, max_read_time,
+                               commit_offset_in_finalize, timestamp_policy, with_metadata,
+                               stop_read_time, watermark_delay, batch_size, poll_interval,
+                               stop_after_idle, consumer_polling_timeout)
+        self._tags: Optional[Tuple[str, str]] = None
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self._config.consumer_config!r})"
+
+    def with_exception_handling(self, main_tag: str = "good",
+                                dead_letter_tag: str = "bad") -> "ReadAllFromKafka":
+        """Makes the result (good, bad): the records, and the bad ones as
+        (KafkaRecord, (exception type, repr, traceback lines))."""
+        if main_tag == dead_letter_tag:
+            raise InvalidArgumentError(
+                f"{type(self).__name__}.with_exception_handling: main_tag and dead_letter_tag are "
+                f"both {main_tag!r}; give them different names")
+        self._tags = (main_tag, dead_letter_tag)
+        return self
+
+    def expand(self, pcoll: Any) -> Any:
+        from headrace.transforms.core import ParDo
+        fn_class = _ReadBounded if self._config.bounded else _ReadUnbounded
+        fn = fn_class(self._config, self._what)
+        if self._validate:   # the cluster reachable when the pipeline is built (Beam's validate)
+            fn.validate(self._validated_topics())
+        parts = pcoll | "Partitions" >> ParDo(_Partitions(self._config, self._what))
+        result = parts | "ReadPartitions" >> ParDo(fn).with_outputs(DEAD_LETTER_TAG, main=_MAIN_TAG)
+        if self._tags is None:
+            return result[_MAIN_TAG]
+        return result[_MAIN_TAG], result[DEAD_LETTER_TAG]
+
+    def _validated_topics(self) -> List[str]:
+        """The topics `validate` checks exist (none: the topics come at run time)."""
+        return []
+
+
+class ReadFromKafka(ReadAllFromKafka):
+    """Reads the records of Kafka `topics` (Beam's ReadFromKafka): bounded with `stop_read_time`
+    or `max_num_records`, else unbounded (see the module doc for offsets, event time,
+    watermark, committing and errors)."""
+
+    def __init__(self, consumer_config: Dict[str, Any], topics: Any, *args: Any, **kwargs: Any) -> None:
+        super().__init__(consumer_config, *args, **kwargs)
+        given = [topics] if isinstance(topics, (str, bytes)) else list(topics or ())
+        names: List[str] = [t.decode("utf-8") if isinstance(t, bytes) else t for t in given]
+        if not names or not all(isinstance(t, str) and t for t in names):
+            raise InvalidArgumentError(
+                f"ReadFromKafka: topics={topics!r} must be a topic name or a list of them")
+        self._topics = names
+
+    def _validated_topics(self) -> List[str]:
+        return self._topics
+
+    def expand(self, pbegin: Any) -> Any:
+        from headrace.transforms.core import Create
+        topics = pbegin | "Topics" >> Create([self._topics])
+        return super().expand(topics)

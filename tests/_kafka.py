@@ -1,0 +1,85 @@
+"""A Kafka cluster for the Kafka connector's tests: librdkafka's mock cluster (no broker to
+install). A producer made with `test.mock.num.brokers` starts an in-process cluster of that many
+brokers listening on loopback TCP; its addresses are the brokers the producer's metadata
+reports, so consumers in this process and in Spark's executor processes reach it as a real
+cluster. The cluster lives as long as the producer (the test process), so a job run in a
+subprocess and killed keeps its cluster. Topics are created on first use with 4 partitions."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any, Dict, List, NamedTuple, Optional
+
+import pytest
+
+PARTITIONS = 4   # the mock cluster's partition count for a topic it creates
+
+
+class Written(NamedTuple):
+    """One record as the cluster stored it (from the producer's delivery report)."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    key: Optional[bytes]
+    value: Optional[bytes]
+    headers: tuple
+
+
+class MockKafka:
+    """A mock cluster: `bootstrap`, `config(**more)`, `topic(name)` (a fresh name),
+    `produce(topic, records)`, `consumer()`."""
+
+    def __init__(self, brokers: int = 3) -> None:
+        from confluent_kafka import Producer
+        self.producer = Producer({"test.mock.num.brokers": brokers, "log_level": 3,
+                                  "linger.ms": 0})
+        md = self.producer.list_topics(timeout=20)
+        self.bootstrap = ",".join(f"{b.host}:{b.port}" for b in sorted(
+            md.brokers.values(), key=lambda b: b.id))
+
+    def config(self, **more: Any) -> Dict[str, Any]:
+        """A consumer config for the cluster (dots for underscores in `more`'s names)."""
+        return {"bootstrap.servers": self.bootstrap, **{k.replace("_", "."): v for k, v in more.items()}}
+
+    def topic(self, name: str) -> str:
+        """A fresh topic name, created in the cluster (with PARTITIONS partitions, no records)."""
+        topic = f"{name}-{uuid.uuid4().hex[:8]}"
+        self.producer.list_topics(topic, timeout=20)   # the mock creates it on first use
+        return topic
+
+    def produce(self, topic: str, records: List[Dict[str, Any]]) -> List[Written]:
+        """Writes each record (a dict of partition, key, value, timestamp (ms, required),
+        headers) in order; returns them as stored, with their offsets."""
+        written: List[Written] = []
+        failures: List[Any] = []
+
+        def report(err: Any, msg: Any, sent: Dict[str, Any]) -> None:
+            # timestamp and headers as sent: the mock's delivery reports do not carry them
+            if err is not None:
+                failures.append(err)
+            else:
+                written.append(Written(msg.topic(), msg.partition(), msg.offset(), sent["timestamp"],
+                                       msg.key(), msg.value(), tuple(sent.get("headers") or ())))
+        for r in records:
+            kwargs = {k: r[k] for k in ("partition", "key", "timestamp", "headers") if k in r}
+            self.producer.produce(topic, value=r.get("value"),
+                                  on_delivery=lambda err, msg, r=r: report(err, msg, r), **kwargs)
+            self.producer.poll(0)
+        left = self.producer.flush(30)
+        assert left == 0 and not failures, f"the mock cluster did not take the records: {failures}"
+        return sorted(written, key=lambda w: (w.partition, w.offset))
+
+    def consumer(self, group: str) -> Any:
+        """A consumer of group `group` (for checking committed offsets)."""
+        from confluent_kafka import Consumer
+        return Consumer({"bootstrap.servers": self.bootstrap, "group.id": group,
+                         "enable.auto.commit": False, "log_level": 3})
+
+
+def start_cluster() -> MockKafka:
+    """A new mock cluster, or a skip saying what to install."""
+    pytest.importorskip("confluent_kafka", reason="the Kafka connector's tests need confluent-kafka: "
+                        "pip install 'headrace[kafka]' (or confluent-kafka>=2.3)")
+    return MockKafka()

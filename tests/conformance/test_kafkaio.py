@@ -1,0 +1,425 @@
+"""Kafka: `ReadFromKafka` / `ReadAllFromKafka` against librdkafka's mock cluster (tests/_kafka.py:
+3 brokers in this process, on loopback TCP, so Spark's executor processes reach it too), on
+every runner. Expected values are computed from what the tests produce (the producer's
+delivery reports give each record's partition, offset and timestamp)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+import headrace as beam
+from headrace.errors import HeadraceError, InvalidArgumentError
+from headrace.io.kafkaio import KafkaRecord, ReadAllFromKafka, ReadFromKafka, masked_config
+from headrace.testing.util import assert_that, equal_to
+from headrace.transforms import window
+from tests._kafka import PARTITIONS, start_cluster
+from tests._support import counter_value
+
+
+@pytest.fixture(scope="module")
+def kafka():
+    cluster = start_cluster()
+    yield cluster
+    cluster.producer.flush(10)
+
+
+def _records(n, start_ms=1_000_000, step_ms=250, partitions=PARTITIONS, value=None):
+    return [{"partition": i % partitions, "key": b"k%d" % (i % 3),
+             "value": value(i) if value else b"%d" % i, "timestamp": start_ms + i * step_ms}
+            for i in range(n)]
+
+
+def _stamped(x, t=beam.DoFn.TimestampParam):
+    return x, t.micros
+
+
+def _earliest(kafka, **more):
+    return kafka.config(auto_offset_reset="earliest", **more)
+
+
+ALL = 10 ** 9   # max_num_records above what any test writes: a bounded read of everything
+
+
+# ---- configuration, secrets and errors ---------------------------------------------------------
+
+
+def test_secret_options_are_masked_in_configs_and_reprs():
+    conf = {"bootstrap.servers": "b:9092", "sasl.username": "alice", "sasl.password": "PlantedPassw0rd",
+            "ssl.key.password": "k3y", "sasl.oauthbearer.client.secret": "s3cr3t",
+            "group.id": "g"}
+    masked = masked_config(conf)
+    assert masked["sasl.password"] == masked["ssl.key.password"] == "****"
+    assert masked["sasl.oauthbearer.client.secret"] == "****"
+    assert masked["sasl.username"] == "alice" and masked["group.id"] == "g"
+    read = ReadFromKafka(conf, ["t"], validate=False)
+    assert "PlantedPassw0rd" not in repr(read) and "****" in repr(read)
+    assert "PlantedPassw0rd" not in repr(read._config)
+
+
+def _error_text(exc):
+    return str(exc) + repr(exc) + "".join(str(a) for a in exc.args) + str(exc.__cause__ or "")
+
+
+def test_an_unreachable_cluster_fails_naming_the_servers_never_the_password():
+    from tests._redis import free_port
+    port = free_port()   # nothing listens there
+    conf = {"bootstrap.servers": f"127.0.0.1:{port}", "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "PLAIN", "sasl.username": "alice", "sasl.password": "PlantedPassw0rd",
+            "socket.timeout.ms": 2000}
+    # when the pipeline is built (validate=True, the default)
+    with pytest.raises(HeadraceError) as info:
+        beam.Pipeline(runner="LocalRunner") | ReadFromKafka(conf, ["x"], max_num_records=5)
+    text = _error_text(info.value)
+    assert "PlantedPassw0rd" not in text
+    assert f"127.0.0.1:{port}" in text and "password ****" in text and "'x'" in text
+    assert "check that the brokers run" in text
+    # and when it runs, not validated
+    p = beam.Pipeline(runner="LocalRunner")
+    p | ReadFromKafka(conf, ["x"], max_num_records=5, validate=False)
+    with pytest.raises(HeadraceError) as info:
+        p.run().wait_until_finish()
+    text = _error_text(info.value)
+    assert "PlantedPassw0rd" not in text and f"127.0.0.1:{port}" in text
+
+
+def test_a_missing_topic_says_so(kafka):
+    with pytest.raises(HeadraceError, match="the topic 'no-such-topic' does not exist") as info:
+        beam.Pipeline(runner="LocalRunner") | ReadFromKafka(kafka.config(), ["no-such-topic"])
+    assert kafka.bootstrap in str(info.value) and "create it first" in str(info.value)
+    p = beam.Pipeline(runner="LocalRunner")
+    p | beam.Create(["no-such-topic"]) | ReadAllFromKafka(kafka.config(), max_num_records=ALL)
+    with pytest.raises(HeadraceError, match="the topic 'no-such-topic' does not exist"):
+        p.run().wait_until_finish()
+
+
+@pytest.mark.parametrize("kwargs, fragment", [
+    ({"consumer_config": {}}, "bootstrap.servers"),
+    ({"timestamp_policy": "EventTime"}, "timestamp_policy='EventTime'"),
+    ({"commit_offset_in_finalize": True}, "needs a 'group.id'"),
+    ({"batch_size": 0}, "batch_size=0"),
+    ({"watermark_delay": -1}, "watermark_delay=-1"),
+    ({"key_deserializer": "org.example.Nope"}, "key_deserializer='org.example.Nope'"),
+    ({"start_read_time": 1.5}, "epoch milliseconds"),
+    ({"expansion_service": "localhost:8097"}, "no Java expansion service"),
+])
+def test_bad_arguments_are_refused(kwargs, fragment):
+    args = {"consumer_config": {"bootstrap.servers": "b:9092"}, **kwargs}
+    with pytest.raises(InvalidArgumentError, match=fragment):
+        ReadFromKafka(topics=["t"], validate=False, **args)
+
+
+# ---- bounded reads -----------------------------------------------------------------------------
+
+
+def test_a_bounded_read_gives_each_record_once_at_its_create_time(make_pipeline, kafka):
+    topic = kafka.topic("bounded")
+    written = kafka.produce(topic, _records(41))
+    with make_pipeline() as p:
+        out = (p | ReadFromKafka(_earliest(kafka), [topic], max_num_records=ALL, batch_size=4,
+                                 timestamp_policy=ReadFromKafka.create_time_policy)
+               | beam.Map(_stamped))
+        assert_that(out, equal_to([((w.key, w.value), w.timestamp * 1000) for w in written]))
+
+
+def test_max_num_records_reads_that_many_records_from_the_partitions_heads(make_pipeline, kafka):
+    topic = kafka.topic("limit")
+    written = kafka.produce(topic, _records(30, partitions=3))   # partition 3 stays empty
+    with make_pipeline() as p:
+        out = (p | ReadFromKafka(_earliest(kafka), [topic], max_num_records=10, with_metadata=True,
+                                 batch_size=3)
+               | beam.Map(lambda r: (r.partition, r.offset)))
+        # shared out over the partitions with records: 3, 3 and 4 (the rest, in order)
+        shares = {0: 4, 1: 3, 2: 3}
+        assert_that(out, equal_to([(w.partition, w.offset) for w in written
+                                   if w.offset < shares[w.partition]]))
+
+
+def test_records_with_metadata_and_deserializers(make_pipeline, kafka):
+    topic = kafka.topic("meta")
+    records = [{**r, "headers": [("trace", b"t%d" % i), ("n", None)]}
+               for i, r in enumerate(_records(9))]
+    written = kafka.produce(topic, records)
+    with make_pipeline() as p:
+        out = p | ReadFromKafka(
+            _earliest(kafka), [topic], stop_read_time=2 ** 62, with_metadata=True,
+            key_deserializer="org.apache.kafka.common.serialization.StringDeserializer",
+            value_deserializer=lambda b: int(b.decode()), timestamp_policy="CreateTime")
+        assert_that(out, equal_to([
+            KafkaRecord(topic, w.partition, w.offset, w.timestamp, "CreateTime", w.key.decode(),
+                        int(w.value), tuple((k, v) for k, v in w.headers)) for w in written]))
+
+
+def test_the_read_all_form_reads_topics_and_single_partitions(make_pipeline, kafka):
+    a, b = kafka.topic("all-a"), kafka.topic("all-b")
+    wa = kafka.produce(a, _records(12))
+    wb = kafka.produce(b, _records(12))
+    with make_pipeline() as p:
+        out = (p | beam.Create([a, (b, 2)])
+               | ReadAllFromKafka(_earliest(kafka), max_num_records=ALL, with_metadata=True)
+               | beam.Map(lambda r: (r.topic, r.partition, r.offset, r.value)))
+        assert_that(out, equal_to([(w.topic, w.partition, w.offset, w.value)
+                                   for w in wa + [w for w in wb if w.partition == 2]]))
+
+
+def test_partitions_are_found_when_the_pipeline_runs(make_pipeline, kafka):
+    topic = f"later-{time.time_ns()}"   # does not exist when the pipeline is built
+    p = make_pipeline()
+    out = (p | ReadFromKafka(_earliest(kafka), [topic], max_num_records=ALL, validate=False)
+           | beam.Map(lambda kv: kv[1]))
+    written = kafka.produce(topic, _records(16))   # the mock creates it with 4 partitions
+    assert {w.partition for w in written} == set(range(PARTITIONS))
+    assert_that(out, equal_to([w.value for w in written]))
+    p.run().wait_until_finish()
+
+
+def test_processing_time_policy_stamps_the_reading_time(make_pipeline, kafka):
+    topic = kafka.topic("ptime")
+    written = kafka.produce(topic, _records(8))
+    from headrace.utils.timestamp import Timestamp
+    before = Timestamp.now().micros
+    p = make_pipeline()
+    out = (p | ReadFromKafka(_earliest(kafka), [topic], max_num_records=ALL)
+           | beam.Map(lambda kv, t=beam.DoFn.TimestampParam: (kv[1], before <= t.micros)))
+    assert_that(out, equal_to([(w.value, True) for w in written]))
+    p.run().wait_until_finish()
+
+
+def test_log_append_time_policy_refuses_create_time_records(make_pipeline, kafka):
+    # the mock cluster stores the producer's CreateTime: each record is a bad one, saying why
+    topic = kafka.topic("logappend")
+    written = kafka.produce(topic, _records(6))
+    p = make_pipeline()
+    good, bad = (p | ReadFromKafka(_earliest(kafka), [topic], max_num_records=ALL,
+                                   timestamp_policy="LogAppendTime").with_exception_handling())
+    assert_that(good, equal_to([]), label="good")
+    assert_that(bad | beam.Map(lambda b: (b[0].offset, b[0].value, b[1][0].__name__,
+                                          "message.timestamp.type" in b[1][1])),
+                equal_to([(w.offset, w.value, "ValueError", True) for w in written]), label="bad")
+    p.run().wait_until_finish()
+
+
+def test_event_time_of_each_policy():
+    from headrace.io.kafkaio import _event_micros
+
+    class Message:
+        def __init__(self, kind, ms):
+            self.kind, self.ms = kind, ms
+
+        def timestamp(self):
+            return self.kind, self.ms
+    assert _event_micros(Message(2, 1234), "LogAppendTime", 0) == 1_234_000
+    assert _event_micros(Message(1, 1234), "CreateTime", 0) == 1_234_000
+    assert _event_micros(Message(1, 1234), "ProcessingTime", 99) == 99
+    for kind, policy in ((1, "LogAppendTime"), (0, "CreateTime"), (2, "CreateTime")):
+        with pytest.raises(ValueError, match="message.timestamp.type"):
+            _event_micros(Message(kind, 1), policy, 0)
+
+
+def test_windows_close_on_the_partition_watermarks(make_pipeline, kafka):
+    topic = kafka.topic("windows")
+    written = kafka.produce(topic, _records(60, step_ms=170))
+    expected = {}
+    for w in written:
+        start = w.timestamp // 2000 * 2000
+        expected[(w.key, start)] = expected.get((w.key, start), 0) + int(w.value)
+    with make_pipeline() as p:
+        sums = (p | ReadFromKafka(_earliest(kafka), [topic], max_num_records=ALL, batch_size=5,
+                                  timestamp_policy="CreateTime", watermark_delay=1)
+                | beam.Map(lambda kv: (kv[0], int(kv[1])))
+                | beam.WindowInto(window.FixedWindows(2))
+                | beam.CombinePerKey(sum)
+                | beam.Map(lambda kv, w=beam.DoFn.WindowParam: (kv[0], int(w.start.micros // 1000),
+                                                                 kv[1])))
+        assert_that(sums, equal_to([(k, s, v) for (k, s), v in expected.items()]))
+
+
+def test_bad_records_go_to_the_dead_letter_output_with_topic_partition_and_offset(make_pipeline, kafka):
+    topic = kafka.topic("dead")
+    written = kafka.produce(topic, _records(20, value=lambda i: b"x%d" % i if i % 5 == 2 else b"%d" % i))
+    bad_ones = [w for w in written if w.value.startswith(b"x")]
+    p = make_pipeline()
+    good, bad = (p | ReadFromKafka(_earliest(kafka), [topic], max_num_records=ALL, batch_size=3,
+                                   value_deserializer=lambda b: int(b))
+                 .with_exception_handling())
+    assert_that(good | beam.Map(lambda kv: kv[1]),
+                equal_to([int(w.value) for w in written if w not in bad_ones]), label="good")
+    assert_that(bad | beam.Map(lambda b: (b[0].topic, b[0].partition, b[0].offset, b[0].value,
+                                          b[1][0].__name__)),
+                equal_to([(topic, w.partition, w.offset, w.value, "ValueError") for w in bad_ones]),
+                label="bad")
+    result = p.run()
+    result.wait_until_finish()
+    assert counter_value(result, "bad_records") == len(bad_ones)
+
+
+def test_without_exception_handling_bad_records_are_counted_and_skipped(make_pipeline, kafka):
+    topic = kafka.topic("counted")
+    written = kafka.produce(topic, _records(10, value=lambda i: b"\xff" if i in (3, 7) else b"%d" % i))
+    p = make_pipeline()
+    out = (p | ReadFromKafka(_earliest(kafka), [topic], max_num_records=ALL,
+                             value_deserializer=lambda b: b.decode("utf-8")))
+    assert_that(out | beam.Map(lambda kv: kv[1]),
+                equal_to([w.value.decode() for w in written if w.value != b"\xff"]))
+    result = p.run()
+    result.wait_until_finish()
+    assert counter_value(result, "bad_records") == 2
+
+
+def test_commit_offset_in_finalize_commits_what_was_read_for_the_group(make_pipeline, kafka):
+    from confluent_kafka import TopicPartition
+    topic = kafka.topic("commit")
+    group = f"g-{topic}"
+    first = kafka.produce(topic, _records(20))
+    conf = _earliest(kafka, group_id=group)
+    with make_pipeline() as p:
+        out = (p | ReadFromKafka(conf, [topic], max_num_records=ALL, batch_size=4,
+                                 commit_offset_in_finalize=True)
+               | beam.Map(lambda kv: kv[1]))
+        assert_that(out, equal_to([w.value for w in first]))
+    consumer = kafka.consumer(group)
+    try:
+        committed = consumer.committed([TopicPartition(topic, q) for q in range(PARTITIONS)], timeout=10)
+        ends = {q: 1 + max(w.offset for w in first if w.partition == q) for q in range(PARTITIONS)}
+        assert {c.partition: c.offset for c in committed} == ends
+    finally:
+        consumer.close()
+    # a new pipeline of the group starts after what the first one committed
+    second = kafka.produce(topic, _records(6, start_ms=9_000_000))
+    with make_pipeline() as p:
+        out = (p | ReadFromKafka(conf, [topic], max_num_records=ALL, commit_offset_in_finalize=True)
+               | beam.Map(lambda kv: kv[1]))
+        assert_that(out, equal_to([w.value for w in second]))
+
+
+def test_reads_split_at_random_points_still_give_each_record_once(kafka):
+    # the local runner's test splits cut restrictions at random fractions while they are claimed
+    from headrace.options.pipeline_options import PipelineOptions
+    topic = kafka.topic("splits")
+    written = kafka.produce(topic, _records(80))
+    for probability in (0.3, 0.9):
+        opts = PipelineOptions(runner="LocalRunner", sdf_test_split_probability=probability,
+                               bundle_size=3)
+        with beam.Pipeline(options=opts) as p:
+            out = (p | ReadFromKafka(_earliest(kafka), [topic], max_num_records=ALL, batch_size=6)
+                   | beam.Map(lambda kv: kv[1]))
+            assert_that(out, equal_to([w.value for w in written]))
+
+
+# ---- unbounded reads ---------------------------------------------------------------------------
+
+
+def test_an_unbounded_read_gets_what_a_producer_writes_while_it_runs(make_pipeline, runner, kafka):
+    if runner == "spark-cluster":
+        pytest.skip("the unbounded read runs on the local runner and spark-local's streaming; "
+                    "spark-cluster runs the bounded reads")
+    from headrace.utils.timestamp import Timestamp
+    topic = kafka.topic("live")
+    # event times a minute ahead of the clock: a caught-up partition's watermark moves to the
+    # clock minus watermark_delay, which must not make the records written later late
+    base = (Timestamp.now().micros // 1_000_000 + 60) * 1000
+    records = [{"partition": i % PARTITIONS, "value": b"%d" % i, "timestamp": base + 100 * i}
+               for i in range(48)]
+    written = kafka.produce(topic, records[:8])
+
+    def write():
+        for lo in range(8, 48, 10):
+            written.extend(kafka.produce(topic, records[lo:lo + 10]))
+            time.sleep(0.3)
+    writer = threading.Thread(target=write, daemon=True)
+    p = make_pipeline(trigger_interval=0.1)
+    values = (p | ReadFromKafka(_earliest(kafka), [topic], batch_size=8, poll_interval=0.05,
+                                stop_after_idle=2, timestamp_policy="CreateTime", watermark_delay=1)
+              | beam.Map(lambda kv, t=beam.DoFn.TimestampParam: (int(kv[1]), t.micros // 1000)))
+    assert values.is_bounded is False
+    sums = (values | beam.Map(lambda v: ("all", v[0])) | beam.WindowInto(window.FixedWindows(1))
+            | beam.CombinePerKey(sum)
+            | beam.Map(lambda kv, w=beam.DoFn.WindowParam: (int(w.start.micros // 1000), kv[1])))
+    by_window = {}
+    for i, r in enumerate(records):
+        start = r["timestamp"] // 1000 * 1000
+        by_window[start] = by_window.get(start, 0) + i
+    assert_that(values, equal_to([(i, r["timestamp"]) for i, r in enumerate(records)]), label="values")
+    assert_that(sums, equal_to(sorted(by_window.items())), label="sums")
+    writer.start()
+    p.run().wait_until_finish()
+    writer.join()
+    assert sorted(int(w.value) for w in written) == list(range(48))
+
+
+# ---- consumer error events (the mock cluster cannot be made to send them) -------------------
+
+
+class _Msg:
+    """A consumer message or event, as confluent-kafka's Message answers."""
+
+    def __init__(self, topic, partition, offset, value=None, error=None):
+        self._t, self._p, self._o, self._v, self._e = topic, partition, offset, value, error
+
+    def error(self):
+        return self._e
+
+    def topic(self):
+        return self._t
+
+    def partition(self):
+        return self._p
+
+    def offset(self):
+        return self._o
+
+    def key(self):
+        return None
+
+    def value(self):
+        return self._v
+
+    def timestamp(self):
+        return (1, 5000 + self._o) if self._e is None else (0, -1)
+
+    def headers(self):
+        return None
+
+
+def test_a_partition_error_event_is_a_bad_record_and_a_client_error_is_not():
+    from confluent_kafka import KafkaError, KafkaException
+
+    from headrace.io.kafkaio import _Cluster, _ReadBounded, _ReadState
+    from headrace.io.restriction_trackers import OffsetRange
+    from headrace.model.time import MAX_TIMESTAMP_MICROS
+    from headrace.pipeline.pvalue import TaggedOutput
+    from headrace.pipeline.splittable import RecordBlock
+
+    read = ReadAllFromKafka({"bootstrap.servers": "b:9092"}, max_num_records=10,
+                            timestamp_policy="CreateTime", validate=False)
+    events = [_Msg("t", 0, 0, b"a"),
+              _Msg("t", 0, -1001, error=KafkaError(KafkaError.OFFSET_OUT_OF_RANGE, "gone")),
+              _Msg(None, None, -1001, error=KafkaError(KafkaError._TRANSPORT, "brokers down")),
+              _Msg("t", 0, 1, b"b"), _Msg("t", 0, 2, error=KafkaError(KafkaError._PARTITION_EOF))]
+
+    class Consumer:
+        def poll(self, timeout):
+            return events.pop(0) if events else None
+
+    class Cluster(_Cluster):
+        def reader(self, tp, offset):
+            return [Consumer(), offset, None]
+
+        def watermarks(self, tp):
+            return 0, 2
+
+    fn = _ReadBounded(read._config, "ReadAllFromKafka")
+    fn._cluster = Cluster(read._config, "ReadAllFromKafka")
+    tracker = fn.create_tracker((("t", 0), OffsetRange(0, 2)))
+    state = _ReadState()
+    outputs = list(fn.read(("t", 0), tracker, state, None))
+    good = [v.value for o in outputs if isinstance(o, RecordBlock) for v in o.values]
+    bad = [o.value.value for o in outputs if isinstance(o, TaggedOutput)]
+    assert good == [(None, b"a"), (None, b"b")]
+    assert [(b[0].topic, b[0].partition, b[0].offset, b[1][0]) for b in bad] == [
+        ("t", 0, -1, KafkaException)]
+    assert "gone" in bad[0][1][1]
+    tracker.check_done()   # the whole range claimed
+    assert state.current_watermark().micros == MAX_TIMESTAMP_MICROS   # the bounded read's end
