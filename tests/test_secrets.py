@@ -70,3 +70,17 @@ def test_connectors_keep_passwords_as_secrets():
     with secrets.left_out("t"):
         data = coders.dumps(read)
     assert b"p@ss" not in data and b"p%40ss" not in data and b"k3y" not in data
+
+
+def test_kafka_keeps_secret_options_as_secrets():
+    pytest.importorskip("confluent_kafka")
+    from headrace.io.kafkaio import ReadFromKafka
+    read = ReadFromKafka({"bootstrap.servers": "b:9092", "sasl.username": "alice",
+                          "sasl.password": "Kafka-pw-1", "ssl.key.password": "Key-pw-2"},
+                         ["t"], validate=False)
+    conf = read._config.consumer_config
+    assert isinstance(conf["sasl.password"], Secret) and conf["sasl.username"] == "alice"
+    assert "Kafka-pw-1" not in repr(read) + repr(conf)
+    with secrets.left_out("k"):
+        data = coders.dumps(read)
+    assert b"Kafka-pw-1" not in data and b"Key-pw-2" not in data

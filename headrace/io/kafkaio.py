@@ -45,7 +45,8 @@ consumer reports for a partition, never stop the read: they go to the dead-lette
 counted (`bad_records`) and logged with topic, partition and offset. An unreachable cluster
 or a missing topic fails with an error naming the bootstrap servers, the topic and what to
 check; the values of secret options (`sasl.password`, `ssl.key.password`, ...) never appear
-in errors, logs or the transform's repr (`masked_config`).
+in errors, logs, checkpoints or the transform's repr (`masked_config`; the values are kept as
+`headrace.utils.secrets.Secret`).
 """
 
 from __future__ import annotations
@@ -70,6 +71,7 @@ from headrace.pipeline.splittable import (
     RecordBlock, RestrictionProgress, RestrictionProvider, RestrictionTracker,
     WatermarkEstimatorProvider,
 )
+from headrace.utils.secrets import Secret, reveal
 from headrace.utils.timestamp import Timestamp
 
 __all__ = ["KafkaRecord", "ReadAllFromKafka", "ReadFromKafka", "masked_config"]
@@ -142,6 +144,7 @@ class _MaskedConfig(Dict[str, Any]):
 def _scrub(text: str, config: Dict[str, Any]) -> str:
     """`text` with the value of each secret option (should a library echo it) replaced by ****."""
     for k, v in config.items():
+        v = reveal(v)
         if _is_secret(str(k)) and isinstance(v, str) and len(v) >= 3:
             text = text.replace(v, "****")
     return text
@@ -208,7 +211,7 @@ class _Cluster:
 
     def _consumer(self, extra: Optional[Dict[str, Any]] = None) -> Any:
         from confluent_kafka import Consumer
-        conf = dict(self.config.consumer_config)
+        conf = {k: reveal(v) for k, v in self.config.consumer_config.items()}
         conf.setdefault("group.id", "headrace")
         conf.update({"enable.auto.commit": False, "enable.auto.offset.store": False,
                      "enable.partition.eof": True})
@@ -827,7 +830,9 @@ def _config(where: str, consumer_config: Any, key_deserializer: Any, value_deser
         raise InvalidArgumentError(
             f"{where}: consumer_config must be a dict with 'bootstrap.servers', e.g. "
             f"{{'bootstrap.servers': 'broker:9092'}}; got {shown!r}")
-    conf = _MaskedConfig({str(k): v for k, v in consumer_config.items()})
+    # secret values kept as Secrets: never pickled into a stored plan (headrace.utils.secrets)
+    conf = _MaskedConfig({str(k): Secret(v) if _is_secret(str(k)) and isinstance(v, str) else v
+                          for k, v in consumer_config.items()})
     if timestamp_policy not in _POLICIES:
         raise InvalidArgumentError(f"{where}: timestamp_policy={timestamp_policy!r}; give one of {_POLICIES}")
     if commit_offset_in_finalize and not conf.get("group.id"):
