@@ -25,19 +25,25 @@ from __future__ import annotations
 
 import datetime as _dt
 import math
+import os
 import re
+import uuid
+import zlib
 from typing import Any, Callable, Dict, Iterable, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 from headrace.errors import DataFormatError, InvalidArgumentError, PipelineConstructionError
 from headrace.io.restriction_trackers import (OFFSET_INFINITY, GrowableOffsetRangeTracker, OffsetRange,
                                               OffsetRestrictionTracker, split_evenly)
 from headrace.io.watermark_estimators import ManualWatermarkEstimator
+from headrace.metrics.metric import Metrics
 from headrace.model.time import MAX_TIMESTAMP_MICROS, MIN_TIMESTAMP_MICROS, duration_micros
 from headrace.model.windowed import TimestampedValue
 from headrace.pipeline.dofn import DoFn
 from headrace.pipeline.ptransform import PTransform
 from headrace.pipeline.pvalue import PCollection, Row, TaggedOutput
 from headrace.pipeline.splittable import RecordBlock, RestrictionProvider
+from headrace.pipeline.userstate import (BagStateSpec, ReadModifyWriteStateSpec, TimeDomain, TimerSpec,
+                                        on_timer)
 from headrace.utils.secrets import Secret, reveal
 from headrace.utils.timestamp import Duration, Timestamp
 
@@ -735,6 +741,37 @@ class _Resolve(_Connected):
 # ---- the sink ------------------------------------------------------------------------------------
 
 
+def _row_values(table: str, columns: List[str], element: Any) -> Tuple[Any, ...]:
+    """The values of `columns` in a dict or beam.Row element; a bad element names the table."""
+    record = element.as_dict() if isinstance(element, Row) else element
+    if not isinstance(record, dict):
+        raise DataFormatError(
+            f"WriteToPostgres({table!r}): elements must be dicts or beam.Rows, got "
+            f"{type(element).__name__}; map them to dicts of the table's columns first")
+    try:
+        return tuple(record[c] for c in columns)
+    except KeyError as exc:
+        raise DataFormatError(
+            f"WriteToPostgres({table!r}): element has no column {exc.args[0]!r} (it has "
+            f"{sorted(record)}); give every column of columns={columns}, or pass columns="
+            "naming only those the elements have") from None
+
+
+def _write_rows(conn: Any, cfg: _Conn, table: str, statement: str, rows: List[Tuple[Any, ...]],
+                batch_size: int) -> None:
+    """Executes `statement` for `rows` in batches of `batch_size` in the open transaction (rolled
+    back, and the error named, if one fails)."""
+    import psycopg
+    try:
+        with conn.cursor() as cur:
+            for i in range(0, len(rows), batch_size):
+                cur.executemany(statement, rows[i:i + batch_size])
+    except psycopg.Error as exc:
+        conn.rollback()
+        raise cfg.error(exc, f"writing to table {table!r} failed",
+                        "check the rows' types against the table; the bundle is retried") from None
+
+
 class _Upsert(_Connected):
     """Writes a bundle's elements in batches inside one transaction, committed in finish_bundle."""
 
@@ -754,33 +791,12 @@ class _Upsert(_Connected):
         self._rows: List[Tuple[Any, ...]] = []
 
     def process(self, element: Any) -> None:
-        record = element.as_dict() if isinstance(element, Row) else element
-        if not isinstance(record, dict):
-            raise DataFormatError(
-                f"WriteToPostgres({self.table!r}): elements must be dicts or beam.Rows, got "
-                f"{type(element).__name__}; map them to dicts of the table's columns first")
-        try:
-            self._rows.append(tuple(record[c] for c in self.columns))
-        except KeyError as exc:
-            raise DataFormatError(
-                f"WriteToPostgres({self.table!r}): element has no column {exc.args[0]!r} (it has "
-                f"{sorted(record)}); give every column of columns={self.columns}, or pass columns="
-                "naming only those the elements have") from None
+        self._rows.append(_row_values(self.table, self.columns, element))
         if len(self._rows) >= self.batch_size:
             self._flush()
 
     def _flush(self) -> None:
-        import psycopg
-        if not self._rows:
-            return
-        try:
-            with self._conn.cursor() as cur:
-                cur.executemany(self.statement, self._rows)
-        except psycopg.Error as exc:
-            self._conn.rollback()
-            raise self.cfg.error(exc, f"writing to table {self.table!r} failed",
-                                 "check the rows' types against the table; the bundle is retried"
-                                 ) from None
+        _write_rows(self._conn, self.cfg, self.table, self.statement, self._rows, self.batch_size)
         self._rows = []
 
     def finish_bundle(self) -> None:
@@ -793,23 +809,121 @@ class _Upsert(_Connected):
                                  "the bundle is retried; check the server") from None
 
 
+MARKER_TABLE = "headrace_sink_commits"
+_MARKER_DDL = (f"CREATE TABLE IF NOT EXISTS {MARKER_TABLE} (sink text NOT NULL, shard integer "
+               "NOT NULL, seq bigint NOT NULL, committed_at timestamptz NOT NULL DEFAULT now(), "
+               "PRIMARY KEY (sink, shard))")
+# the flush's marker, in the flush's transaction: a row back means "not written before"
+_MARKER_SQL = (f"INSERT INTO {MARKER_TABLE} (sink, shard, seq) VALUES (%s, %s, %s) "
+               f"ON CONFLICT (sink, shard) DO UPDATE SET seq = EXCLUDED.seq, committed_at = now() "
+               f"WHERE {MARKER_TABLE}.seq < EXCLUDED.seq RETURNING 1")
+
+
+def _create_markers(conn: Any) -> None:
+    """Creates the marker table if missing, in a transaction of its own (two workers creating
+    it at once: one wins, the other's unique violation is ignored)."""
+    import psycopg
+    try:
+        conn.execute(_MARKER_DDL)
+        conn.commit()
+    except psycopg.errors.UniqueViolation:   # a concurrent CREATE ... IF NOT EXISTS won
+        conn.rollback()
+
+
+def _shard(values: Tuple[Any, ...], shards: int) -> int:
+    """A row's shard: the same for the same values in every process and run."""
+    return zlib.crc32(repr(values).encode()) % shards
+
+
+class _TransactionalAppend(_Connected):
+    """mode='append': a stateful DoFn per shard (the key) that keeps the rows it is given in
+    state and writes them when its processing-time timer fires (the end of the micro-batch on
+    Spark streaming, the end of the input on a bounded run), in one transaction with the
+    shard's marker: (sink, shard, flush number). A replay of a flush (a retried bundle, a
+    micro-batch replayed after a crash) finds its marker written and writes nothing."""
+
+    ROWS = BagStateSpec("rows")
+    FLUSHES = ReadModifyWriteStateSpec("flushes")
+    FLUSH = TimerSpec("flush", TimeDomain.REAL_TIME)
+
+    def __init__(self, cfg: _Conn, table: str, statement: str, batch_size: int, sink: str) -> None:
+        self.cfg = cfg
+        self.table = table
+        self.statement = statement
+        self.batch_size = batch_size
+        self.sink = sink
+        self._markers_ready = False
+
+    def __repr__(self) -> str:
+        return f"_TransactionalAppend({self.table!r}, {self.cfg!r})"
+
+    def process(self, element: Tuple[int, Tuple[Any, ...]], rows: Any = DoFn.StateParam(ROWS),
+                flush: Any = DoFn.TimerParam(FLUSH)) -> None:
+        rows.add(element[1])
+        flush.set(Timestamp.now())
+
+    @on_timer(FLUSH)
+    def on_flush(self, shard: Any = DoFn.KeyParam, rows: Any = DoFn.StateParam(ROWS),
+                 flushes: Any = DoFn.StateParam(FLUSHES)) -> None:
+        """Writes the rows kept since the last flush with this flush's marker, once."""
+        import psycopg
+        pending = list(rows.read())
+        if not pending:
+            return
+        n = flushes.read() or 0
+        conn = self.connection(autocommit=False)
+        try:
+            conn.rollback()
+            if not self._markers_ready:
+                _create_markers(conn)
+                self._markers_ready = True
+            first = conn.execute(_MARKER_SQL, [self.sink, shard, n]).fetchone() is not None
+            if first:
+                _write_rows(conn, self.cfg, self.table, self.statement, pending, self.batch_size)
+            conn.commit()
+        except psycopg.Error as exc:
+            conn.rollback()
+            raise self.cfg.error(exc, f"committing to table {self.table!r} failed",
+                                 "the flush is retried; check the server") from None
+        if not first:
+            Metrics.counter("postgresio", "replayed_flushes_skipped").inc()
+        rows.clear()
+        flushes.write(n + 1)
+
+
 class WriteToPostgres(PTransform):
     """Writes dicts (or `beam.Row`s) to a PostgreSQL table (Beam's `WriteToJdbc` options).
 
-    With `key_columns`, an upsert: `INSERT ... ON CONFLICT (key_columns) DO UPDATE` of the other
-    columns, so a row written again (a retried bundle, a replayed micro-batch, a late pane
-    replacing an early one) leaves the table as after one write: idempotent under replay, the
-    last write of a key winning. Without them, a plain INSERT (a replay inserts again), or
-    `statement`: your own SQL with `%s` placeholders for `columns` in order. `columns` defaults
-    to the table's columns. Each bundle is written in batches of `batch_size` inside one
-    transaction, committed when the bundle finishes, so a failed bundle leaves nothing. The
-    server, the table and its columns (and a unique index on the keys) are checked when the
-    pipeline is built (`validate=False` skips that)."""
+    Three modes, each saying what it guarantees when a bundle is retried or a micro-batch is
+    replayed after a crash:
+
+    * `key_columns` given (mode 'upsert'): `INSERT ... ON CONFLICT (key_columns) DO UPDATE` of
+      the other columns; a row written again leaves the table as after one write (the last
+      write of a key wins, e.g. a late pane replacing an early one). Exactly-once in effect.
+    * mode 'append' (the default without `key_columns` or `statement`): a transactional append.
+      The rows go to `num_shards` shards (by a hash of their values); each shard keeps its rows
+      in state and writes them when its processing-time timer fires (once per micro-batch on
+      Spark streaming, at the end of a bounded input), in ONE transaction with a marker row
+      (sink, shard, flush number) in `headrace_sink_commits`; a replayed flush finds its marker
+      and writes nothing. Exactly-once, for a pipeline whose replays give the sink the same rows
+      (Spark's own condition for its sinks: deterministic steps before it). `run_id` names the
+      run in the markers: default the streaming checkpoint location (a restarted query continues
+      its markers), else a new id per run (a batch job run again writes again; give the same
+      `run_id` to make a rerun write only what a failed run did not).
+    * mode 'insert', or your own `statement` (SQL with `%s` placeholders for `columns` in
+      order): each bundle in one transaction, committed when it finishes, so a failed bundle
+      leaves nothing; a replayed micro-batch writes again (at-least-once), unless your
+      statement is idempotent.
+
+    `columns` defaults to the table's columns. Rows are written in batches of `batch_size`. The
+    server, the table and its columns (and a unique index on the keys) are checked, and the
+    marker table created, when the pipeline is built (`validate=False` skips that)."""
 
     def __init__(self, table: str, dsn: str = DEFAULT_DSN, columns: Optional[Sequence[str]] = None,
                  key_columns: Optional[Sequence[str]] = None, batch_size: int = 1000,
                  statement: Optional[str] = None, connect_kwargs: Optional[Dict[str, Any]] = None,
-                 validate: bool = True) -> None:
+                 validate: bool = True, mode: Optional[str] = None, num_shards: int = 8,
+                 run_id: Optional[str] = None) -> None:
         super().__init__()
         where = f"WriteToPostgres({table!r})"
         if not isinstance(table, str) or not table:
@@ -819,11 +933,15 @@ class WriteToPostgres(PTransform):
                                      or not all(isinstance(c, str) and c for c in cols)):
                 raise InvalidArgumentError(f"{where}: {name} must be a non-empty list of column "
                                            f"names, got {cols!r}")
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise InvalidArgumentError(f"{where}: batch_size must be an int >= 1, got {batch_size!r}")
+        for name, n in (("batch_size", batch_size), ("num_shards", num_shards)):
+            if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+                raise InvalidArgumentError(f"{where}: {name} must be an int >= 1, got {n!r}")
         if statement is not None and key_columns is not None:
             raise InvalidArgumentError(f"{where}: give statement= (your SQL) or key_columns= (an "
                                        "upsert), not both")
+        self.mode = _mode(where, mode, key_columns, statement)
+        if run_id is not None and (not isinstance(run_id, str) or not run_id):
+            raise InvalidArgumentError(f"{where}: run_id must be a non-empty str, got {run_id!r}")
         self.table = table
         self.cfg = _Conn(dsn, connect_kwargs, where)
         self.columns = list(columns) if columns is not None else None
@@ -831,6 +949,8 @@ class WriteToPostgres(PTransform):
         self.batch_size = batch_size
         self.statement = statement
         self.validate = bool(validate)
+        self.num_shards = num_shards
+        self.run_id = run_id
 
     def default_label(self) -> str:
         return f"WriteToPostgres({self.table})"
@@ -842,8 +962,26 @@ class WriteToPostgres(PTransform):
             columns = self._check()
         assert columns is not None
         statement = self.statement or _upsert_sql(self.table, columns, self.key_columns)
-        return pcoll | "Write" >> ParDo(_Upsert(self.cfg, self.table, columns, statement,
-                                                self.batch_size))
+        if self.mode != "append":
+            return pcoll | "Write" >> ParDo(_Upsert(self.cfg, self.table, columns, statement,
+                                                    self.batch_size))
+        from headrace.transforms.core import Map, WindowInto
+        from headrace.transforms.window import GlobalWindows
+        sink = f"{self._run_id(pcoll)}|{self.table}|{self.label}"
+        return (pcoll
+                | "Shard" >> Map(_sharded, self.table, columns, self.num_shards)
+                | "Unwindow" >> WindowInto(GlobalWindows())
+                | "Append" >> ParDo(_TransactionalAppend(self.cfg, self.table, statement,
+                                                         self.batch_size, sink)))
+
+    def _run_id(self, pcoll: PCollection) -> str:
+        """The run's name in the markers (see the class doc)."""
+        if self.run_id is not None:
+            return self.run_id
+        from headrace.options.pipeline_options import SparkRunnerOptions
+        options = pcoll.pipeline.options
+        checkpoint = options.view_as(SparkRunnerOptions).checkpoint_location if options else None
+        return os.path.abspath(checkpoint) if checkpoint else uuid.uuid4().hex
 
     def _check(self) -> List[str]:
         """The columns to write, checked against the table (and its unique keys)."""
@@ -863,6 +1001,9 @@ class WriteToPostgres(PTransform):
                 raise PipelineConstructionError(
                     f"{self.cfg.where}: table has no column(s) {missing} (it has {have}); fix "
                     "columns= / key_columns=, or alter the table")
+            if self.mode == "append":
+                conn.autocommit = False
+                _create_markers(conn)
             if self.key_columns and not _has_unique(conn, self.table, self.key_columns):
                 raise PipelineConstructionError(
                     f"{self.cfg.where}: no primary key or unique index on exactly "
@@ -871,6 +1012,25 @@ class WriteToPostgres(PTransform):
             return columns
         finally:
             conn.close()
+
+
+def _mode(where: str, mode: Optional[str], key_columns: Any, statement: Any) -> str:
+    """The write mode (see WriteToPostgres): checked against key_columns and statement."""
+    default = "upsert" if key_columns is not None else "insert" if statement is not None else "append"
+    if mode is None:
+        return default
+    if mode not in ("upsert", "append", "insert"):
+        raise InvalidArgumentError(f"{where}: mode={mode!r}; give 'upsert' (with key_columns), "
+                                   "'append' (exactly-once) or 'insert' (at-least-once)")
+    if (mode == "upsert") != (key_columns is not None):
+        raise InvalidArgumentError(f"{where}: mode='upsert' goes with key_columns= (the keys of "
+                                   "the upsert), and key_columns= with mode='upsert'")
+    return mode
+
+
+def _sharded(element: Any, table: str, columns: List[str], shards: int) -> Tuple[int, Tuple[Any, ...]]:
+    values = _row_values(table, columns, element)
+    return _shard(values, shards), values
 
 
 def _has_unique(conn: Any, table: str, keys: List[str]) -> bool:

@@ -11,7 +11,7 @@ import time
 import pytest
 
 import headrace as beam
-from headrace.errors import DataFormatError, PipelineConstructionError
+from headrace.errors import DataFormatError, InvalidArgumentError, PipelineConstructionError
 from headrace.testing.util import assert_that, equal_to
 from headrace.transforms import window
 from tests._postgres import table_name
@@ -155,6 +155,53 @@ def test_an_upsert_replaces_the_rows_of_its_keys(make_pipeline, pg):
                               beam.Row(k="c", window_start=0, total=30)])
              | WriteToPostgres(sink, dsn=pg, key_columns=["k", "window_start"]))
     assert sorted(_sql(pg, f"SELECT * FROM {sink}")) == [("a", 0, 10), ("b", 0, 2), ("c", 0, 30)]
+
+
+def _append_pipeline(p, pg, sink, rows, **kwargs):
+    return (p | beam.Create(rows)
+            | beam.Map(lambda r: {"k": r[0], "v": r[1]})
+            | WriteToPostgres(sink, dsn=pg, num_shards=3, batch_size=4, **kwargs))
+
+
+def _append_table(pg):
+    name = table_name("appended")
+    _sql(pg, f"CREATE TABLE {name} (k text, v bigint)")   # no key: duplicates would show
+    return name
+
+
+def test_an_append_writes_each_row_once_with_one_marker_per_shard(make_pipeline, pg):
+    sink = _append_table(pg)
+    rows = [(f"k{i % 5}", i) for i in range(40)] + [("dup", 7)] * 3   # equal rows stay 3 rows
+    with make_pipeline(bundle_size=6) as p:
+        _append_pipeline(p, pg, sink, rows, run_id=sink)
+    assert sorted(_sql(pg, f"SELECT k, v FROM {sink}")) == sorted(rows)
+    markers = _sql(pg, "SELECT shard, seq FROM headrace_sink_commits WHERE sink LIKE %s",
+                   [f"{sink}|%"])
+    # a bounded input flushes each shard once, at its end
+    assert sorted(markers) == [(s, 0) for s in range(3)]
+
+
+def test_an_append_run_again_with_its_run_id_writes_nothing_more(make_pipeline, pg):
+    """A rerun with the run's id replays its flushes (as a replayed micro-batch would): each
+    flush finds its marker and writes nothing. Another run id is another run: it writes."""
+    sink = _append_table(pg)
+    rows = [(f"k{i % 4}", i) for i in range(30)]
+    for run in ("first", "first", "second"):
+        with make_pipeline() as p:
+            _append_pipeline(p, pg, sink, rows, run_id=f"{sink}-{run}")
+    assert sorted(_sql(pg, f"SELECT k, v FROM {sink}")) == sorted(rows * 2)
+
+
+def test_the_write_mode_follows_the_arguments(pg):
+    sink = _append_table(pg)
+    assert WriteToPostgres(sink, dsn=pg).mode == "append"
+    assert WriteToPostgres(sink, dsn=pg, mode="insert").mode == "insert"
+    assert WriteToPostgres(sink, dsn=pg, statement=f"INSERT INTO {sink} VALUES (%s, %s)",
+                           validate=False).mode == "insert"
+    with pytest.raises(InvalidArgumentError, match="mode='upsert' goes with key_columns"):
+        WriteToPostgres(sink, dsn=pg, mode="upsert")
+    with pytest.raises(InvalidArgumentError, match="give 'upsert'"):
+        WriteToPostgres(sink, dsn=pg, mode="exactly")
 
 
 # ---- errors -------------------------------------------------------------------------------------
