@@ -97,6 +97,7 @@ _log = logging.getLogger(__name__)
 DEAD_LETTER_TAG = "dead_letter"
 _MAIN_TAG = "messages"
 _SCHEMES = ("nats", "tls", "ws", "wss")
+_CONNECTING = threading.RLock()
 
 
 class JetStreamMessage(NamedTuple):
@@ -298,14 +299,15 @@ class _Connected:
 
     def connection(self) -> Any:
         """The connected nats-py client (failures name the server, masked)."""
-        if self._nc is None:
-            if self._loop is None:
-                self._loop = _Loop()
-            try:
-                self._nc = self._loop.run(self._connect(), self.config.request_timeout + 5)
-            except Exception as exc:
-                raise self._failure(exc, "cannot connect to") from None
-        return self._nc
+        with _CONNECTING:   # one loop and client per instance, whichever thread asks first
+            if self._nc is None:
+                if self._loop is None:
+                    self._loop = _Loop()
+                try:
+                    self._nc = self._loop.run(self._connect(), self.config.request_timeout + 5)
+                except Exception as exc:
+                    raise self._failure(exc, "cannot connect to") from None
+            return self._nc
 
     async def _connect(self) -> Any:
         import nats
