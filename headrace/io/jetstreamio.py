@@ -297,16 +297,22 @@ class _Connected:
     def __getstate__(self) -> Dict[str, Any]:
         return {**self.__dict__, "_loop": None, "_nc": None}
 
-    def connection(self) -> Any:
-        """The connected nats-py client (failures name the server, masked)."""
+    def start_loop(self) -> None:
+        """Starts this instance's private event loop (once)."""
+        with _CONNECTING:
+            if self._loop is None:
+                self._loop = _Loop()
+
+    def connection(self, stream: Optional[str] = None) -> Any:
+        """The connected nats-py client (failures name the server, masked, and `stream`)."""
         with _CONNECTING:   # one loop and client per instance, whichever thread asks first
             if self._nc is None:
-                if self._loop is None:
-                    self._loop = _Loop()
+                self.start_loop()
+                assert self._loop is not None
                 try:
                     self._nc = self._loop.run(self._connect(), self.config.request_timeout + 5)
                 except Exception as exc:
-                    raise self._failure(exc, "cannot connect to") from None
+                    raise self._failure(exc, "cannot connect to", stream) from None
             return self._nc
 
     async def _connect(self) -> Any:
@@ -335,7 +341,9 @@ class _Connected:
 
     def _failure(self, exc: BaseException, what: str, stream: Optional[str] = None) -> PipelineExecutionError:
         cfg = self.config
-        where = f" (stream {stream!r})" if stream is not None else ""
+        where = ""
+        if stream:
+            where = f" ({stream})" if stream.startswith("subjects") else f" (stream {stream!r})"
         hint = ("check that nats-server runs with JetStream enabled (-js), and the URL, credentials "
                 "(client_options user/password/token/user_credentials) and TLS options")
         servers = ", ".join(mask_url(s) for s in cfg.servers)
@@ -346,7 +354,7 @@ class _Connected:
 
     def call(self, stream: Optional[str], what: str, make: Callable[[Any], Any]) -> Any:
         """Runs the coroutine `make(client)` on the loop; failures name the server and stream."""
-        nc = self.connection()
+        nc = self.connection(stream)
         assert self._loop is not None
         try:
             return self._loop.run(make(nc), self.config.request_timeout * 4)
@@ -368,7 +376,7 @@ class _ReadStreams(_Connected, DoFn, RestrictionProvider):
         self._malformed = Metrics.counter("jetstreamio", "malformed_messages")
 
     def setup(self) -> None:
-        self.connection()
+        self.start_loop()   # the connection follows at the first request, naming its stream
 
     def teardown(self) -> None:
         self.close()
@@ -379,7 +387,7 @@ class _ReadStreams(_Connected, DoFn, RestrictionProvider):
         """Connects (failing with the masked URL) and checks that each stream of `elements`
         exists; closes the connection."""
         try:
-            self.connection()
+            self.connection(", ".join(_described(e) for e in elements) or None)
             for element in elements:
                 self._stream_of(element)
         finally:
@@ -489,6 +497,10 @@ class _ReadStreams(_Connected, DoFn, RestrictionProvider):
         failed claim, or (unbounded) having caught up: then a checkpoint."""
         cfg = self.config
         stream, rng = tracker.current_restriction()
+        if rng.start >= rng.stop:   # an empty bounded range: no consumer needed
+            state.advance(MAX_TIMESTAMP_MICROS)
+            tracker.try_claim(rng.stop)
+            return
         consumer, pending = self._open(stream, rng.start)
         pos, delivered = rng.start, 0
         try:
@@ -683,6 +695,13 @@ def _js_micros(msg: Any) -> int:
     tokens = msg.reply.split(".")
     index = 7 if len(tokens) == 9 else Msg.Ack.Timestamp
     return int(tokens[index]) // 1000
+
+
+def _described(element: Any) -> str:
+    """How an error names the stream of an element."""
+    if isinstance(element, _BySubjects):
+        return f"subjects {list(element.subjects)}"
+    return str(element)
 
 
 def _stream_name(element: Any) -> str:

@@ -76,6 +76,7 @@ def test_a_password_or_token_in_the_url_never_appears_in_the_error(secret, shown
     text = _error_text(info.value)
     assert "PlantedPassw0rd" not in text
     assert f"nats://{shown}127.0.0.1:{port}" in text and "cannot connect" in text
+    assert "(stream 'S')" in text and "check that nats-server runs" in text
     # and at the first read, when not validated
     p = beam.Pipeline(runner="LocalRunner")
     p | ReadFromJetStream(stream="S", servers=url, stop_sequence="last", validate=False)
@@ -84,6 +85,7 @@ def test_a_password_or_token_in_the_url_never_appears_in_the_error(secret, shown
     text = _error_text(info.value)
     assert "PlantedPassw0rd" not in text
     assert f"nats://{shown}127.0.0.1:{port}" in text and "cannot connect" in text
+    assert "(stream 'S')" in text
 
 
 def test_a_missing_stream_says_so_and_what_to_do(server):
