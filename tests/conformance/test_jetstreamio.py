@@ -128,6 +128,8 @@ def test_a_bounded_read_gives_each_message_at_its_jetstream_time(make_pipeline, 
                | beam.Map(_stamped))
         assert_that(out, equal_to([(data, _stamp_us(raw)) for (_, _, data), raw
                                    in zip(written, stored)]))
+    # the read's ephemeral consumers are gone once it ended
+    assert server.run(lambda nc: nc.jsm().stream_info(stream)).state.consumer_count == 0
 
 
 def test_sequences_bound_the_read_and_timestamps_come_from_a_header(make_pipeline, server):
