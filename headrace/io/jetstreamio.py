@@ -54,8 +54,8 @@ built (`validate=True`) or at the first read, with an error naming the server UR
 token masked, `mask_url`), the stream and what to do.
 
 **Event loop.** nats-py is asyncio: each DoFn instance runs its connection on a private event
-loop in a thread of its own, made on first use (setup) and closed in teardown; the loop and the
-client are never pickled.
+loop in a thread of its own, started in setup (or at first use), connected at the first
+request and closed in teardown; the loop and the client are never pickled.
 """
 
 from __future__ import annotations
