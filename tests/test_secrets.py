@@ -84,3 +84,17 @@ def test_kafka_keeps_secret_options_as_secrets():
     with secrets.left_out("k"):
         data = coders.dumps(read)
     assert b"Kafka-pw-1" not in data and b"Key-pw-2" not in data
+
+
+def test_jetstream_keeps_credentials_as_secrets():
+    pytest.importorskip("nats")
+    from headrace.io.jetstreamio import ReadFromJetStream
+    read = ReadFromJetStream(stream="S", servers="nats://alice:Nats-pw-1@h:4222,nats://h2:4222",
+                             client_options={"token": "Nats-token-2"}, validate=False)
+    cfg = read._config
+    assert isinstance(cfg.servers[0], Secret) and cfg.servers[1] == "nats://h2:4222"
+    assert cfg.urls()[0] == "nats://alice:Nats-pw-1@h:4222"
+    assert cfg.options()["token"] == "Nats-token-2"
+    with secrets.left_out("n"):
+        data = coders.dumps(read)
+    assert b"Nats-pw-1" not in data and b"Nats-token-2" not in data

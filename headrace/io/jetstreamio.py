@@ -88,6 +88,7 @@ from headrace.pipeline.splittable import (
     RecordBlock, RestrictionProgress, RestrictionProvider, RestrictionTracker,
     WatermarkEstimatorProvider,
 )
+from headrace.utils.secrets import Secret, reveal
 from headrace.utils.timestamp import Timestamp
 
 __all__ = ["JetStreamMessage", "ReadAllFromJetStream", "ReadFromJetStream", "mask_url"]
@@ -138,6 +139,9 @@ def mask_url(url: str) -> str:
     return masked if "://" in url else masked.split("://", 1)[1]
 
 
+_SECRET_OPTIONS = ("password", "token", "nkeys_seed_str")
+
+
 def _secrets(servers: Sequence[str], options: Mapping[str, Any]) -> List[str]:
     """The passwords and tokens in `servers` and `options` (to scrub from any text)."""
     found: List[str] = []
@@ -149,9 +153,10 @@ def _secrets(servers: Sequence[str], options: Mapping[str, Any]) -> List[str]:
         secret = parts.password if parts.password is not None else parts.username
         if secret:
             found += [secret, urllib.parse.unquote(secret)]
-    for name in ("password", "token", "nkeys_seed_str"):
-        if isinstance(options.get(name), str) and options[name]:
-            found.append(options[name])
+    for name in _SECRET_OPTIONS:
+        value = reveal(options.get(name))
+        if isinstance(value, str) and value:
+            found.append(value)
     return found
 
 
@@ -168,7 +173,7 @@ def _utf8(data: bytes) -> str:
 
 
 class _Config(NamedTuple):
-    servers: Tuple[str, ...]
+    servers: Tuple[Union[str, Secret], ...]   # a URL with credentials kept as a Secret
     subjects: Tuple[str, ...]
     start_sequence: Optional[int]
     stop_sequence: Union[int, str, None]
@@ -182,6 +187,14 @@ class _Config(NamedTuple):
     stop_after_idle: Optional[float]
     request_timeout: float
     client_options: Dict[str, Any]
+
+    def urls(self) -> List[str]:
+        """The server URLs, credentials and all (for the client only)."""
+        return [reveal(u) for u in self.servers]
+
+    def options(self) -> Dict[str, Any]:
+        """The client options, credentials and all (for the client only)."""
+        return {k: reveal(v) for k, v in self.client_options.items()}
 
 
 # ---- the private event loop ------------------------------------------------------------------
@@ -322,11 +335,11 @@ class _Connected:
         async def quiet(*args: Any) -> None:   # nats-py would log errors itself, URLs and all
             for arg in args:
                 if isinstance(arg, BaseException):
-                    _log.debug("ReadFromJetStream: %s", _scrub(repr(arg), cfg.servers,
-                                                                cfg.client_options))
+                    _log.debug("ReadFromJetStream: %s", _scrub(repr(arg), cfg.urls(),
+                                                                cfg.options()))
         options = {"connect_timeout": 5, "max_reconnect_attempts": 3, "reconnect_time_wait": 1,
-                   "error_cb": quiet, "disconnected_cb": quiet, **cfg.client_options}
-        return await nats.connect(servers=list(cfg.servers), **options)
+                   "error_cb": quiet, "disconnected_cb": quiet, **cfg.options()}
+        return await nats.connect(servers=cfg.urls(), **options)
 
     def close(self) -> None:
         nc, loop, self._nc, self._loop = self._nc, self._loop, None, None
@@ -346,11 +359,11 @@ class _Connected:
             where = f" ({stream})" if stream.startswith("subjects") else f" (stream {stream!r})"
         hint = ("check that nats-server runs with JetStream enabled (-js), and the URL, credentials "
                 "(client_options user/password/token/user_credentials) and TLS options")
-        servers = ", ".join(mask_url(s) for s in cfg.servers)
+        servers = ", ".join(mask_url(s) for s in cfg.urls())
         detail = str(exc) or "no detail"
         return PipelineExecutionError(_scrub(
             f"ReadFromJetStream {what} NATS at {servers}{where}: {type(exc).__name__}: {detail}; "
-            f"{hint}", cfg.servers, cfg.client_options))
+            f"{hint}", cfg.urls(), cfg.options()))
 
     def call(self, stream: Optional[str], what: str, make: Callable[[Any], Any]) -> Any:
         """Runs the coroutine `make(client)` on the loop; failures name the server and stream."""
@@ -416,16 +429,16 @@ class _ReadStreams(_Connected, DoFn, RestrictionProvider):
         if len(found) > 1:
             raise PipelineExecutionError(
                 f"ReadFromJetStream: the subjects {list(subjects)} are in several streams "
-                f"({sorted(found)}) at {', '.join(mask_url(s) for s in cfg.servers)}; read each "
+                f"({sorted(found)}) at {', '.join(mask_url(s) for s in cfg.urls())}; read each "
                 "stream in its own ReadFromJetStream(subjects, stream=...)")
         return found.pop()
 
     def _missing(self, what: str, name: str) -> PipelineExecutionError:
         cfg = self.config
         return PipelineExecutionError(_scrub(
-            f"ReadFromJetStream: {what} at {', '.join(mask_url(s) for s in cfg.servers)}; create "
+            f"ReadFromJetStream: {what} at {', '.join(mask_url(s) for s in cfg.urls())}; create "
             f"it first (e.g. `nats stream add`, or js.add_stream(name=..., subjects=[...])) or "
-            "check the stream name / subjects and the server", cfg.servers, cfg.client_options))
+            "check the stream name / subjects and the server", cfg.urls(), cfg.options()))
 
     def _stream_info(self, stream: str) -> Any:
         """The stream's info; a missing stream fails saying so."""
@@ -828,10 +841,14 @@ def _config(servers: Any, subjects: Any, start_sequence: Optional[int],
             f"{where}: client_options must be a dict of nats.connect options (e.g. "
             "{'user_credentials': '/path/user.creds'}), got a "
             f"{type(client_options).__name__}")
-    return _Config(urls, _subjects(subjects), start_sequence, stop_sequence, timestamp_field,
+    # credentials kept as Secrets: never pickled into a stored plan (headrace.utils.secrets)
+    kept = tuple(Secret(u) if _secrets([u], {}) else u for u in urls)
+    options = {k: Secret(v) if k in _SECRET_OPTIONS and isinstance(v, str) else v
+               for k, v in (client_options or {}).items()}
+    return _Config(kept, _subjects(subjects), start_sequence, stop_sequence, timestamp_field,
                    int(round(watermark_delay * 1e6)), durable_name, batch_size, bool(with_metadata),
                    decoder or _utf8, float(poll_interval), stop_after_idle, float(request_timeout),
-                   dict(client_options or {}))
+                   options)
 
 
 class ReadAllFromJetStream(PTransform):
