@@ -25,25 +25,20 @@ from __future__ import annotations
 
 import datetime as _dt
 import math
-import os
 import re
-import uuid
-import zlib
 from typing import Any, Callable, Dict, Iterable, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 from headrace.errors import DataFormatError, InvalidArgumentError, PipelineConstructionError
+from headrace.io.flushes import FlushWriter, WriteInFlushes, default_run_id
 from headrace.io.restriction_trackers import (OFFSET_INFINITY, GrowableOffsetRangeTracker, OffsetRange,
                                               OffsetRestrictionTracker, split_evenly)
 from headrace.io.watermark_estimators import ManualWatermarkEstimator
-from headrace.metrics.metric import Metrics
 from headrace.model.time import MAX_TIMESTAMP_MICROS, MIN_TIMESTAMP_MICROS, duration_micros
 from headrace.model.windowed import TimestampedValue
 from headrace.pipeline.dofn import DoFn
 from headrace.pipeline.ptransform import PTransform
 from headrace.pipeline.pvalue import PCollection, Row, TaggedOutput
 from headrace.pipeline.splittable import RecordBlock, RestrictionProvider
-from headrace.pipeline.userstate import (BagStateSpec, ReadModifyWriteStateSpec, TimeDomain, TimerSpec,
-                                        on_timer)
 from headrace.utils.secrets import Secret, reveal
 from headrace.utils.timestamp import Duration, Timestamp
 
@@ -830,21 +825,9 @@ def _create_markers(conn: Any) -> None:
         conn.rollback()
 
 
-def _shard(values: Tuple[Any, ...], shards: int) -> int:
-    """A row's shard: the same for the same values in every process and run."""
-    return zlib.crc32(repr(values).encode()) % shards
-
-
-class _TransactionalAppend(_Connected):
-    """mode='append': a stateful DoFn per shard (the key) that keeps the rows it is given in
-    state and writes them when its processing-time timer fires (the end of the micro-batch on
-    Spark streaming, the end of the input on a bounded run), in one transaction with the
-    shard's marker: (sink, shard, flush number). A replay of a flush (a retried bundle, a
-    micro-batch replayed after a crash) finds its marker written and writes nothing."""
-
-    ROWS = BagStateSpec("rows")
-    FLUSHES = ReadModifyWriteStateSpec("flushes")
-    FLUSH = TimerSpec("flush", TimeDomain.REAL_TIME)
+class _PostgresFlushes(FlushWriter):
+    """mode='append' (`WriteInFlushes`): each flush's rows and its marker (sink, shard, flush
+    number) in one transaction; a flush whose marker is there writes nothing."""
 
     def __init__(self, cfg: _Conn, table: str, statement: str, batch_size: int, sink: str) -> None:
         self.cfg = cfg
@@ -852,43 +835,39 @@ class _TransactionalAppend(_Connected):
         self.statement = statement
         self.batch_size = batch_size
         self.sink = sink
+        self._conn: Any = None
         self._markers_ready = False
 
     def __repr__(self) -> str:
-        return f"_TransactionalAppend({self.table!r}, {self.cfg!r})"
+        return f"_PostgresFlushes({self.table!r}, {self.cfg!r})"
 
-    def process(self, element: Tuple[int, Tuple[Any, ...]], rows: Any = DoFn.StateParam(ROWS),
-                flush: Any = DoFn.TimerParam(FLUSH)) -> None:
-        rows.add(element[1])
-        flush.set(Timestamp.now())
+    def __getstate__(self) -> Dict[str, Any]:
+        return {**self.__dict__, "_conn": None}
 
-    @on_timer(FLUSH)
-    def on_flush(self, shard: Any = DoFn.KeyParam, rows: Any = DoFn.StateParam(ROWS),
-                 flushes: Any = DoFn.StateParam(FLUSHES)) -> None:
-        """Writes the rows kept since the last flush with this flush's marker, once."""
+    def teardown(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+    def write(self, shard: int, flush: int, elements: List[Any]) -> bool:
         import psycopg
-        pending = list(rows.read())
-        if not pending:
-            return
-        n = flushes.read() or 0
-        conn = self.connection(autocommit=False)
+        if self._conn is None or self._conn.closed or self._conn.broken:
+            self._conn = self.cfg.connect(autocommit=False)
+        conn = self._conn
         try:
             conn.rollback()
             if not self._markers_ready:
                 _create_markers(conn)
                 self._markers_ready = True
-            first = conn.execute(_MARKER_SQL, [self.sink, shard, n]).fetchone() is not None
+            first = conn.execute(_MARKER_SQL, [self.sink, shard, flush]).fetchone() is not None
             if first:
-                _write_rows(conn, self.cfg, self.table, self.statement, pending, self.batch_size)
+                _write_rows(conn, self.cfg, self.table, self.statement, elements, self.batch_size)
             conn.commit()
         except psycopg.Error as exc:
             conn.rollback()
             raise self.cfg.error(exc, f"committing to table {self.table!r} failed",
                                  "the flush is retried; check the server") from None
-        if not first:
-            Metrics.counter("postgresio", "replayed_flushes_skipped").inc()
-        rows.clear()
-        flushes.write(n + 1)
+        return first
 
 
 class WriteToPostgres(PTransform):
@@ -965,23 +944,13 @@ class WriteToPostgres(PTransform):
         if self.mode != "append":
             return pcoll | "Write" >> ParDo(_Upsert(self.cfg, self.table, columns, statement,
                                                     self.batch_size))
-        from headrace.transforms.core import Map, WindowInto
-        from headrace.transforms.window import GlobalWindows
-        sink = f"{self._run_id(pcoll)}|{self.table}|{self.label}"
+        from headrace.transforms.core import Map
+        sink = f"{self.run_id or default_run_id(pcoll)}|{self.table}|{self.label}"
         return (pcoll
-                | "Shard" >> Map(_sharded, self.table, columns, self.num_shards)
-                | "Unwindow" >> WindowInto(GlobalWindows())
-                | "Append" >> ParDo(_TransactionalAppend(self.cfg, self.table, statement,
-                                                         self.batch_size, sink)))
-
-    def _run_id(self, pcoll: PCollection) -> str:
-        """The run's name in the markers (see the class doc)."""
-        if self.run_id is not None:
-            return self.run_id
-        from headrace.options.pipeline_options import SparkRunnerOptions
-        options = pcoll.pipeline.options
-        checkpoint = options.view_as(SparkRunnerOptions).checkpoint_location if options else None
-        return os.path.abspath(checkpoint) if checkpoint else uuid.uuid4().hex
+                | "Values" >> Map(_row_values_of, self.table, columns)
+                | "Append" >> WriteInFlushes(_PostgresFlushes(self.cfg, self.table, statement,
+                                                              self.batch_size, sink),
+                                             self.num_shards, "postgresio"))
 
     def _check(self) -> List[str]:
         """The columns to write, checked against the table (and its unique keys)."""
@@ -1028,9 +997,8 @@ def _mode(where: str, mode: Optional[str], key_columns: Any, statement: Any) -> 
     return mode
 
 
-def _sharded(element: Any, table: str, columns: List[str], shards: int) -> Tuple[int, Tuple[Any, ...]]:
-    values = _row_values(table, columns, element)
-    return _shard(values, shards), values
+def _row_values_of(element: Any, table: str, columns: List[str]) -> Tuple[Any, ...]:
+    return _row_values(table, columns, element)
 
 
 def _has_unique(conn: Any, table: str, keys: List[str]) -> bool:

@@ -6,7 +6,8 @@
 Reads KEY unbounded (batch_size 10, so many claims; at most 3 claims per micro-batch), until
 it has been idle for 2 s, acknowledging what it read in the consumer group `restart-group`;
 writes each entry's value per 1 s window of its ID's time (`v-*`), and each window's count to
-the PostgreSQL table TABLE (upserted on its window). URL and DSN carry passwords that must
+the PostgreSQL table TABLE (upserted on its window), and each value to TABLE_values (an
+exactly-once append). URL and DSN carry passwords that must
 not reach the checkpoint or the log (`OUT_DIR/spark.log`).
 """
 
@@ -39,6 +40,9 @@ def main(argv):
              | beam.Map(lambda n, w=beam.DoFn.WindowParam: {
                  "window_start": w.start.micros // 1000, "n": n})
              | WriteToPostgres(table, dsn=dsn, key_columns=["window_start"]))
+        _ = (values
+             | "Row" >> beam.Map(lambda v: {"v": int(v)})
+             | "Append" >> WriteToPostgres(f"{table}_values", dsn=dsn, num_shards=3))
 
 
 if __name__ == "__main__":

@@ -57,6 +57,7 @@ def test_a_redis_read_killed_mid_run_resumes_with_nothing_lost_or_duplicated(tmp
     table = table_name("redis_counts")
     with psycopg.connect(pg, autocommit=True) as conn:
         conn.execute(f"CREATE TABLE {table} (window_start bigint PRIMARY KEY, n bigint)")
+        conn.execute(f"CREATE TABLE {table}_values (v bigint)")   # no key: a duplicate would show
     try:
         tmp = tmp_path_factory.mktemp("redis-restart")
         out, ckpt = tmp / "out", tmp / "ckpt"
@@ -80,6 +81,9 @@ def test_a_redis_read_killed_mid_run_resumes_with_nothing_lost_or_duplicated(tmp
             counts = conn.execute(f"SELECT window_start, n FROM {table}").fetchall()
         # entries 10 s + i * 0.1 s: N // 10 windows of 1 s, 10 entries each, each counted once
         assert sorted(counts) == [(10_000 + w * 1000, 10) for w in range(N // 10)]
+        with psycopg.connect(pg) as conn:   # the exactly-once append: each entry once
+            appended = conn.execute(f"SELECT v FROM {table}_values").fetchall()
+        assert sorted(v for (v,) in appended) == list(range(N))
         secrets = [REDIS_PASSWORD, PG_PASSWORD]
         assert _files_holding(ckpt, secrets) == []
         assert (out / "spark.log").exists() and _files_holding(out / "spark.log", secrets) == []
