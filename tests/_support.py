@@ -19,6 +19,7 @@ import uuid
 from typing import Any, Dict, Iterator, List
 
 import headrace as beam
+from headrace.io.flushes import FlushWriter
 from headrace.io.iobase import ArrowBatchSource, UnboundedSource
 
 
@@ -195,3 +196,28 @@ def run_job(script: str, args: List[Any], ckpt: Any, kill_at_batch: Any = None) 
         raise
     return proc.returncode, err
 
+
+
+# ---- exactly-once sinks (headrace.io.flushes) ----------------------------------------------------
+
+
+class FailAfterWrite(FlushWriter):
+    """Wraps a sink's FlushWriter: the first attempt of each flush fails right AFTER the wrapped
+    writer wrote it (a crash between the sink's commit and the state's), so the retry must find
+    the flush's marker and write nothing more."""
+
+    def __init__(self, inner: FlushWriter, once: Once, tag: str = "fail") -> None:
+        self.inner, self.once, self.tag = inner, once, tag
+
+    def setup(self) -> None:
+        self.inner.setup()
+
+    def teardown(self) -> None:
+        self.inner.teardown()
+
+    def write(self, shard: int, flush: int, elements: List[Any]) -> bool:
+        written = self.inner.write(shard, flush, elements)
+        if self.once.first(f"{self.tag}-{shard}-{flush}"):
+            raise RuntimeError(f"injected: flush {flush} of shard {shard} failed after its "
+                               f"write (written: {written})")
+        return written

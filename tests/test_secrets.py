@@ -98,3 +98,28 @@ def test_jetstream_keeps_credentials_as_secrets():
     with secrets.left_out("n"):
         data = coders.dumps(read)
     assert b"Nats-pw-1" not in data and b"Nats-token-2" not in data
+
+
+def test_the_sinks_keep_credentials_as_secrets():
+    """WriteToRedisStreams, WriteToJetStream and WriteToKafka, and the flush writers they hand
+    to the workers, pickle no credential inside `left_out` (a stored streaming plan)."""
+    pytest.importorskip("confluent_kafka")
+    pytest.importorskip("nats")
+    from headrace.io.jetstreamio import WriteToJetStream
+    from headrace.io.kafkaio import WriteToKafka
+    from headrace.io.redisio import WriteToRedisStreams
+    sinks = [
+        WriteToRedisStreams("s", url="redis://:Redis-pw-1@h:6379/0", validate=False,
+                            client_options={"ssl_password": "Redis-key-2"}),
+        WriteToJetStream("a.b", servers="nats://alice:Nats-pw-1@h:4222",
+                         client_options={"token": "Nats-token-2"}, validate=False),
+        WriteToKafka({"bootstrap.servers": "b:9092", "sasl.password": "Kafka-pw-1"}, "t",
+                     validate=False),
+    ]
+    planted = [b"Redis-pw-1", b"Redis-key-2", b"Nats-pw-1", b"Nats-token-2", b"Kafka-pw-1"]
+    for sink in sinks:
+        writer = sink._flush_writer("run|label")
+        assert not [p for p in planted if p.decode() in repr(sink.__dict__) + repr(writer)]
+        with secrets.left_out("w"):
+            data = coders.dumps(sink) + coders.dumps(writer)
+        assert not [p for p in planted if p in data], type(sink).__name__

@@ -1,5 +1,6 @@
 """Reading NATS JetStream: `ReadFromJetStream` and `ReadAllFromJetStream`, a splittable DoFn
-over each stream (nats-py, the `nats` extra: `pip install headrace[nats]`).
+over each stream; writing it with JetStream's deduplication: `WriteToJetStream` (see its doc)
+(nats-py, the `nats` extra: `pip install headrace[nats]`).
 
     p | ReadFromJetStream(stream="ORDERS", servers="nats://127.0.0.1:4222", stop_sequence="last")
     p | ReadFromJetStream(["orders.>"])          # the stream that holds these subjects
@@ -73,7 +74,10 @@ from typing import (
     Union,
 )
 
-from headrace.errors import InvalidArgumentError, PipelineExecutionError
+from headrace.errors import (
+    DataFormatError, InvalidArgumentError, PipelineConstructionError, PipelineExecutionError,
+)
+from headrace.io.flushes import FlushWriter
 from headrace.io.restriction_trackers import (
     OFFSET_INFINITY, GrowableOffsetRangeTracker, OffsetRange, OffsetRestrictionTracker,
 )
@@ -91,7 +95,8 @@ from headrace.pipeline.splittable import (
 from headrace.utils.secrets import Secret, reveal
 from headrace.utils.timestamp import Timestamp
 
-__all__ = ["JetStreamMessage", "ReadAllFromJetStream", "ReadFromJetStream", "mask_url"]
+__all__ = ["JetStreamMessage", "ReadAllFromJetStream", "ReadFromJetStream", "WriteToJetStream",
+           "mask_url"]
 
 _log = logging.getLogger(__name__)
 
@@ -301,7 +306,8 @@ class _Batch(NamedTuple):
 class _Connected:
     """The nats-py connection of one DoFn instance, on its private event loop (neither pickled)."""
 
-    config: _Config
+    config: Any   # a _Config or _SinkConfig: urls(), options(), request_timeout
+    what = "ReadFromJetStream"   # the transform its errors name
 
     def __init__(self) -> None:
         self._loop: Optional[_Loop] = None
@@ -335,8 +341,7 @@ class _Connected:
         async def quiet(*args: Any) -> None:   # nats-py would log errors itself, URLs and all
             for arg in args:
                 if isinstance(arg, BaseException):
-                    _log.debug("ReadFromJetStream: %s", _scrub(repr(arg), cfg.urls(),
-                                                                cfg.options()))
+                    _log.debug("%s: %s", self.what, _scrub(repr(arg), cfg.urls(), cfg.options()))
         options = {"connect_timeout": 5, "max_reconnect_attempts": 3, "reconnect_time_wait": 1,
                    "error_cb": quiet, "disconnected_cb": quiet, **cfg.options()}
         return await nats.connect(servers=cfg.urls(), **options)
@@ -362,7 +367,7 @@ class _Connected:
         servers = ", ".join(mask_url(s) for s in cfg.urls())
         detail = str(exc) or "no detail"
         return PipelineExecutionError(_scrub(
-            f"ReadFromJetStream {what} NATS at {servers}{where}: {type(exc).__name__}: {detail}; "
+            f"{self.what} {what} NATS at {servers}{where}: {type(exc).__name__}: {detail}; "
             f"{hint}", cfg.urls(), cfg.options()))
 
     def call(self, stream: Optional[str], what: str, make: Callable[[Any], Any]) -> Any:
@@ -773,8 +778,7 @@ class _ReadUnbounded(_ReadStreams):
 # ---- the transforms --------------------------------------------------------------------------
 
 
-def _servers(servers: Any) -> Tuple[str, ...]:
-    where = "ReadFromJetStream"
+def _servers(servers: Any, where: str = "ReadFromJetStream") -> Tuple[str, ...]:
     items = servers.split(",") if isinstance(servers, str) else servers
     try:
         urls = tuple(str(s).strip() for s in items if str(s).strip())
@@ -920,3 +924,223 @@ class ReadFromJetStream(ReadAllFromJetStream):
         from headrace.transforms.core import Create
         element = pbegin | "Stream" >> Create([self._element])
         return super().expand(element)
+
+
+# ---- writing: WriteToJetStream ---------------------------------------------------------------
+
+MSG_ID_HEADER = "Nats-Msg-Id"
+_PUBLISH_CHUNK = 256   # publishes in flight at once
+
+
+class _SinkConfig(NamedTuple):
+    servers: Tuple[Union[str, Secret], ...]   # a URL with credentials kept as a Secret
+    request_timeout: float
+    client_options: Dict[str, Any]
+
+    def urls(self) -> List[str]:
+        """The server URLs, credentials and all (for the client only)."""
+        return [reveal(u) for u in self.servers]
+
+    def options(self) -> Dict[str, Any]:
+        """The client options, credentials and all (for the client only)."""
+        return {k: reveal(v) for k, v in self.client_options.items()}
+
+
+def _payload(element: Any, encoder: Optional[Callable[[Any], bytes]], where: str) -> bytes:
+    """An element's message data: `encoder(element)`, else bytes as they are, str as UTF-8."""
+    data = encoder(element) if encoder is not None else element
+    if isinstance(data, str) and encoder is None:
+        data = data.encode("utf-8")
+    if not isinstance(data, (bytes, bytearray)):
+        raise DataFormatError(
+            f"{where}: {'encoder gave' if encoder else 'an element is'} a {type(data).__name__} "
+            f"({data!r:.80}), not bytes; give encoder= (a function from the element to bytes, "
+            "e.g. lambda x: json.dumps(x).encode())")
+    return bytes(data)
+
+
+class _JetStreamFlushes(_Connected, FlushWriter):
+    """Each flush published message by message, each with its deterministic Nats-Msg-Id."""
+
+    what = "WriteToJetStream"
+
+    def __init__(self, config: _SinkConfig, subject: str, sink: str, min_window: float) -> None:
+        _Connected.__init__(self)
+        self.config = config
+        self.subject = subject
+        self.sink = sink
+        self.min_window = min_window
+        self._stream: Optional[str] = None
+
+    def __repr__(self) -> str:
+        return f"_JetStreamFlushes({self.subject!r})"
+
+    def __getstate__(self) -> Dict[str, Any]:
+        return {**_Connected.__getstate__(self), "_stream": None}
+
+    def setup(self) -> None:
+        self.stream()
+
+    def teardown(self) -> None:
+        self.close()
+        self._stream = None
+
+    def stream(self) -> str:
+        """The stream that holds the subject, checked to keep message ids long enough."""
+        if self._stream is None:
+            from nats.js.errors import NotFoundError
+            subject, servers = self.subject, ", ".join(mask_url(u) for u in self.config.urls())
+
+            async def info(nc: Any) -> Any:
+                js = nc.jetstream()
+                try:
+                    name = await js.find_stream_name_by_subject(subject)
+                except NotFoundError:
+                    return None
+                return await js.stream_info(name)
+            found = self.call(f"subjects {[subject]}", "cannot look up the stream of", info)
+            if found is None:
+                raise PipelineExecutionError(
+                    f"{self.what}: no stream holds the subject {subject!r} at {servers}; create "
+                    f"one first (e.g. `nats stream add --subjects '{subject}'`, or "
+                    "js.add_stream(name=..., subjects=[...])) or check the subject")
+            window = float(found.config.duplicate_window or 0)
+            name = found.config.name
+            if window < self.min_window:
+                raise PipelineExecutionError(
+                    f"{self.what}: the stream {name!r} at {servers} keeps message ids for "
+                    f"duplicate_window={window:g} s, less than min_duplicate_window="
+                    f"{self.min_window:g} s, so a flush replayed later than that would be "
+                    f"written twice; raise it (`nats stream edit {name} --dupe-window 10m`, or "
+                    "js.update_stream with duplicate_window=600) or lower min_duplicate_window")
+            self._stream = name
+        return self._stream
+
+    def write(self, shard: int, flush: int, elements: List[Any]) -> bool:
+        stream, subject = self.stream(), self.subject
+        # the index of a message is its place among the flush's payloads sorted: the same in a
+        # replay, whatever order the elements come back from state in
+        ids = [(f"{self.sink}/{shard}/{flush}/{i}", data) for i, data in enumerate(sorted(elements))]
+        timeout = self.config.request_timeout
+
+        async def publish(nc: Any) -> List[bool]:
+            js = nc.jetstream()
+            duplicates: List[bool] = []
+            for lo in range(0, len(ids), _PUBLISH_CHUNK):
+                acks = await asyncio.gather(*(
+                    js.publish(subject, data, timeout=timeout, stream=stream,
+                               headers={MSG_ID_HEADER: mid}) for mid, data in ids[lo:lo + _PUBLISH_CHUNK]))
+                duplicates += [bool(ack.duplicate) for ack in acks]
+            return duplicates
+        try:
+            duplicates = self.call(f"stream {stream!r}", f"cannot publish flush {flush} of shard "
+                                   f"{shard} to", publish)
+        except PipelineExecutionError:
+            self.teardown()   # reconnect (and check the stream again) for the retry
+            raise
+        dropped = sum(duplicates)
+        if dropped:
+            Metrics.counter("jetstreamio", "duplicate_messages_dropped").inc(dropped)
+        return dropped < len(duplicates)
+
+
+class WriteToJetStream(PTransform):
+    """Publishes each element to `subject` on NATS JetStream, each once under retries and
+    replays within the stream's duplicate window.
+
+    An element is published as its bytes (str as UTF-8), or as what `encoder` makes of it.
+
+    **What it guarantees.** The elements go to `num_shards` shards (by a hash of the element);
+    each shard keeps its elements in state and publishes them when its processing-time timer
+    fires (once per micro-batch on Spark streaming, at the end of a bounded input) as numbered
+    flushes (`headrace.io.flushes.WriteInFlushes`). Each message carries the header
+    `Nats-Msg-Id: <run>/<label>/<shard>/<flush>/<index>`, the index its place in the flush's
+    payloads sorted by their bytes, so a flush published again (a retried bundle, a micro-batch
+    replayed after a crash, with its state restored: the same number and elements) gives every
+    message the id it had, and JetStream drops a message whose id it has seen within the
+    stream's `duplicate_window`. A flush that failed half-way is published whole again: what
+    got through is dropped, the rest written. So each element is stored once, for a pipeline
+    whose replays give the sink the same elements (Spark's condition for its sinks), as long as
+    the replay comes within the duplicate window of the first attempt. No marker message or KV
+    entry is written: the window IS the marker (JetStream checks it atomically with the store),
+    and a marker kept longer would not help, since a flush replayed after the window has passed
+    could only be skipped whole, not told apart from one that failed half-way and must be
+    completed. So a replay later than the window (a job restarted after a long outage) writes
+    the flush again. When the pipeline is built and on each worker the stream holding `subject`
+    is looked up and its `duplicate_window` checked to be at least `min_duplicate_window`
+    seconds (default 120, JetStream's own default window); raise the stream's window to more
+    than the longest time a failed job may take to restart.
+
+    `run_id` names the run in the ids: by default the streaming checkpoint location (a
+    restarted query continues its ids), else a new id per run (a batch pipeline run again
+    writes again; the same `run_id` makes a rerun within the window write only what a failed
+    run did not). Errors name the servers with passwords and tokens masked (`mask_url`)."""
+
+    def __init__(self, subject: str, servers: Any = "nats://127.0.0.1:4222",
+                 encoder: Optional[Callable[[Any], bytes]] = None, num_shards: int = 8,
+                 run_id: Optional[str] = None, min_duplicate_window: float = 120.0,
+                 request_timeout: float = 10.0, client_options: Optional[Dict[str, Any]] = None,
+                 validate: bool = True) -> None:
+        super().__init__()
+        where = f"WriteToJetStream({subject!r})"
+        if not isinstance(subject, str) or not subject or any(c in subject for c in " *>"):
+            raise InvalidArgumentError(
+                f"WriteToJetStream: subject={subject!r} must be a subject to publish to (a "
+                "non-empty str without spaces or wildcards), e.g. 'orders.eu'")
+        urls = _servers(servers, where)
+        if encoder is not None and not callable(encoder):
+            raise InvalidArgumentError(f"{where}: encoder must be a function from the element to "
+                                       f"bytes, got {encoder!r}")
+        if isinstance(num_shards, bool) or not isinstance(num_shards, int) or num_shards < 1:
+            raise InvalidArgumentError(f"{where}: num_shards={num_shards!r} must be an int >= 1")
+        for arg, seconds in (("min_duplicate_window", min_duplicate_window),
+                             ("request_timeout", request_timeout)):
+            if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds <= 0:
+                raise InvalidArgumentError(f"{where}: {arg}={seconds!r} must be a number of "
+                                           "seconds > 0")
+        if run_id is not None and (not isinstance(run_id, str) or not run_id
+                                   or any(c in run_id for c in "\r\n")):
+            raise InvalidArgumentError(f"{where}: run_id must be a non-empty one-line str, got "
+                                       f"{run_id!r}")
+        if client_options is not None and not isinstance(client_options, dict):
+            raise InvalidArgumentError(f"{where}: client_options must be a dict of nats.connect "
+                                       f"options, got a {type(client_options).__name__}")
+        kept = tuple(Secret(u) if _secrets([u], {}) else u for u in urls)
+        options = {k: Secret(v) if k in _SECRET_OPTIONS and isinstance(v, str) else v
+                   for k, v in (client_options or {}).items()}
+        self.config = _SinkConfig(kept, float(request_timeout), options)
+        self.subject = subject
+        self.where = where
+        self.encoder = encoder
+        self.num_shards = num_shards
+        self.run_id = run_id
+        self.min_duplicate_window = float(min_duplicate_window)
+        self.validate = bool(validate)
+
+    def default_label(self) -> str:
+        return f"WriteToJetStream({self.subject})"
+
+    def expand(self, pcoll: Any) -> Any:
+        from headrace.io.flushes import WriteInFlushes, default_run_id
+        from headrace.transforms.core import Map
+        if self.validate:
+            self._check()
+        run = self.run_id or default_run_id(pcoll)
+        return (pcoll
+                | "Encode" >> Map(_payload, self.encoder, self.where)
+                | "Publish" >> WriteInFlushes(self._flush_writer(f"{run}/{self.label}"),
+                                              self.num_shards, "jetstreamio"))
+
+    def _flush_writer(self, sink: str) -> FlushWriter:
+        """The writer of each flush (a test wraps it to fail after a write)."""
+        return _JetStreamFlushes(self.config, self.subject, sink, self.min_duplicate_window)
+
+    def _check(self) -> None:
+        """Connects and checks the subject's stream and its duplicate window (masked errors)."""
+        writer = _JetStreamFlushes(self.config, self.subject, "", self.min_duplicate_window)
+        try:
+            writer.stream()
+        except PipelineExecutionError as exc:
+            raise PipelineConstructionError(str(exc)) from None
+        finally:
+            writer.close()

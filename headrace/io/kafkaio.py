@@ -1,5 +1,6 @@
 """Reading Apache Kafka: `ReadFromKafka` and `ReadAllFromKafka`, a splittable DoFn over each
-topic partition (confluent-kafka, the `kafka` extra: `pip install headrace[kafka]`).
+topic partition; writing it exactly once with Kafka transactions: `WriteToKafka` (see its doc)
+(confluent-kafka, the `kafka` extra: `pip install headrace[kafka]`).
 
     p | ReadFromKafka({"bootstrap.servers": "broker:9092"}, ["events"], max_num_records=1000)
 
@@ -51,12 +52,17 @@ in errors, logs, checkpoints or the transform's repr (`masked_config`; the value
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 import traceback
+import zlib
 from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple, Union
 
-from headrace.errors import InvalidArgumentError, PipelineExecutionError
+from headrace.errors import (
+    DataFormatError, InvalidArgumentError, PipelineConstructionError, PipelineExecutionError,
+)
+from headrace.io.flushes import FlushWriter
 from headrace.io.restriction_trackers import (
     OFFSET_INFINITY, GrowableOffsetRangeTracker, OffsetRange, OffsetRestrictionTracker,
 )
@@ -74,7 +80,7 @@ from headrace.pipeline.splittable import (
 from headrace.utils.secrets import Secret, reveal
 from headrace.utils.timestamp import Timestamp
 
-__all__ = ["KafkaRecord", "ReadAllFromKafka", "ReadFromKafka", "masked_config"]
+__all__ = ["KafkaRecord", "ReadAllFromKafka", "ReadFromKafka", "WriteToKafka", "masked_config"]
 
 _log = logging.getLogger(__name__)
 
@@ -944,3 +950,354 @@ class ReadFromKafka(ReadAllFromKafka):
         from headrace.transforms.core import Create
         topics = pbegin | "Topics" >> Create([self._topics])
         return super().expand(topics)
+
+
+# ---- writing: WriteToKafka -------------------------------------------------------------------
+
+BYTE_ARRAY_SERIALIZER = "org.apache.kafka.common.serialization.ByteArraySerializer"
+_JAVA_SERIALIZERS: Dict[str, Callable[[Any], bytes]] = {
+    BYTE_ARRAY_SERIALIZER: lambda v: v,
+    "org.apache.kafka.common.serialization.StringSerializer": lambda v: v.encode("utf-8"),
+    "org.apache.kafka.common.serialization.LongSerializer":
+        lambda v: int(v).to_bytes(8, "big", signed=True),
+    "org.apache.kafka.common.serialization.IntegerSerializer":
+        lambda v: int(v).to_bytes(4, "big", signed=True),
+}
+MARKER_TOPIC_SUFFIX = ".headrace-commits"
+_TXN_TIMEOUT = 30.0   # seconds for init_transactions / commit_transaction / abort_transaction
+_MAX_RECORD_MS = 2 ** 63 // 1000
+
+
+def _serializer(value: Any, arg: str, where: str) -> Callable[[Any], bytes]:
+    if callable(value):
+        return value
+    if isinstance(value, str) and value in _JAVA_SERIALIZERS:
+        return _JAVA_SERIALIZERS[value]
+    raise InvalidArgumentError(
+        f"{where}: {arg}={value!r} is not supported; give a callable (value -> bytes) or one of "
+        f"{sorted(_JAVA_SERIALIZERS)}")
+
+
+def _kafka_record(element: Any, key_serializer: Callable[[Any], bytes],
+                  value_serializer: Callable[[Any], bytes], event_time: bool, where: str,
+                  ts: Any = DoFn.TimestampParam) -> Tuple[Optional[bytes], Optional[bytes], Optional[int]]:
+    """(key bytes, value bytes, record timestamp in ms or None) of a (key, value) element; the
+    timestamp is the element's event time when `event_time` and it is a Kafka timestamp."""
+    if not (isinstance(element, tuple) and len(element) == 2):
+        raise DataFormatError(
+            f"{where}: elements must be (key, value) pairs, got {type(element).__name__} "
+            f"{element!r:.80}; map them to pairs first (a None key for none)")
+    out: List[Optional[bytes]] = []
+    for name, raw, fn in (("key", element[0], key_serializer), ("value", element[1], value_serializer)):
+        try:
+            data = None if raw is None else fn(raw)
+        except Exception as exc:
+            raise DataFormatError(f"{where}: the {name} serializer failed on {raw!r:.80}: "
+                                  f"{type(exc).__name__}: {exc}") from None
+        if data is not None and not isinstance(data, (bytes, bytearray)):
+            raise DataFormatError(
+                f"{where}: the {name} serializer gave a {type(data).__name__} for {raw!r:.80}, "
+                f"not bytes; give a {name}_serializer that returns bytes")
+        out.append(None if data is None else bytes(data))
+    millis = ts.micros // 1000 if event_time and ts is not None else None
+    if millis is not None and not 0 <= millis < _MAX_RECORD_MS:
+        millis = None   # MIN/MAX timestamps, times before 1970: the producer's clock instead
+    return out[0], out[1], millis
+
+
+def _connection_conf(conf: Dict[str, Any]) -> Dict[str, Any]:
+    """The options of a producer config that say how to reach the cluster (servers, TLS, SASL,
+    sockets, logging): what a consumer or admin client of the same cluster takes from it."""
+    keep = ("bootstrap.servers", "metadata.broker.list", "security.protocol", "client.id",
+            "log_level", "client.dns.lookup", "broker.address.family")
+    return {k: reveal(v) for k, v in conf.items()
+            if k in keep or k.startswith(("sasl.", "ssl.", "socket.", "enable.ssl", "api.version",
+                                          "broker.version"))}
+
+
+class _KafkaFlushes(FlushWriter):
+    """Each flush in ONE Kafka transaction of the shard's transactional producer: its records
+    and its marker record (the flush number, keyed by sink/shard, in the marker topic); a flush
+    whose number the committed marker has reached writes nothing."""
+
+    def __init__(self, conf: _MaskedConfig, topic: str, marker_topic: str, sink: str,
+                 transactional_prefix: str, where: str) -> None:
+        self.conf = conf
+        self.topic = topic
+        self.marker_topic = marker_topic
+        self.sink = sink
+        self.prefix = transactional_prefix
+        self.where = where
+        self._producers: Dict[int, Any] = {}
+        self._committed: Dict[int, int] = {}   # shard -> the last flush number committed
+        try:   # seconds a transaction call may take: 30, or socket.timeout.ms when shorter
+            socket_s = float(reveal(conf.get("socket.timeout.ms", 60000))) / 1000
+        except (TypeError, ValueError):
+            socket_s = 60.0
+        self.timeout = min(_TXN_TIMEOUT, max(1.0, socket_s))
+
+    def __repr__(self) -> str:
+        return f"_KafkaFlushes({self.topic!r}, {self.conf!r})"
+
+    def __getstate__(self) -> Dict[str, Any]:
+        return {**self.__dict__, "_producers": {}, "_committed": {}}
+
+    def failure(self, exc: Any, doing: str, topic: Optional[str] = None) -> PipelineExecutionError:
+        """An error naming what failed, the cluster (secrets masked), the topic and what to do."""
+        detail = f"{type(exc).__name__}: {exc}" if isinstance(exc, BaseException) else str(exc)
+        where = f" (topic {topic or self.topic!r})"
+        hint = ("check that the brokers run and allow transactions (a cluster of at least "
+                "transaction.state.log.min.isr brokers, ACLs on the transactional id and topics), "
+                "and the producer_config's bootstrap.servers and SSL/SASL options; a failed flush "
+                "is retried and writes nothing twice")
+        return PipelineExecutionError(_scrub(
+            f"{self.where} {doing} Kafka at {_where(self.conf)}{where}: {detail}; {hint}", self.conf))
+
+    def marker_key(self, shard: int) -> bytes:
+        """The marker record's key: the sink and the shard."""
+        return f"{self.sink}|{shard}".encode("utf-8")
+
+    def marker_partition(self, shard: int, partitions: int) -> int:
+        """The marker topic partition holding the shard's markers (a hash of its key)."""
+        return zlib.crc32(self.marker_key(shard)) % partitions
+
+    def teardown(self) -> None:
+        producers, self._producers = self._producers, {}
+        self._committed = {}
+        for producer in producers.values():
+            try:
+                producer.flush(1)
+            except Exception:  # a broken producer: nothing left to do
+                pass
+
+    def _producer(self, shard: int) -> Any:
+        """The shard's transactional producer, initialised (fencing any older one of the same
+        transactional id, and completing its open transaction), and its committed marker read."""
+        producer = self._producers.get(shard)
+        if producer is not None:
+            return producer
+        from confluent_kafka import Producer
+        conf = {k: reveal(v) for k, v in self.conf.items()}
+        conf.update({"transactional.id": f"{self.prefix}-{shard}", "enable.idempotence": True})
+        try:
+            producer = Producer(conf, logger=_log)
+            producer.init_transactions(self.timeout)
+        except Exception as exc:
+            raise self.failure(exc, f"cannot start the transactional producer of shard {shard} "
+                                    "for") from None
+        self._committed[shard] = self._read_marker(shard)
+        self._producers[shard] = producer
+        return producer
+
+    def _read_marker(self, shard: int) -> int:
+        """The last flush number committed for the shard (-1: none), read back from the marker
+        topic with isolation.level=read_committed up to its end."""
+        from confluent_kafka import Consumer, TopicPartition
+        conf = _connection_conf(self.conf)
+        conf.update({"group.id": f"{self.prefix}-markers", "isolation.level": "read_committed",
+                     "enable.auto.commit": False, "enable.partition.eof": True,
+                     "auto.offset.reset": "earliest"})
+        key, last = self.marker_key(shard), -1
+        consumer = None
+        try:
+            consumer = Consumer(conf, logger=_log)
+            md = consumer.list_topics(self.marker_topic, timeout=_METADATA_TIMEOUT)
+            tmd = md.topics.get(self.marker_topic)
+            if tmd is None or tmd.error is not None or not tmd.partitions:
+                raise PipelineExecutionError(self._no_marker_topic())
+            part = self.marker_partition(shard, len(tmd.partitions))
+            low, high = consumer.get_watermark_offsets(
+                TopicPartition(self.marker_topic, part), timeout=_METADATA_TIMEOUT, cached=False)
+            if high <= low:
+                return -1
+            consumer.assign([TopicPartition(self.marker_topic, part, low)])
+            deadline = time.monotonic() + self.timeout
+            while time.monotonic() < deadline:
+                m = consumer.poll(0.5)
+                if m is None:
+                    continue
+                error = m.error()
+                if error is not None:
+                    if error.code() == _eof_code():
+                        return last
+                    raise PipelineExecutionError(str(error))
+                if m.key() == key:
+                    last = int((m.value() or b"-1").decode("ascii"))
+            raise TimeoutError(f"the marker topic's partition {part} was not read to its end "
+                               f"within {self.timeout:g} s")
+        except PipelineExecutionError as exc:
+            raise self.failure(exc, "cannot read the flush markers from", self.marker_topic) from None
+        except Exception as exc:
+            raise self.failure(exc, "cannot read the flush markers from", self.marker_topic) from None
+        finally:
+            if consumer is not None:
+                _close(consumer)
+
+    def _no_marker_topic(self) -> str:
+        return (f"the marker topic {self.marker_topic!r} does not exist; create it (compacted): "
+                f"kafka-topics.sh --create --topic {self.marker_topic} --config "
+                "cleanup.policy=compact, or give marker_topic= an existing one")
+
+    def write(self, shard: int, flush: int, elements: List[Any]) -> bool:
+        from confluent_kafka import KafkaException
+        producer = self._producer(shard)
+        if flush <= self._committed[shard]:
+            return False
+        partitions = None
+        try:
+            md = producer.list_topics(self.marker_topic, timeout=_METADATA_TIMEOUT)
+            partitions = len(md.topics[self.marker_topic].partitions)
+            producer.begin_transaction()
+            for key, value, millis in elements:
+                self._produce(producer, self.topic, key, value, millis)
+            producer.produce(self.marker_topic, key=self.marker_key(shard),
+                             value=str(flush).encode("ascii"),
+                             partition=self.marker_partition(shard, partitions))
+            producer.commit_transaction(self.timeout)
+        except Exception as exc:
+            err = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
+            if err is not None and hasattr(err, "txn_requires_abort") and err.txn_requires_abort():
+                try:
+                    producer.abort_transaction(self.timeout)
+                except Exception:  # the producer is dropped below: the retry starts afresh
+                    pass
+            self._producers.pop(shard, None)   # the retry re-initialises and reads the marker
+            raise self.failure(exc, f"cannot write flush {flush} of shard {shard} to") from None
+        self._committed[shard] = flush
+        return True
+
+    @staticmethod
+    def _produce(producer: Any, topic: str, key: Optional[bytes], value: Optional[bytes],
+                 millis: Optional[int]) -> None:
+        kwargs = {} if millis is None else {"timestamp": millis}
+        while True:
+            try:
+                producer.produce(topic, value=value, key=key, **kwargs)
+                return
+            except BufferError:   # the local queue is full: let the producer send some
+                producer.poll(0.1)
+
+
+class WriteToKafka(PTransform):
+    """Writes (key, value) elements to a Kafka `topic` (Beam's WriteToKafka), each exactly once
+    under retries and replays, with Kafka transactions.
+
+    `key_serializer` / `value_serializer` turn keys and values into bytes: a Java serializer's
+    name (Beam's; ByteArray, String, Long, Integer) or a callable; a None key or value is
+    written as null. Each record's timestamp is the element's event time (epoch ms), unless
+    `use_event_time=False` or the element has none that Kafka can hold (then the producer's
+    clock). `producer_config` goes to librdkafka as it is (TLS and SASL included); secret values
+    are kept as `Secret`s and masked in errors and reprs (`masked_config`).
+
+    **What it guarantees.** The records go to `num_shards` shards (by a hash of the record);
+    each shard keeps its records in state and writes them when its processing-time timer fires
+    (once per micro-batch on Spark streaming, at the end of a bounded input) as numbered
+    flushes (`headrace.io.flushes.WriteInFlushes`). Each shard has an idempotent transactional
+    producer (`transactional.id` = `<prefix>-<shard>`, the prefix a digest of the run, the
+    topic and the label, or producer_config's `transactional.id`); a flush is ONE transaction
+    holding its records and a marker record (the flush number) keyed `<run>|<topic>|<label>|
+    <shard>` in the compacted marker topic (`<topic>.headrace-commits` by default, on a
+    partition chosen by the key's hash). When a producer starts, `init_transactions` fences
+    any older producer of the same shard and completes its open transaction, and the shard's
+    last committed marker is read back (read_committed); a flush whose number is not newer
+    writes nothing. So a bundle retried after its commit, or a micro-batch replayed after a
+    crash (state restored: the same flush number and records), writes nothing more, and a
+    transaction that failed is aborted and invisible: each element once, for consumers reading
+    with `isolation.level=read_committed` (librdkafka's default; `ReadFromKafka`'s) and a
+    pipeline whose replays give the sink the same elements (Spark's condition for its sinks).
+    A consumer reading read_uncommitted may also see aborted attempts. `run_id` names the run:
+    by default the streaming checkpoint location (a restarted query continues its markers),
+    else a new id per run (the same `run_id` makes a rerun write only what a failed run did
+    not). The marker topic is created (compacted) when the pipeline is built if missing; the
+    cluster needs transactions (Kafka >= 0.11, enough brokers for the transaction log).
+
+    With `validate` (the default) the cluster, the topic and the marker topic are checked when
+    the pipeline is built."""
+
+    def __init__(self, producer_config: Dict[str, Any], topic: str,
+                 key_serializer: Union[str, Callable[[Any], bytes]] = BYTE_ARRAY_SERIALIZER,
+                 value_serializer: Union[str, Callable[[Any], bytes]] = BYTE_ARRAY_SERIALIZER,
+                 expansion_service: Any = None, *, use_event_time: bool = True,
+                 num_shards: int = 8, run_id: Optional[str] = None,
+                 marker_topic: Optional[str] = None, validate: bool = True) -> None:
+        super().__init__()
+        where = f"WriteToKafka({topic!r})"
+        if expansion_service is not None:
+            raise InvalidArgumentError(
+                f"{where}: expansion_service={expansion_service!r}: headrace writes Kafka in "
+                "Python (confluent-kafka), with no Java expansion service; leave it out")
+        if not isinstance(producer_config, dict) or not producer_config.get("bootstrap.servers"):
+            shown = masked_config(producer_config) if isinstance(producer_config, dict) else producer_config
+            raise InvalidArgumentError(
+                f"{where}: producer_config must be a dict with 'bootstrap.servers', e.g. "
+                f"{{'bootstrap.servers': 'broker:9092'}}; got {shown!r}")
+        for name, value in (("topic", topic), ("marker_topic", marker_topic)):
+            if (value is not None or name == "topic") and (not isinstance(value, str) or not value):
+                raise InvalidArgumentError(f"{where}: {name}={value!r} must be a topic name")
+        if isinstance(num_shards, bool) or not isinstance(num_shards, int) or num_shards < 1:
+            raise InvalidArgumentError(f"{where}: num_shards={num_shards!r} must be an int >= 1")
+        if run_id is not None and (not isinstance(run_id, str) or not run_id):
+            raise InvalidArgumentError(f"{where}: run_id must be a non-empty str, got {run_id!r}")
+        self.conf = _MaskedConfig({str(k): Secret(v) if _is_secret(str(k)) and isinstance(v, str)
+                                   else v for k, v in producer_config.items()})
+        self.topic = topic
+        self.where = where
+        self.key_serializer = _serializer(key_serializer, "key_serializer", where)
+        self.value_serializer = _serializer(value_serializer, "value_serializer", where)
+        self.use_event_time = bool(use_event_time)
+        self.num_shards = num_shards
+        self.run_id = run_id
+        self.marker_topic = marker_topic or topic + MARKER_TOPIC_SUFFIX
+        self.validate = bool(validate)
+
+    def __repr__(self) -> str:
+        return f"WriteToKafka({self.conf!r}, {self.topic!r})"
+
+    def default_label(self) -> str:
+        return f"WriteToKafka({self.topic})"
+
+    def expand(self, pcoll: Any) -> Any:
+        from headrace.io.flushes import WriteInFlushes, default_run_id
+        from headrace.transforms.core import Map
+        if self.validate:
+            self._check()
+        sink = f"{self.run_id or default_run_id(pcoll)}|{self.topic}|{self.label}"
+        return (pcoll
+                | "Serialize" >> Map(_kafka_record, self.key_serializer, self.value_serializer,
+                                     self.use_event_time, self.where)
+                | "Write" >> WriteInFlushes(self._flush_writer(sink), self.num_shards, "kafkaio"))
+
+    def _flush_writer(self, sink: str) -> FlushWriter:
+        """The writer of each flush (a test wraps it to fail after a write)."""
+        prefix = reveal(self.conf.get("transactional.id")) or (
+            "headrace-" + hashlib.sha256(sink.encode("utf-8")).hexdigest()[:20])
+        return _KafkaFlushes(self.conf, self.topic, self.marker_topic, sink, str(prefix), self.where)
+
+    def _check(self) -> None:
+        """Checks that the cluster answers and the topic exists; creates the marker topic
+        (compacted) if missing. Errors name the servers with secrets masked."""
+        from confluent_kafka.admin import AdminClient, NewTopic
+        writer = _KafkaFlushes(self.conf, self.topic, self.marker_topic, "", "", self.where)
+        try:
+            admin = AdminClient(_connection_conf(self.conf), logger=_log)
+            topics = admin.list_topics(timeout=_METADATA_TIMEOUT).topics
+        except Exception as exc:
+            raise PipelineConstructionError(str(writer.failure(exc, "cannot reach"))) from None
+        if self.topic not in topics or topics[self.topic].error is not None:
+            raise PipelineConstructionError(_scrub(
+                f"{self.where}: the topic {self.topic!r} does not exist at {_where(self.conf)}; "
+                "create it first (kafka-topics.sh --create), or check the name and the "
+                "producer's ACLs", self.conf))
+        if self.marker_topic in topics and topics[self.marker_topic].error is None:
+            return
+        new = NewTopic(self.marker_topic, num_partitions=1, replication_factor=-1,
+                       config={"cleanup.policy": "compact"})
+        try:
+            admin.create_topics([new], operation_timeout=_METADATA_TIMEOUT,
+                                request_timeout=_METADATA_TIMEOUT)[self.marker_topic].result()
+        except Exception as exc:
+            err = exc.args[0] if exc.args else None
+            if getattr(err, "name", lambda: "")() != "TOPIC_ALREADY_EXISTS":
+                raise PipelineConstructionError(str(writer.failure(
+                    f"{type(exc).__name__}: {exc}; {writer._no_marker_topic()}",
+                    "cannot create the marker topic at", self.marker_topic))) from None

@@ -1,5 +1,6 @@
 """Reading Redis Streams: `ReadFromRedisStreams` and `ReadAllFromRedisStreams`, a splittable
-DoFn over each stream key (redis-py, the `redis` extra: `pip install headrace[redis]`).
+DoFn over each stream key; writing them exactly once: `WriteToRedisStreams` (see its doc) (redis-py,
+the `redis` extra: `pip install headrace[redis]`).
 
     p | ReadFromRedisStreams(["events"], url="redis://127.0.0.1:6379/0")
 
@@ -46,7 +47,10 @@ import traceback
 import urllib.parse
 from typing import Any, Callable, Dict, Iterable, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
-from headrace.errors import InvalidArgumentError, PipelineExecutionError
+from headrace.errors import (
+    DataFormatError, InvalidArgumentError, PipelineConstructionError, PipelineExecutionError,
+)
+from headrace.io.flushes import FlushWriter
 from headrace.io.restriction_trackers import (
     OFFSET_INFINITY, GrowableOffsetRangeTracker, OffsetRange, OffsetRestrictionTracker,
 )
@@ -64,8 +68,8 @@ from headrace.pipeline.splittable import (
 from headrace.utils.secrets import Secret, reveal
 from headrace.utils.timestamp import Timestamp
 
-__all__ = ["ReadAllFromRedisStreams", "ReadFromRedisStreams", "StreamEntry", "id_to_position",
-           "mask_url", "position_to_id"]
+__all__ = ["ReadAllFromRedisStreams", "ReadFromRedisStreams", "StreamEntry", "WriteToRedisStreams",
+           "id_to_position", "mask_url", "position_to_id"]
 
 _log = logging.getLogger(__name__)
 
@@ -140,7 +144,7 @@ def _split_password(url: str) -> Tuple[str, Optional[Secret]]:
     return bare, Secret(urllib.parse.unquote(parts.password))
 
 
-def _scrub(text: str, cfg: "_Config") -> str:
+def _scrub(text: str, cfg: Any) -> str:
     """`text` with the credentials, should a library have echoed them, replaced by ****."""
     values = [cfg.password] + [v for v in cfg.client_options.values() if isinstance(v, Secret)]
     for secret in values:
@@ -683,3 +687,274 @@ class ReadFromRedisStreams(ReadAllFromRedisStreams):
         from headrace.transforms.core import Create
         keys = pbegin | "StreamKeys" >> Create(self._keys)
         return super().expand(keys)
+
+
+# ---- writing: WriteToRedisStreams -------------------------------------------------------------
+
+MARKER_PREFIX = "headrace:sink-commits:"
+
+# One flush, atomically (Redis runs a script with no other command in between): nothing when the
+# marker (the hash KEYS[1], field <shard>: the last flush number written) is at or past this
+# flush; else every entry XADDed with ID '*' and the marker set. The keys' types are checked
+# before anything is written, since a command failing half-way would keep what came before it.
+# KEYS[2..]: the streams. ARGV: shard, flush, max_len ('' for none), '~' or '=', then for each
+# entry: its stream's index in KEYS (from 2), its field count n, and n field/value pairs.
+_WRITE_SCRIPT = """
+local shard, flush = ARGV[1], tonumber(ARGV[2])
+local last = redis.call('HGET', KEYS[1], shard)
+if last and tonumber(last) >= flush then return 0 end
+for i = 2, #KEYS do
+  local kind = redis.call('TYPE', KEYS[i])['ok']
+  if kind ~= 'stream' and kind ~= 'none' then
+    return redis.error_reply('WRONGTYPE the key ' .. KEYS[i] .. ' holds a ' .. kind ..
+                             ', not a stream; nothing of the flush was written')
+  end
+end
+local i = 5
+while i <= #ARGV do
+  local n = tonumber(ARGV[i + 1])
+  local args = {KEYS[tonumber(ARGV[i])]}
+  if ARGV[3] ~= '' then
+    args[#args + 1] = 'MAXLEN'
+    args[#args + 1] = ARGV[4]
+    args[#args + 1] = ARGV[3]
+  end
+  args[#args + 1] = '*'
+  for j = i + 2, i + 1 + 2 * n do args[#args + 1] = ARGV[j] end
+  redis.call('XADD', unpack(args))
+  i = i + 2 + 2 * n
+end
+redis.call('HSET', KEYS[1], shard, flush)
+return 1
+"""
+
+
+class _SinkConfig(NamedTuple):
+    url: str                   # without its password
+    shown: str                 # as given, the password masked
+    password: Optional[Secret]
+    client_options: Dict[str, Any]
+
+
+def _connect(cfg: Any) -> Any:
+    """A redis-py client for `cfg` (a _Config or _SinkConfig), pinged."""
+    import redis
+    options = {"socket_connect_timeout": 10, "socket_timeout": 30, **cfg.client_options}
+    client = redis.Redis.from_url(cfg.url, **{k: reveal(v) for k, v in options.items()},
+                                  **({} if cfg.password is None else
+                                     {"password": cfg.password.get_secret_value()}))
+    client.ping()
+    return client
+
+
+def _field_bytes(value: Any, where: str, name: str) -> bytes:
+    """A field name or value as the bytes XADD stores (str as UTF-8; int and float as text)."""
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return repr(value).encode() if isinstance(value, float) else str(value).encode()
+    raise DataFormatError(
+        f"{where}: {name} is a {type(value).__name__} ({value!r:.80}); a stream entry holds str, "
+        "bytes, int or float values: convert it first (e.g. json.dumps)")
+
+
+def _entry(element: Any, stream_key: Any, where: str) -> Tuple[str, Tuple[Tuple[bytes, bytes], ...]]:
+    """(stream key, ((field, value) bytes pairs)) of an element: a dict of fields, or (key,
+    fields) when the transform has no stream_key."""
+    if stream_key is None:
+        if not (isinstance(element, tuple) and len(element) == 2):
+            raise DataFormatError(
+                f"{where}: with no stream_key, elements must be (stream key, fields dict) pairs, "
+                f"got {type(element).__name__} {element!r:.80}; give stream_key= (a key or a "
+                "function of the element) to write dicts")
+        key, fields = element
+    else:
+        fields = element
+        key = stream_key(element) if callable(stream_key) else stream_key
+    if isinstance(key, bytes):
+        key = key.decode("utf-8")
+    if not isinstance(key, str) or not key:
+        raise DataFormatError(f"{where}: the stream key of {element!r:.80} is {key!r}, not a "
+                              "non-empty str")
+    if not isinstance(fields, dict) or not fields:
+        raise DataFormatError(
+            f"{where}: an entry needs a non-empty dict of fields, got {type(fields).__name__} "
+            f"{fields!r:.80} (stream {key!r}); map the elements to dicts first")
+    return key, tuple((_field_bytes(f, where, "a field name"), _field_bytes(v, where, f"field {f!r}"))
+                      for f, v in fields.items())
+
+
+class _RedisFlushes(FlushWriter):
+    """Each flush in ONE Lua script: its marker checked, its entries XADDed, the marker set."""
+
+    def __init__(self, cfg: _SinkConfig, sink: str, max_len: Optional[int], approximate: bool,
+                 where: str) -> None:
+        self.cfg = cfg
+        self.marker_key = MARKER_PREFIX + sink
+        self.trim = ("" if max_len is None else str(max_len), "~" if approximate else "=")
+        self.where = where
+        self._client: Any = None
+        self._script: Any = None
+
+    def __repr__(self) -> str:
+        return f"_RedisFlushes({self.cfg.shown!r})"
+
+    def __getstate__(self) -> Dict[str, Any]:
+        return {**self.__dict__, "_client": None, "_script": None}
+
+    def failure(self, exc: BaseException, what: str, keys: Sequence[str] = ()) -> PipelineExecutionError:
+        """An error naming what failed, the server (password masked), the streams and what to do."""
+        where = f" (streams {list(keys)})" if keys else ""
+        hint = ("check that the server runs and the URL, credentials and TLS options "
+                "(rediss://, client_options={'ssl_ca_certs': ...}) are right; a failed flush is "
+                "retried and writes nothing twice")
+        return PipelineExecutionError(_scrub(
+            f"{self.where} {what} Redis at {self.cfg.shown}{where}: {type(exc).__name__}: {exc}; "
+            f"{hint}", self.cfg))
+
+    def setup(self) -> None:
+        self.client()
+
+    def client(self) -> Any:
+        """The connected client (the script registered: EVALSHA, EVAL when not cached)."""
+        if self._client is None:
+            try:
+                self._client = _connect(self.cfg)
+            except Exception as exc:
+                raise self.failure(exc, "cannot connect to") from None
+            self._script = self._client.register_script(_WRITE_SCRIPT)
+        return self._client
+
+    def teardown(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            try:
+                client.close()
+            except Exception:  # closing a broken connection: nothing left to do
+                pass
+
+    def write(self, shard: int, flush: int, elements: List[Any]) -> bool:
+        client = self.client()
+        keys = sorted({key for key, _ in elements})
+        index = {key: str(i + 2) for i, key in enumerate(keys)}
+        args: List[Any] = [str(shard), str(flush), *self.trim]
+        for key, fields in elements:
+            args += [index[key], str(len(fields))]
+            for name, value in fields:
+                args += [name, value]
+        try:
+            return bool(self._script(keys=[self.marker_key, *keys], args=args, client=client))
+        except Exception as exc:
+            self.teardown()   # reconnect for the retry
+            raise self.failure(exc, f"cannot write flush {flush} of shard {shard} to", keys) from None
+
+
+class WriteToRedisStreams(PTransform):
+    """Appends entries to Redis streams, each exactly once under retries and replays.
+
+    `stream_key` is the stream's key, a function of the element giving it, or None for elements
+    that are `(key, fields)` pairs; otherwise each element is a dict of fields (str, bytes, int
+    or float values). Entries get IDs '*' (the server's clock); `max_len` trims each stream to
+    about (`approximate_trim=True`, XADD MAXLEN ~) or exactly that many entries.
+
+    **What it guarantees.** The entries go to `num_shards` shards (by a hash of the entry);
+    each shard keeps its entries in state and writes them when its processing-time timer fires
+    (once per micro-batch on Spark streaming, at the end of a bounded input) as numbered
+    flushes (`headrace.io.flushes.WriteInFlushes`). A flush is ONE Lua script (EVALSHA), which
+    Redis runs with no other command in between: it reads the marker, the hash
+    `headrace:sink-commits:<run>|<label>` field `<shard>` holding the last flush number written,
+    and only when this flush is newer XADDs all its entries and sets the marker. So a bundle
+    retried after its script ran, or a micro-batch replayed after a crash (its state restored,
+    the same flush number and entries), writes nothing more: each element is written once, for a
+    pipeline whose replays give the sink the same elements (Spark's own condition for its sinks:
+    deterministic steps before it). The script checks that every key is a stream (or missing)
+    before it writes, so it writes all of a flush or none of it; a server that fails mid-script
+    (killed) may keep part of it, as Redis keeps part of any script then, unless it persists
+    with AOF `appendfsync always`. `run_id` names the run in the markers: by default the
+    streaming checkpoint location (a restarted query continues its markers), else a new id per
+    run (a batch pipeline run again writes again; give the same `run_id` to make a rerun write
+    only what a failed run did not). The markers stay in Redis (one small hash per sink; delete
+    it when the run's output is no longer replayed). On Redis Cluster all of a flush's keys must
+    be in one slot: give the streams and the sink a common hash tag, e.g. stream keys
+    '{orders}:eu' and run_id '{orders}'.
+
+    The server is reached, and a `stream_key` str checked to be a stream or missing, when the
+    pipeline is built (`validate=False` skips that); errors name the URL with its password
+    masked (`mask_url`)."""
+
+    def __init__(self, stream_key: Any = None, url: str = "redis://127.0.0.1:6379/0",
+                 max_len: Optional[int] = None, approximate_trim: bool = True, num_shards: int = 8,
+                 run_id: Optional[str] = None, client_options: Optional[Dict[str, Any]] = None,
+                 validate: bool = True) -> None:
+        super().__init__()
+        where = (f"WriteToRedisStreams({stream_key!r})" if isinstance(stream_key, str)
+                 else "WriteToRedisStreams")
+        if stream_key is not None and not callable(stream_key) and (
+                not isinstance(stream_key, str) or not stream_key):
+            raise InvalidArgumentError(
+                f"{where}: stream_key must be a stream key (a non-empty str), a function of the "
+                f"element giving one, or None for (key, fields) elements; got {stream_key!r}")
+        if not isinstance(url, str) or urllib.parse.urlsplit(url).scheme not in ("redis", "rediss", "unix"):
+            raise InvalidArgumentError(
+                f"{where}: url={mask_url(url) if isinstance(url, str) else url!r} must be a "
+                "redis://, rediss:// (TLS) or unix:// URL, e.g. redis://127.0.0.1:6379/0")
+        for name, n in (("max_len", max_len), ("num_shards", num_shards)):
+            if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+                raise InvalidArgumentError(f"{where}: {name}={n!r} must be an int >= 1")
+        if run_id is not None and (not isinstance(run_id, str) or not run_id):
+            raise InvalidArgumentError(f"{where}: run_id must be a non-empty str, got {run_id!r}")
+        if client_options is not None and not isinstance(client_options, dict):
+            raise InvalidArgumentError(
+                f"{where}: client_options must be a dict of redis-py options (e.g. "
+                "{'ssl_ca_certs': '/path/ca.pem'}), got a {type(client_options).__name__}")
+        bare, password = _split_password(url)
+        options = {k: Secret(v) if k in _SECRET_OPTIONS and isinstance(v, str) else v
+                   for k, v in (client_options or {}).items()}
+        self.cfg = _SinkConfig(bare, mask_url(url), password, options)
+        self.where = where
+        self.stream_key = stream_key
+        self.max_len = max_len
+        self.approximate_trim = bool(approximate_trim)
+        self.num_shards = num_shards
+        self.run_id = run_id
+        self.validate = bool(validate)
+
+    def default_label(self) -> str:
+        return (f"WriteToRedisStreams({self.stream_key})" if isinstance(self.stream_key, str)
+                else "WriteToRedisStreams")
+
+    def expand(self, pcoll: Any) -> Any:
+        from headrace.io.flushes import WriteInFlushes, default_run_id
+        from headrace.transforms.core import Map
+        if self.validate:
+            self._check()
+        sink = f"{self.run_id or default_run_id(pcoll)}|{self.label}"
+        return (pcoll
+                | "Entries" >> Map(_entry, self.stream_key, self.where)
+                | "Write" >> WriteInFlushes(self._flush_writer(sink), self.num_shards, "redisio"))
+
+    def _flush_writer(self, sink: str) -> FlushWriter:
+        """The writer of each flush (a test wraps it to fail after a write)."""
+        return _RedisFlushes(self.cfg, sink, self.max_len, self.approximate_trim, self.where)
+
+    def _check(self) -> None:
+        """Connects (failing with the masked URL) and checks a fixed stream_key's type."""
+        writer = _RedisFlushes(self.cfg, "", None, True, self.where)
+        try:
+            client = writer.client()
+            if isinstance(self.stream_key, str):
+                kind = _text(client.type(self.stream_key))
+                if kind not in ("stream", "none"):
+                    raise PipelineConstructionError(
+                        f"{self.where}: the key {self.stream_key!r} at {self.cfg.shown} holds a "
+                        f"{kind}, not a stream; give the key of a stream (or a new key)")
+        except PipelineConstructionError:
+            raise
+        except PipelineExecutionError as exc:
+            raise PipelineConstructionError(str(exc)) from None
+        except Exception as exc:
+            raise PipelineConstructionError(str(writer.failure(exc, "cannot read"))) from None
+        finally:
+            writer.teardown()

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 
@@ -13,12 +14,12 @@ import pytest
 import headrace as beam
 from headrace.errors import HeadraceError, InvalidArgumentError
 from headrace.io.jetstreamio import (
-    JetStreamMessage, ReadAllFromJetStream, ReadFromJetStream, mask_url,
+    JetStreamMessage, ReadAllFromJetStream, ReadFromJetStream, WriteToJetStream, mask_url,
 )
 from headrace.testing.util import assert_that, equal_to
 from headrace.transforms import window
 from tests._nats import free_port, start_server
-from tests._support import counter_value
+from tests._support import FailAfterWrite, counter_value
 
 
 @pytest.fixture(scope="module")
@@ -353,3 +354,157 @@ def test_reads_split_at_random_points_still_give_each_message_once(server):
             out = p | ReadFromJetStream(stream=stream, servers=server.url, stop_sequence="last",
                                         batch_size=4)
             assert_that(out, equal_to([d for _, _, d in written]))
+
+
+# ---- writing: WriteToJetStream ---------------------------------------------------------------
+
+
+class _FailingJetStreamSink(WriteToJetStream):
+    """WriteToJetStream whose every flush fails once right after it was published."""
+
+    def __init__(self, once, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.once = once
+
+    def _flush_writer(self, sink):
+        return FailAfterWrite(super()._flush_writer(sink), self.once)
+
+
+def _stored(server, stream):
+    """The stream's messages as (data, Nats-Msg-Id), in stream order."""
+    async def get(nc):
+        jsm = nc.jsm()
+        last = (await jsm.stream_info(stream)).state.last_seq
+        out = []
+        for seq in range(1, last + 1):
+            msg = await jsm.get_msg(stream, seq)
+            out.append((msg.data, (msg.headers or {}).get("Nats-Msg-Id")))
+        return out
+    return server.run(get)
+
+
+def test_the_sink_publishes_each_element_once_with_a_deterministic_id(make_pipeline, server):
+    stream, prefix = server.stream("sink")
+    values = [f"v{i}" for i in range(40)] + ["v7"]   # an equal element: kept, once each
+    with make_pipeline(bundle_size=3) as p:
+        _ = (p | beam.Create(values)
+             | WriteToJetStream(f"{prefix}.out", servers=server.url, num_shards=3, run_id="r1"))
+    got = _stored(server, stream)
+    assert sorted(data.decode() for data, _ in got) == sorted(values)
+    ids = [mid for _, mid in got]
+    assert len(set(ids)) == len(ids)
+    label = f"WriteToJetStream({prefix}.out)"
+    assert all(mid.startswith(f"r1/{label}/") for mid in ids)
+    # <run>/<label>/<shard>/<flush>/<index>: one flush (0) per shard, indices 0.. per shard
+    parts = [mid[len(f"r1/{label}/"):].split("/") for mid in ids]
+    by_shard = {}
+    for shard, flush, index in parts:
+        assert flush == "0"
+        by_shard.setdefault(shard, []).append(int(index))
+    assert all(sorted(ix) == list(range(len(ix))) for ix in by_shard.values())
+
+
+def test_the_sink_encodes_elements_with_an_encoder(make_pipeline, server):
+    stream, prefix = server.stream("enc")
+    rows = [{"i": i, "s": "é"} for i in range(10)]
+    with make_pipeline() as p:
+        _ = p | beam.Create(rows) | WriteToJetStream(
+            f"{prefix}.out", servers=server.url, encoder=lambda r: json.dumps(r).encode())
+    assert sorted((json.loads(d) for d, _ in _stored(server, stream)), key=repr) == sorted(rows, key=repr)
+
+
+def test_a_flush_retried_after_its_publish_writes_nothing_more(make_pipeline, server, once):
+    stream, prefix = server.stream("retried")
+    values = [f"r{i}".encode() for i in range(30)]
+    p = make_pipeline(bundle_size=4)
+    _ = p | beam.Create(values) | _FailingJetStreamSink(once, f"{prefix}.out", servers=server.url,
+                                                        num_shards=3)
+    result = p.run()
+    result.wait_until_finish()
+    assert sorted(d for d, _ in _stored(server, stream)) == sorted(values)
+    # every flush failed once after its publish; each retry's messages were all dropped
+    assert counter_value(result, "replayed_flushes_skipped") == len(os.listdir(once.directory)) > 0
+    assert counter_value(result, "duplicate_messages_dropped") == len(values)
+
+
+def test_a_rerun_with_the_same_run_id_publishes_nothing_more(make_pipeline, server):
+    stream, prefix = server.stream("rerun")
+    values = [f"x{i}" for i in range(25)]
+    for _ in range(2):
+        with make_pipeline() as p:
+            _ = p | beam.Create(values) | WriteToJetStream(f"{prefix}.out", servers=server.url,
+                                                           run_id="run-1")
+    assert sorted(d.decode() for d, _ in _stored(server, stream)) == sorted(values)
+    with make_pipeline() as p:   # another run (a new run id by default) publishes again
+        _ = p | beam.Create(values) | WriteToJetStream(f"{prefix}.out", servers=server.url)
+    assert sorted(d.decode() for d, _ in _stored(server, stream)) == sorted(values + values)
+
+
+def test_a_stream_with_a_short_duplicate_window_is_refused_naming_it(server):
+    tag = free_port()
+    name, subject = f"SHORT_{tag}", f"short.{tag}.out"
+    server.run(lambda nc: nc.jetstream().add_stream(name=name, subjects=[subject],
+                                                    duplicate_window=30))
+    with pytest.raises(HeadraceError) as info:
+        beam.Pipeline(runner="LocalRunner") | beam.Create(["a"]) | WriteToJetStream(
+            subject, servers=server.url)
+    text = str(info.value)
+    assert f"the stream {name!r}" in text and "duplicate_window=30 s" in text
+    assert f"nats stream edit {name} --dupe-window" in text
+    # a lower minimum accepts it, and on the workers too (validate=False)
+    with beam.Pipeline(runner="LocalRunner") as p:
+        _ = p | beam.Create(["a", "b"]) | WriteToJetStream(subject, servers=server.url,
+                                                           min_duplicate_window=30, validate=False)
+    assert sorted(d for d, _ in _stored(server, name)) == [b"a", b"b"]
+    p = beam.Pipeline(runner="LocalRunner")
+    _ = p | beam.Create(["c"]) | WriteToJetStream(subject, servers=server.url, validate=False)
+    with pytest.raises(HeadraceError, match=f"the stream {name!r} .* keeps message ids"):
+        p.run().wait_until_finish()
+
+
+def test_a_subject_no_stream_holds_is_refused(server):
+    with pytest.raises(HeadraceError, match="no stream holds the subject 'nowhere.x'.*nats stream add"):
+        beam.Pipeline(runner="LocalRunner") | beam.Create(["a"]) | WriteToJetStream(
+            "nowhere.x", servers=server.url)
+
+
+@pytest.mark.parametrize("secret, shown", [
+    ("alice:PlantedPassw0rd@", "alice:****@"),
+    ("PlantedPassw0rd@", "****@"),   # a token
+])
+def test_the_sink_never_shows_a_password_or_token_in_its_errors(secret, shown):
+    port = free_port()   # nothing listens there
+    url = f"nats://{secret}127.0.0.1:{port}"
+    with pytest.raises(HeadraceError) as info:   # when the pipeline is built
+        beam.Pipeline(runner="LocalRunner") | beam.Create(["a"]) | WriteToJetStream(
+            "s.out", servers=url)
+    text = _error_text(info.value)
+    assert "PlantedPassw0rd" not in text
+    assert f"nats://{shown}127.0.0.1:{port}" in text and "WriteToJetStream cannot connect" in text
+    p = beam.Pipeline(runner="LocalRunner")   # and on the workers, not validated
+    _ = p | beam.Create(["a"]) | WriteToJetStream("s.out", servers=url, validate=False)
+    with pytest.raises(HeadraceError) as info:
+        p.run().wait_until_finish()
+    text = _error_text(info.value)
+    assert "PlantedPassw0rd" not in text
+    assert f"nats://{shown}127.0.0.1:{port}" in text and "cannot connect" in text
+
+
+@pytest.mark.parametrize("args, kwargs, fragment", [
+    (("a.*",), {}, "without spaces or wildcards"),
+    (("a",), {"servers": "http://h"}, "nats://"),
+    (("a",), {"min_duplicate_window": 0}, "min_duplicate_window=0"),
+    (("a",), {"num_shards": 0}, "num_shards=0"),
+    (("a",), {"encoder": 3}, "encoder must be"),
+])
+def test_bad_sink_arguments_are_refused(args, kwargs, fragment):
+    with pytest.raises(InvalidArgumentError, match=fragment):
+        WriteToJetStream(*args, **kwargs)
+
+
+def test_an_element_that_is_not_bytes_fails_naming_the_encoder(server):
+    _, prefix = server.stream("bad")
+    p = beam.Pipeline(runner="LocalRunner")
+    _ = p | beam.Create([{"a": 1}]) | WriteToJetStream(f"{prefix}.out", servers=server.url)
+    with pytest.raises(HeadraceError, match="an element is a dict .* give encoder="):
+        p.run().wait_until_finish()

@@ -5,6 +5,8 @@ delivery reports give each record's partition, offset and timestamp)."""
 
 from __future__ import annotations
 
+import json
+import os
 import threading
 import time
 
@@ -12,11 +14,13 @@ import pytest
 
 import headrace as beam
 from headrace.errors import HeadraceError, InvalidArgumentError
-from headrace.io.kafkaio import KafkaRecord, ReadAllFromKafka, ReadFromKafka, masked_config
+from headrace.io.kafkaio import (
+    KafkaRecord, ReadAllFromKafka, ReadFromKafka, WriteToKafka, masked_config,
+)
 from headrace.testing.util import assert_that, equal_to
 from headrace.transforms import window
 from tests._kafka import PARTITIONS, start_cluster
-from tests._support import counter_value
+from tests._support import FailAfterWrite, counter_value
 
 
 @pytest.fixture(scope="module")
@@ -423,3 +427,185 @@ def test_a_partition_error_event_is_a_bad_record_and_a_client_error_is_not():
     assert "gone" in bad[0][1][1]
     tracker.check_done()   # the whole range claimed
     assert state.current_watermark().micros == MAX_TIMESTAMP_MICROS   # the bounded read's end
+
+
+# ---- writing: WriteToKafka -------------------------------------------------------------------
+
+STRING = "org.apache.kafka.common.serialization.StringSerializer"
+
+
+class _FailingKafkaSink(WriteToKafka):
+    """WriteToKafka whose every flush fails once right after its transaction committed."""
+
+    def __init__(self, once, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.once = once
+
+    def _flush_writer(self, sink):
+        return FailAfterWrite(super()._flush_writer(sink), self.once)
+
+
+def _sink_topic(kafka, name):
+    """A fresh topic and its marker topic (the mock cluster creates topics on first use, but
+    has no controller to create them through the admin API)."""
+    topic = kafka.topic(name)
+    kafka.producer.list_topics(topic + ".headrace-commits", timeout=20)
+    return topic
+
+
+def _committed_records(kafka, topic, isolation="read_committed"):
+    """[(key, value, timestamp ms)] of every record of `topic` a consumer of `isolation` sees."""
+    from confluent_kafka import Consumer, TopicPartition
+    c = Consumer({"bootstrap.servers": kafka.bootstrap, "group.id": "check",
+                  "isolation.level": isolation, "enable.partition.eof": True,
+                  "enable.auto.commit": False, "log_level": 3})
+    parts = sorted(c.list_topics(topic, timeout=20).topics[topic].partitions)
+    c.assign([TopicPartition(topic, p, 0) for p in parts])
+    out, open_parts, deadline = [], set(parts), time.monotonic() + 30
+    while open_parts and time.monotonic() < deadline:
+        m = c.poll(0.5)
+        if m is None:
+            continue
+        if m.error() is not None:
+            open_parts.discard(m.partition())
+            continue
+        out.append((m.key(), m.value(), m.timestamp()[1]))
+    c.close()
+    assert not open_parts, f"partitions {open_parts} of {topic} were not read to their end"
+    return out
+
+
+def _timed(kv):
+    return beam.window.TimestampedValue(kv, int(kv[1]) * 0.5 + 1_000)
+
+
+def test_the_sink_writes_each_record_once_at_its_event_time(make_pipeline, kafka):
+    topic = _sink_topic(kafka, "sink")
+    pairs = [(f"k{i % 3}", str(i)) for i in range(40)] + [("k1", "7")]   # an equal element
+    with make_pipeline(bundle_size=3) as p:
+        _ = (p | beam.Create(pairs) | beam.Map(_timed)
+             | WriteToKafka(kafka.config(), topic, STRING, STRING, num_shards=3))
+    got = _committed_records(kafka, topic)
+    expected = [(k.encode(), v.encode(), int((int(v) * 0.5 + 1_000) * 1000)) for k, v in pairs]
+    assert sorted(got) == sorted(expected)
+
+
+def test_the_sink_writes_null_keys_and_its_own_serializers(make_pipeline, kafka):
+    topic = _sink_topic(kafka, "ser")
+    pairs = [(None if i % 2 else i, {"n": i}) for i in range(10)]
+    with make_pipeline() as p:
+        _ = p | beam.Create(pairs) | WriteToKafka(
+            kafka.config(), topic, "org.apache.kafka.common.serialization.LongSerializer",
+            lambda v: json.dumps(v).encode(), use_event_time=False)
+    got = sorted((((None if k is None else int.from_bytes(k, "big", signed=True)), json.loads(v)["n"])
+                  for k, v, _ in _committed_records(kafka, topic)), key=repr)
+    assert got == sorted((((None if i % 2 else i), i) for i in range(10)), key=repr)
+
+
+def test_a_flush_retried_after_its_commit_writes_nothing_more(make_pipeline, kafka, once):
+    topic = _sink_topic(kafka, "retried")
+    pairs = [(f"k{i}", f"r{i}") for i in range(30)]
+    p = make_pipeline(bundle_size=4)
+    _ = p | beam.Create(pairs) | _FailingKafkaSink(once, kafka.config(), topic, STRING, STRING,
+                                                   num_shards=3)
+    result = p.run()
+    result.wait_until_finish()
+    got = _committed_records(kafka, topic)
+    assert sorted((k.decode(), v.decode()) for k, v, _ in got) == sorted(pairs)
+    # every flush failed once after its commit; each retry read its marker and wrote nothing
+    assert counter_value(result, "replayed_flushes_skipped") == len(os.listdir(once.directory)) > 0
+    assert counter_value(result, "flushes_written") == 0
+
+
+def test_a_rerun_with_the_same_run_id_writes_nothing_more(make_pipeline, kafka):
+    topic = _sink_topic(kafka, "rerun")
+    pairs = [(f"k{i}", f"x{i}") for i in range(25)]
+    for _ in range(2):
+        with make_pipeline() as p:
+            _ = p | beam.Create(pairs) | WriteToKafka(kafka.config(), topic, STRING, STRING,
+                                                      run_id="run-1")
+    assert sorted((k.decode(), v.decode()) for k, v, _ in _committed_records(kafka, topic)) == \
+        sorted(pairs)
+    with make_pipeline() as p:   # another run (a new run id by default) writes again
+        _ = p | beam.Create(pairs) | WriteToKafka(kafka.config(), topic, STRING, STRING)
+    assert sorted((k.decode(), v.decode()) for k, v, _ in _committed_records(kafka, topic)) == \
+        sorted(pairs + pairs)
+
+
+def test_a_flush_failing_inside_its_transaction_is_aborted_and_written_by_its_retry(kafka):
+    """A flush whose transaction fails before its commit: aborted (its records not sent yet are
+    dropped), and its retry writes it, once. (librdkafka's mock cluster does not hide aborted
+    records from read_committed consumers, so records an aborted transaction had sent would
+    show here; a real cluster hides them.)"""
+    from headrace.io.kafkaio import _KafkaFlushes
+
+    class _AbortOnce(_KafkaFlushes):
+        failed = False
+
+        def _produce(self, producer, topic, key, value, millis):
+            super()._produce(producer, topic, key, value, millis)
+            if not _AbortOnce.failed and value == b"x3":
+                _AbortOnce.failed = True
+                raise RuntimeError("injected: a failure inside the transaction")
+    topic = _sink_topic(kafka, "abort")
+    sink = WriteToKafka(kafka.config(), topic, validate=False)
+    writer = _AbortOnce(sink.conf, topic, sink.marker_topic, "s", "headrace-abort-test", "W")
+    records = [(b"k", b"x%d" % i, None) for i in range(6)]
+    with pytest.raises(HeadraceError, match="cannot write flush 0 of shard 0"):
+        writer.write(0, 0, records)
+    assert writer.write(0, 0, records) is True and writer.write(0, 0, records) is False
+    writer.teardown()
+    assert sorted(v for _, v, _ in _committed_records(kafka, topic)) == sorted(r[1] for r in records)
+
+
+def test_the_sink_never_shows_a_password_in_its_errors():
+    from tests._redis import free_port
+    port = free_port()   # nothing listens there
+    conf = {"bootstrap.servers": f"127.0.0.1:{port}", "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "PLAIN", "sasl.username": "alice", "sasl.password": "PlantedPassw0rd",
+            "socket.timeout.ms": 2000}
+    with pytest.raises(HeadraceError) as info:   # when the pipeline is built
+        beam.Pipeline(runner="LocalRunner") | beam.Create([(b"k", b"v")]) | WriteToKafka(conf, "t")
+    text = _error_text(info.value)
+    assert "PlantedPassw0rd" not in text
+    assert f"127.0.0.1:{port}" in text and "password ****" in text and "cannot reach" in text
+    p = beam.Pipeline(runner="LocalRunner")   # and when it writes, not validated
+    _ = p | beam.Create([(b"k", b"v")]) | WriteToKafka(conf, "t", validate=False)
+    with pytest.raises(HeadraceError) as info:
+        p.run().wait_until_finish()
+    text = _error_text(info.value)
+    assert "PlantedPassw0rd" not in text
+    assert f"127.0.0.1:{port}" in text and "cannot start the transactional producer" in text
+    assert "PlantedPassw0rd" not in repr(WriteToKafka(conf, "t", validate=False))
+
+
+def test_a_missing_topic_or_marker_topic_is_named(kafka):
+    with pytest.raises(HeadraceError, match="the topic 'no-such-topic' does not exist"):
+        beam.Pipeline(runner="LocalRunner") | beam.Create([(b"k", b"v")]) | WriteToKafka(
+            kafka.config(), "no-such-topic")
+    topic = kafka.topic("nomarker")   # the mock cannot create the marker topic: it says how
+    with pytest.raises(HeadraceError, match=f"kafka-topics.sh --create --topic {topic}"
+                                            r"\.headrace-commits --config cleanup.policy=compact"):
+        beam.Pipeline(runner="LocalRunner") | beam.Create([(b"k", b"v")]) | WriteToKafka(
+            kafka.config(socket_timeout_ms=2000), topic)
+
+
+@pytest.mark.parametrize("args, kwargs, fragment", [
+    (({}, "t"), {}, "bootstrap.servers"),
+    (({"bootstrap.servers": "b:9092"}, ""), {}, "topic=''"),
+    (({"bootstrap.servers": "b:9092"}, "t", "no.Such"), {}, "key_serializer='no.Such'"),
+    (({"bootstrap.servers": "b:9092"}, "t"), {"num_shards": 0}, "num_shards=0"),
+])
+def test_bad_sink_arguments_are_refused(args, kwargs, fragment):
+    with pytest.raises(InvalidArgumentError, match=fragment):
+        WriteToKafka(*args, **kwargs)
+
+
+def test_elements_the_sink_cannot_write_fail_naming_them(kafka):
+    topic = _sink_topic(kafka, "bad")
+    for element, fragment in (("text", r"\(key, value\) pairs"), ((b"k", 5), "not bytes")):
+        p = beam.Pipeline(runner="LocalRunner")
+        _ = p | beam.Create([element]) | WriteToKafka(kafka.config(), topic,
+                                                      value_serializer=lambda v: v)
+        with pytest.raises(HeadraceError, match=fragment):
+            p.run().wait_until_finish()

@@ -4,6 +4,7 @@ tests XADD."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -12,13 +13,13 @@ import pytest
 import headrace as beam
 from headrace.errors import HeadraceError, InvalidArgumentError
 from headrace.io.redisio import (
-    ReadAllFromRedisStreams, ReadFromRedisStreams, StreamEntry, id_to_position, mask_url,
-    position_to_id,
+    ReadAllFromRedisStreams, ReadFromRedisStreams, StreamEntry, WriteToRedisStreams, id_to_position,
+    mask_url, position_to_id,
 )
 from headrace.testing.util import assert_that, equal_to
 from headrace.transforms import window
 from tests._redis import start_server
-from tests._support import counter_value
+from tests._support import FailAfterWrite, counter_value
 
 
 @pytest.fixture(scope="module")
@@ -242,3 +243,154 @@ def test_reads_split_at_random_points_still_give_each_entry_once(server):
             out = (p | ReadFromRedisStreams(key, url=server.url, stop_id="+", batch_size=4)
                    | beam.Map(lambda f: int(f["v"])))
             assert_that(out, equal_to(list(range(60))))
+
+
+# ---- writing: WriteToRedisStreams ------------------------------------------------------------
+
+
+class _FailingRedisSink(WriteToRedisStreams):
+    """WriteToRedisStreams whose every flush fails once right after its script ran."""
+
+    def __init__(self, once, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.once = once
+
+    def _flush_writer(self, sink):
+        return FailAfterWrite(super()._flush_writer(sink), self.once)
+
+
+def _entries(server, key):
+    """The fields of each entry of stream `key` (decoded), in stream order."""
+    return [{k.decode(): v.decode() for k, v in fields.items()}
+            for _, fields in server.client().xrange(key)]
+
+
+def _rows(n, tag="r"):
+    return [{"i": str(i), "tag": tag, "half": str(i % 2)} for i in range(n)]
+
+
+def test_the_sink_writes_each_element_once(make_pipeline, server):
+    key = server.stream("sink")
+    rows = _rows(40) + [{"i": "7", "tag": "r", "half": "1"}]   # an equal element: kept, once each
+    with make_pipeline(bundle_size=3) as p:
+        _ = p | beam.Create(rows) | WriteToRedisStreams(key, url=server.url, num_shards=3)
+    got = _entries(server, key)
+    assert sorted(got, key=repr) == sorted(rows, key=repr)
+    marker = server.client().hgetall(f"headrace:sink-commits:{_only_marker(server, key)}")
+    assert marker and all(int(v) == 0 for v in marker.values())   # one flush per shard
+
+
+def _only_marker(server, label_part):
+    names = [k.decode()[len("headrace:sink-commits:"):]
+             for k in server.client().keys("headrace:sink-commits:*") if label_part in k.decode()]
+    assert len(names) == 1, names
+    return names[0]
+
+
+def test_the_sink_routes_by_a_key_function_or_by_pairs(make_pipeline, server):
+    a, b = server.stream("even"), server.stream("odd")
+    rows = [{"n": i, "x": i / 4, "raw": b"\xff\x00"} for i in range(20)]
+    pairs = [(a if i % 3 else b, {"p": str(i)}) for i in range(12)]
+    with make_pipeline() as p:
+        _ = (p | "Rows" >> beam.Create(rows)
+             | "ByFn" >> WriteToRedisStreams(lambda r, a=a, b=b: a if r["n"] % 2 == 0 else b,
+                                             url=server.url))
+        _ = p | "Pairs" >> beam.Create(pairs) | "ByPair" >> WriteToRedisStreams(url=server.url)
+    c = server.client()
+
+    def fields(key):
+        return sorted((tuple(sorted(f.items())) for _, f in c.xrange(key)), key=repr)
+    expect = {a: [], b: []}
+    for r in rows:
+        expect[a if r["n"] % 2 == 0 else b].append(
+            ((b"n", str(r["n"]).encode()), (b"raw", b"\xff\x00"), (b"x", repr(r["x"]).encode())))
+    for key, f in pairs:
+        expect[key].append(((b"p", f["p"].encode()),))
+    assert fields(a) == sorted(expect[a], key=repr) and fields(b) == sorted(expect[b], key=repr)
+
+
+def test_the_sink_trims_a_stream_to_max_len(make_pipeline, server):
+    key = server.stream("trim")
+    with make_pipeline() as p:
+        _ = (p | beam.Create(_rows(30))
+             | WriteToRedisStreams(key, url=server.url, max_len=5, approximate_trim=False))
+    assert server.client().xlen(key) == 5
+
+
+def test_a_flush_retried_after_its_script_ran_writes_nothing_more(make_pipeline, server, once):
+    key = server.stream("retried")
+    rows = _rows(30, "retried")
+    p = make_pipeline(bundle_size=4)
+    _ = p | beam.Create(rows) | _FailingRedisSink(once, key, url=server.url, num_shards=3)
+    result = p.run()
+    result.wait_until_finish()
+    assert sorted(_entries(server, key), key=repr) == sorted(rows, key=repr)
+    # every flush failed once after its write; each retry found its marker and wrote nothing
+    assert counter_value(result, "replayed_flushes_skipped") == len(os.listdir(once.directory)) > 0
+    assert counter_value(result, "flushes_written") == 0
+
+
+def test_a_rerun_with_the_same_run_id_writes_nothing_more(make_pipeline, server):
+    key = server.stream("rerun")
+    rows = _rows(25, "rerun")
+    for _ in range(2):
+        with make_pipeline() as p:
+            _ = p | beam.Create(rows) | WriteToRedisStreams(key, url=server.url, run_id="run-1")
+    assert sorted(_entries(server, key), key=repr) == sorted(rows, key=repr)
+    with make_pipeline() as p:   # another run (a new run id by default) writes again
+        _ = p | beam.Create(rows) | WriteToRedisStreams(key, url=server.url)
+    assert sorted(_entries(server, key), key=repr) == sorted(rows + rows, key=repr)
+
+
+def test_a_flush_to_a_key_that_is_no_stream_writes_nothing_and_says_so(server):
+    key, other = server.stream("sinkok"), server.stream("plain")
+    server.client().set(other, "a string")
+    p = beam.Pipeline(runner="LocalRunner")
+    _ = (p | beam.Create([{"to": key, "v": "1"}, {"to": other, "v": "2"}])
+         | WriteToRedisStreams(lambda r: r["to"], url=server.url, num_shards=1))
+    with pytest.raises(HeadraceError, match=f"the key {other} holds a string"):
+        p.run().wait_until_finish()
+    assert server.client().xlen(key) == 0   # the flush wrote none of its entries
+    with pytest.raises(HeadraceError, match="holds a string, not a stream"):
+        beam.Pipeline(runner="LocalRunner") | beam.Create([{"v": "1"}]) | WriteToRedisStreams(
+            other, url=server.url)
+
+
+def test_the_sink_never_shows_a_password_in_its_errors(server):
+    from tests._redis import free_port
+    port = free_port()   # nothing listens there
+    url = f"redis://:PlantedPassw0rd@127.0.0.1:{port}/0"
+    with pytest.raises(HeadraceError) as info:   # when the pipeline is built
+        beam.Pipeline(runner="LocalRunner") | beam.Create([{"v": "1"}]) | WriteToRedisStreams(
+            "s", url=url)
+    text = _error_text(info.value)
+    assert "PlantedPassw0rd" not in text
+    assert f"redis://:****@127.0.0.1:{port}/0" in text and "cannot connect" in text
+    p = beam.Pipeline(runner="LocalRunner")   # and when it writes, not validated
+    _ = p | beam.Create([{"v": "1"}]) | WriteToRedisStreams("s", url=url, validate=False)
+    with pytest.raises(HeadraceError) as info:
+        p.run().wait_until_finish()
+    text = _error_text(info.value)
+    assert "PlantedPassw0rd" not in text
+    assert f"redis://:****@127.0.0.1:{port}/0" in text and "cannot connect" in text
+    assert "PlantedPassw0rd" not in repr(WriteToRedisStreams("s", url=url, validate=False).cfg)
+
+
+@pytest.mark.parametrize("args, kwargs, fragment", [
+    ((), {"url": "http://h/"}, "redis://"),
+    (("s",), {"max_len": 0}, "max_len=0"),
+    ((5,), {}, "stream_key must be"),
+    (("s",), {"run_id": ""}, "run_id"),
+])
+def test_bad_sink_arguments_are_refused(args, kwargs, fragment):
+    with pytest.raises(InvalidArgumentError, match=fragment):
+        WriteToRedisStreams(*args, **kwargs)
+
+
+def test_elements_the_sink_cannot_write_fail_naming_them(server):
+    for element, fragment in (({"v": [1]}, "field 'v' is a list"), ({}, "non-empty dict"),
+                              ("text", "non-empty dict")):
+        p = beam.Pipeline(runner="LocalRunner")
+        _ = p | beam.Create([element]) | WriteToRedisStreams("s", url=server.url, validate=False)
+        with pytest.raises(HeadraceError, match=fragment):
+            p.run().wait_until_finish()
