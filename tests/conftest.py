@@ -77,20 +77,47 @@ CLUSTER_MODULES = frozenset({
 
 
 def _on_cluster_by_default(item):
-    rel = os.path.relpath(str(item.path), os.path.dirname(__file__)).replace(os.sep, "/")
+    rel = _rel(item)
     return any(rel == m or (m.endswith("/") and rel.startswith(m)) for m in CLUSTER_MODULES)
+
+
+# `./dev test` with no arguments runs the suite as two pytest processes at once (most of the
+# time of a Spark test is waiting: for the JVM, for a micro-batch's trigger, for a subprocess
+# driver): HEADRACE_TEST_SHARD=1 runs everything but shard 2, which is the spark-cluster tests
+# and the tests that start Spark drivers of their own (restarts, Spark Connect, logging).
+SHARD_2_PATHS = ("streaming/test_restart.py", "streaming/test_spark_connect.py",
+                 "streaming/test_redis_restart.py", "streaming/test_redis_sink_restart.py",
+                 "streaming/test_kafka_restart.py", "streaming/test_jetstream_restart.py",
+                 "streaming/test_rabbitmq_restart.py", "streaming/test_chaos.py",
+                 "test_spark_logging.py", "test_spark_daemon.py")
+
+
+def _rel(item):
+    return os.path.relpath(str(item.path), os.path.dirname(__file__)).replace(os.sep, "/")
+
+
+def _in_shard_2(item):
+    return _runner_of(item) == "spark-cluster" or (
+        _runner_of(item) is None and _rel(item) in SHARD_2_PATHS)
+
+
+def _deselect(config, items, dropped):
+    if dropped:
+        gone = set(map(id, dropped))
+        items[:] = [it for it in items if id(it) not in gone]
+        config.hook.pytest_deselected(items=dropped)
 
 
 def pytest_collection_modifyitems(session, config, items):
     """Runs each runner's tests together, so each Spark master starts once; leaves the
-    spark-cluster variants of the semantic tests out unless HEADRACE_FULL_MATRIX=1."""
+    spark-cluster variants of the semantic tests out unless HEADRACE_FULL_MATRIX=1; keeps only
+    the shard HEADRACE_TEST_SHARD names (1 or 2), if it names one."""
     if not os.environ.get("HEADRACE_FULL_MATRIX"):
-        dropped = [it for it in items
-                   if _runner_of(it) == "spark-cluster" and not _on_cluster_by_default(it)]
-        if dropped:
-            gone = set(map(id, dropped))
-            items[:] = [it for it in items if id(it) not in gone]
-            config.hook.pytest_deselected(items=dropped)
+        _deselect(config, items, [it for it in items if _runner_of(it) == "spark-cluster"
+                                  and not _on_cluster_by_default(it)])
+    shard = os.environ.get("HEADRACE_TEST_SHARD")
+    if shard in ("1", "2"):
+        _deselect(config, items, [it for it in items if _in_shard_2(it) != (shard == "2")])
     order = {r: i for i, r in enumerate(RUNNERS)}
     items.sort(key=lambda item: order.get(_runner_of(item), -1))
 
