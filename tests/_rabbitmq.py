@@ -118,3 +118,12 @@ def start_server(tmp_path_factory) -> RabbitServer:
                     "package (apt-get install rabbitmq-server) to run the RabbitMQ connector's "
                     "tests")
     return RabbitServer(tmp_path_factory.mktemp("rabbitmq"))
+
+
+def dedup_input(*items):
+    """The dedup step's input elements (bucket 0, (digest, arrival us, value)) at event time
+    1 s, of (record id, arrival seconds, value) items."""
+    import headrace as beam
+    from headrace.io.rabbitmqio import record_digest
+    return [beam.window.TimestampedValue((0, (record_digest(i), int(at * 1e6), v)), 1)
+            for i, at, v in items]

@@ -397,7 +397,7 @@ class _ReadQueues(DoFn, RestrictionProvider):
     def _failure(self, exc: BaseException, what: str, queue: Optional[str] = None) -> PipelineExecutionError:
         cfg = self.config
         where = f" (queue {queue!r})" if queue is not None else ""
-        text = f"{type(exc).__name__}: {exc}"
+        text = f"{type(exc).__name__}: {str(exc) or repr(exc)}"
         if "ACCESS_REFUSED" in text or "Authentication" in type(exc).__name__:
             hint = ("the server refused the credentials: check the user name and password in "
                     "the URL (amqp://user:password@host:port/vhost) and the user's permissions "

@@ -18,14 +18,10 @@ from headrace.io.rabbitmqio import (
     BloomFilter, RabbitMqMessage, ReadAllFromRabbitMQ, ReadFromRabbitMQ, _DedupIds, _Range,
     _ReadQueues, record_digest,
 )
-from headrace.testing.test_stream import TestStream
 from headrace.testing.util import assert_that, equal_to
 from headrace.transforms import window
-from tests._rabbitmq import PASSWORD
+from tests._rabbitmq import PASSWORD, dedup_input
 from tests._support import counter_value
-
-TV = beam.window.TimestampedValue
-
 
 def _stamped(x, t=beam.DoFn.TimestampParam):
     return x, t.micros
@@ -238,32 +234,7 @@ def test_dedup_by_body_and_no_dedup(make_pipeline, rabbitmq):
     assert rabbitmq.depth(q1) == rabbitmq.depth(q2) == 0
 
 
-# ---- the deduplication's horizon and its Bloom filters -------------------------------------------
-
-
-def _ids(*items):
-    """Dedup-step input elements (bucket 0, (digest, arrival us, value)) at event time 1 s."""
-    return [TV((0, (record_digest(i), int(at * 1e6), v)), 1) for i, at, v in items]
-
-
-def test_ids_are_kept_for_the_horizon_then_dropped_by_the_timer(make_pipeline):
-    # horizon 10 s, ranges of 5 s: an id that arrived at 1 s is kept until its range [0, 5)
-    # is 10 s behind (processing time 15 s)
-    stream = (TestStream()
-              .add_elements(_ids(("A", 1, "a1"), ("B", 1, "b1")))
-              .advance_processing_time(3)
-              .add_elements(_ids(("A", 3, "a2"), ("C", 3, "c1")))
-              .advance_processing_time(11)     # 14 s: A still kept
-              .add_elements(_ids(("A", 14, "a3")))
-              .advance_processing_time(9)      # 23 s: the range [0, 5) is gone
-              .add_elements(_ids(("A", 23, "a4"), ("C", 23, "c2")))
-              .advance_watermark_to_infinity())
-    p = make_pipeline()
-    out = p | stream | beam.ParDo(_DedupIds(10_000_000, 5_000_000))
-    assert_that(out, equal_to(["a1", "b1", "c1", "a4", "c2"]))
-    result = p.run()
-    result.wait_until_finish()
-    assert counter_value(result, "duplicates_dropped") == 2
+# ---- the deduplication's Bloom filters (its horizon: test_rabbitmqio_dedup.py) -----------------
 
 
 def test_bloom_false_positives_are_counted_and_looked_up(monkeypatch):
@@ -272,7 +243,7 @@ def test_bloom_false_positives_are_counted_and_looked_up(monkeypatch):
     monkeypatch.setattr(_Range, "__contains__", lambda self, digest: True)
     items = [("A", 1, "a1"), ("B", 1, "b1"), ("A", 2, "a2"), ("C", 2, "c1")]
     p = beam.Pipeline(runner="LocalRunner")
-    out = (p | beam.Create(_ids(*items)) | beam.ParDo(_DedupIds(10_000_000, 5_000_000)))
+    out = (p | beam.Create(dedup_input(*items)) | beam.ParDo(_DedupIds(10_000_000, 5_000_000)))
     assert_that(out, equal_to(["a1", "b1", "c1"]))
     result = p.run()
     result.wait_until_finish()
