@@ -121,6 +121,25 @@ def test_errors_name_the_masked_url_and_the_queue_never_the_password(rabbitmq):
     assert config.password.get_secret_value() == PASSWORD
 
 
+def test_the_password_is_kept_as_a_secret_and_tls_options_reach_pika():
+    from headrace import coders
+    from headrace.utils import secrets
+    read = ReadFromRabbitMQ("q", url="amqps://alice:p%40ss@mq.example:5671/prod", validate=False,
+                            ssl_options={"key_password": "k3y", "verify": False})
+    cfg = read._config
+    assert cfg.url == "amqps://mq.example:5671/prod" and cfg.username == "alice"
+    assert cfg.password.get_secret_value() == "p@ss"
+    assert cfg.shown == "amqps://alice:****@mq.example:5671/prod"
+    assert isinstance(cfg.ssl_options["key_password"], secrets.Secret)
+    with secrets.left_out("t"):
+        data = coders.dumps(read)
+    assert b"p@ss" not in data and b"p%40ss" not in data and b"k3y" not in data
+    params = _ReadQueues(cfg)._parameters()
+    assert params.credentials.username == "alice" and params.credentials.password == "p@ss"
+    assert params.ssl_options is not None and params.ssl_options.server_hostname == "mq.example"
+    assert params.virtual_host == "prod" and params.port == 5671
+
+
 def test_queue_declare_declares_a_missing_queue(rabbitmq):
     name = f"declared-{time.time_ns()}"
     beam.Pipeline(runner="LocalRunner") | ReadFromRabbitMQ(name, url=rabbitmq.url,
