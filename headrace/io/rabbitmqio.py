@@ -802,6 +802,9 @@ class ReadAllFromRabbitMQ(PTransform):
                                ssl_options)
         self._tags: Optional[Tuple[str, str]] = None
 
+    #: the splittable DoFn class of the read (a subclass may extend it, e.g. a test's)
+    read_fn_class = _ReadQueues
+
     def with_exception_handling(self, main_tag: str = "good",
                                 dead_letter_tag: str = "bad") -> "ReadAllFromRabbitMQ":
         """Makes the result (good, bad): the messages, and the malformed ones (no record id,
@@ -816,7 +819,7 @@ class ReadAllFromRabbitMQ(PTransform):
     def expand(self, pcoll: Any) -> Any:
         from headrace.transforms.core import ParDo
         cfg = self._config
-        fn = _ReadQueues(cfg)
+        fn = self.read_fn_class(cfg)
         if self._validate:
             fn.validate(self._validated_queues())
         result = pcoll | "ReadQueues" >> ParDo(fn).with_outputs(DEAD_LETTER_TAG, main=_MAIN_TAG)

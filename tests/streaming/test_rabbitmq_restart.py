@@ -1,9 +1,10 @@
 """Crash and restart of a Spark streaming job reading a RabbitMQ queue (`ReadFromRabbitMQ`):
 killed with SIGKILL while a publisher adds messages, restarted on its checkpoint, its output
-holds every message exactly once and the queue is drained. The kill closes the job's channel
-with messages delivered and not acknowledged (RabbitMQ delivers them again: the deduplication
-drops those that a committed batch emitted), and leaves a batch whose read was journaled but
-not committed (the restart replays it from the journaled messages). The job
+holds every message exactly once and the queue is drained. The job kills its driver and the
+reader from the read's bundle finalizer, just before it acknowledges a batch: the batch's read
+is journaled and its outputs handed on, its messages delivered and not acknowledged. The
+restart replays the batch from the journaled messages, and RabbitMQ delivers them again, which
+the deduplication drops (with `dedup=False` the output holds them twice). The job
 (`_rabbitmq_restart_job.py`) runs in subprocesses against the session's private
 rabbitmq-server, whose password must not appear in the checkpoint, its stderr or its Spark log."""
 
@@ -28,6 +29,7 @@ pytestmark = pytest.mark.skipif(
            "HEADRACE_TEST_RUNNERS")
 
 N = 150
+DEDUP = "1"   # the job's dedup (a check of this test: with "0" it fails, messages twice)
 
 
 def _files_holding(root, secret):
@@ -61,10 +63,12 @@ def test_a_rabbitmq_read_killed_mid_run_resumes_with_each_message_once(tmp_path_
             time.sleep(0.05)
     writer = threading.Thread(target=publish, daemon=True)
     writer.start()
-    code, err1 = run_job(JOB, [rabbitmq.url, queue, out, ckpt], ckpt, kill_at_batch=4)
+    kill_at = str(N // 3)   # a message of the first run, while the publisher goes on
+    code, err1 = run_job(JOB, [rabbitmq.url, queue, out, ckpt, kill_at, DEDUP], ckpt)
     assert code == -signal.SIGKILL, err1[-3000:]
     writer.join()
-    code, err2 = run_job(JOB, [rabbitmq.url, queue, out, ckpt], ckpt)
+    assert (tmp / "killed").exists()
+    code, err2 = run_job(JOB, [rabbitmq.url, queue, out, ckpt, kill_at, DEDUP], ckpt)
     assert code == 0, err2[-3000:]
     assert _files_holding(ckpt, PASSWORD) == []
     assert (out / "spark.log").exists() and _files_holding(out / "spark.log", PASSWORD) == []
