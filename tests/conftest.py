@@ -263,6 +263,15 @@ def pg():
     cluster.stop()
 
 
+@pytest.fixture(scope="session")
+def rabbitmq(tmp_path_factory):
+    """A private rabbitmq-server, started once per test session (tests/_rabbitmq.py)."""
+    from tests._rabbitmq import start_server
+    server = start_server(tmp_path_factory)
+    yield server
+    server.stop()
+
+
 @pytest.fixture
 def journal(tmp_path):
     """An event log DoFns can append to from any process."""
