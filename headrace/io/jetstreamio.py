@@ -79,9 +79,9 @@ from headrace.errors import (
 )
 from headrace.io.flushes import FlushWriter
 from headrace.io.restriction_trackers import (
-    OFFSET_INFINITY, GrowableOffsetRangeTracker, OffsetRange, OffsetRestrictionTracker,
+    OFFSET_INFINITY, KeyedOffsetRangeTracker, OffsetRange,
 )
-from headrace.io.watermark_estimators import ManualWatermarkEstimator
+from headrace.io.watermark_estimators import ReadProgressEstimator
 from headrace.metrics.metric import Metrics
 from headrace.model.time import MAX_TIMESTAMP_MICROS, Duration
 from headrace.model.windowed import TimestampedValue
@@ -89,8 +89,7 @@ from headrace.pipeline.dofn import DoFn
 from headrace.pipeline.ptransform import PTransform
 from headrace.pipeline.pvalue import TaggedOutput
 from headrace.pipeline.splittable import (
-    RecordBlock, RestrictionProgress, RestrictionProvider, RestrictionTracker,
-    WatermarkEstimatorProvider,
+    RecordBlock, RestrictionProvider,
 )
 from headrace.utils.secrets import Secret, reveal
 from headrace.utils.timestamp import Timestamp
@@ -232,67 +231,6 @@ class _Loop:
 
 
 # ---- the restriction: (stream, OffsetRange) ---------------------------------------------------
-
-
-class _StreamTracker(RestrictionTracker):
-    """A tracker over (stream, OffsetRange): a GrowableOffsetRangeTracker measured against the
-    stream's last sequence for an unbounded range, an OffsetRestrictionTracker for a bounded one."""
-
-    def __init__(self, restriction: Tuple[str, OffsetRange], end: Callable[[], int]) -> None:
-        self.stream, rng = restriction
-        self.inner: OffsetRestrictionTracker = (
-            GrowableOffsetRangeTracker(rng, end) if rng.stop == OFFSET_INFINITY
-            else OffsetRestrictionTracker(rng))
-
-    def current_restriction(self) -> Tuple[str, OffsetRange]:
-        return self.stream, self.inner.current_restriction()
-
-    def current_progress(self) -> RestrictionProgress:
-        return self.inner.current_progress()
-
-    def try_claim(self, position: int) -> bool:
-        return self.inner.try_claim(position)
-
-    def try_split(self, fraction_of_remainder: float) -> Optional[Tuple[Any, Any]]:
-        parts = self.inner.try_split(fraction_of_remainder)
-        return None if parts is None else ((self.stream, parts[0]), (self.stream, parts[1]))
-
-    def check_done(self) -> None:
-        try:
-            self.inner.check_done()
-        except Exception as exc:
-            raise type(exc)(f"stream {self.stream!r}: {exc}") from None
-
-    def is_bounded(self) -> bool:
-        return self.inner.is_bounded()
-
-
-class _ReadState(ManualWatermarkEstimator):
-    """The manual watermark estimator, also remembering (for `stop_after_idle`) the processing
-    time since which reads found nothing new; its state is (watermark, idle since)."""
-
-    def __init__(self, state: Any = None) -> None:
-        watermark, idle_since = state if state is not None else (None, None)
-        self.idle_since_us: Optional[int] = idle_since
-        super().__init__(watermark)
-
-    def get_estimator_state(self) -> Any:
-        return self.current_watermark(), self.idle_since_us
-
-    def advance(self, micros: int) -> None:
-        """Moves the watermark up to `micros` (never back)."""
-        current = self.current_watermark()
-        micros = min(micros, MAX_TIMESTAMP_MICROS)
-        if current is None or micros > current.micros:
-            self.set_watermark(Timestamp(micros=micros))
-
-
-class _ReadStateProvider(WatermarkEstimatorProvider):
-    def initial_estimator_state(self, element: Any, restriction: Any) -> Any:
-        return None
-
-    def create_watermark_estimator(self, estimator_state: Any) -> _ReadState:
-        return _ReadState(estimator_state)
 
 
 class _Batch(NamedTuple):
@@ -494,9 +432,10 @@ class _ReadStreams(_Connected, DoFn, RestrictionProvider):
                 else int(cfg.stop_sequence))
         return stream, OffsetRange(min(start, stop + 1), stop + 1)
 
-    def create_tracker(self, restriction: Tuple[str, OffsetRange]) -> _StreamTracker:
+    def create_tracker(self, restriction: Tuple[str, OffsetRange]) -> KeyedOffsetRangeTracker:
         stream = restriction[0]
-        return _StreamTracker(restriction, lambda: self._last_sequence(stream) + 1)
+        return KeyedOffsetRangeTracker(restriction, lambda: self._last_sequence(stream) + 1,
+                                       f"stream {stream!r}")
 
     def restriction_size(self, element: Any, restriction: Tuple[str, OffsetRange]) -> float:
         rng = restriction[1]
@@ -510,7 +449,7 @@ class _ReadStreams(_Connected, DoFn, RestrictionProvider):
 
     # ---- reading ----
 
-    def read(self, element: Any, tracker: Any, state: _ReadState, finalizer: Any) -> Iterator[Any]:
+    def read(self, element: Any, tracker: Any, state: ReadProgressEstimator, finalizer: Any) -> Iterator[Any]:
         """Claims batch after batch (one claim, one RecordBlock each) until the range's end, a
         failed claim, or (unbounded) having caught up: then a checkpoint."""
         cfg = self.config
@@ -608,7 +547,7 @@ class _ReadStreams(_Connected, DoFn, RestrictionProvider):
         pending = int(messages[-1].metadata.num_pending) if messages else 0
         return _Batch(messages, pending)
 
-    def _caught_up(self, tracker: Any, state: _ReadState) -> Iterator[Any]:
+    def _caught_up(self, tracker: Any, state: ReadProgressEstimator) -> Iterator[Any]:
         cfg = self.config
         now = Timestamp.now().micros
         if state.idle_since_us is None:
@@ -620,7 +559,7 @@ class _ReadStreams(_Connected, DoFn, RestrictionProvider):
         tracker.defer_remainder(Duration.of(cfg.poll_interval))
         yield from ()
 
-    def _emit(self, stream: str, messages: Sequence[Any], state: _ReadState) -> Iterator[Any]:
+    def _emit(self, stream: str, messages: Sequence[Any], state: ReadProgressEstimator) -> Iterator[Any]:
         """The batch as one RecordBlock and its dead letters; moves the watermark."""
         cfg = self.config
         good: List[Any] = []
@@ -760,7 +699,7 @@ class _ReadBounded(_ReadStreams):
     """The bounded read (a stop_sequence)."""
 
     def process(self, element: Any, tracker: Any = DoFn.RestrictionParam(),
-                state: Any = DoFn.WatermarkEstimatorParam(_ReadStateProvider()),
+                state: Any = DoFn.WatermarkEstimatorParam(ReadProgressEstimator.default_provider()),
                 finalizer: Any = DoFn.BundleFinalizerParam) -> Iterator[Any]:
         return self.read(element, tracker, state, finalizer)
 
@@ -770,7 +709,7 @@ class _ReadUnbounded(_ReadStreams):
 
     @DoFn.unbounded_per_element()
     def process(self, element: Any, tracker: Any = DoFn.RestrictionParam(),
-                state: Any = DoFn.WatermarkEstimatorParam(_ReadStateProvider()),
+                state: Any = DoFn.WatermarkEstimatorParam(ReadProgressEstimator.default_provider()),
                 finalizer: Any = DoFn.BundleFinalizerParam) -> Iterator[Any]:
         return self.read(element, tracker, state, finalizer)
 

@@ -64,9 +64,9 @@ from headrace.errors import (
 )
 from headrace.io.flushes import FlushWriter
 from headrace.io.restriction_trackers import (
-    OFFSET_INFINITY, GrowableOffsetRangeTracker, OffsetRange, OffsetRestrictionTracker,
+    OFFSET_INFINITY, KeyedOffsetRangeTracker, OffsetRange,
 )
-from headrace.io.watermark_estimators import ManualWatermarkEstimator
+from headrace.io.watermark_estimators import ReadProgressEstimator
 from headrace.metrics.metric import Metrics
 from headrace.model.time import MAX_TIMESTAMP_MICROS, Duration
 from headrace.model.windowed import TimestampedValue
@@ -74,8 +74,7 @@ from headrace.pipeline.dofn import DoFn
 from headrace.pipeline.ptransform import PTransform
 from headrace.pipeline.pvalue import TaggedOutput
 from headrace.pipeline.splittable import (
-    RecordBlock, RestrictionProgress, RestrictionProvider, RestrictionTracker,
-    WatermarkEstimatorProvider,
+    RecordBlock, RestrictionProvider,
 )
 from headrace.utils.secrets import Secret, reveal
 from headrace.utils.timestamp import Timestamp
@@ -335,68 +334,6 @@ def _close(consumer: Any) -> None:
 # ---- the restriction: ((topic, partition), OffsetRange) --------------------------------------
 
 
-class _PartitionTracker(RestrictionTracker):
-    """A tracker over ((topic, partition), OffsetRange): growable against the partition's high
-    watermark when unbounded, an OffsetRestrictionTracker when bounded."""
-
-    def __init__(self, restriction: Tuple[Tuple[str, int], OffsetRange], end: Callable[[], int]) -> None:
-        self.tp, rng = restriction
-        self.inner: OffsetRestrictionTracker = (
-            GrowableOffsetRangeTracker(rng, end) if rng.stop == OFFSET_INFINITY
-            else OffsetRestrictionTracker(rng))
-
-    def current_restriction(self) -> Tuple[Tuple[str, int], OffsetRange]:
-        return self.tp, self.inner.current_restriction()
-
-    def current_progress(self) -> RestrictionProgress:
-        return self.inner.current_progress()
-
-    def try_claim(self, position: int) -> bool:
-        return self.inner.try_claim(position)
-
-    def try_split(self, fraction_of_remainder: float) -> Optional[Tuple[Any, Any]]:
-        parts = self.inner.try_split(fraction_of_remainder)
-        return None if parts is None else ((self.tp, parts[0]), (self.tp, parts[1]))
-
-    def check_done(self) -> None:
-        try:
-            self.inner.check_done()
-        except Exception as exc:
-            raise type(exc)(f"topic {self.tp[0]!r} partition {self.tp[1]}: {exc}") from None
-
-    def is_bounded(self) -> bool:
-        return self.inner.is_bounded()
-
-
-class _ReadState(ManualWatermarkEstimator):
-    """The manual watermark estimator, also remembering the processing times (us) when the read
-    started and since when it has found nothing new; its state is (watermark, started, idle)."""
-
-    def __init__(self, state: Any = None) -> None:
-        watermark, started, idle_since = state if state is not None else (None, None, None)
-        self.started_us: Optional[int] = started
-        self.idle_since_us: Optional[int] = idle_since
-        super().__init__(watermark)
-
-    def get_estimator_state(self) -> Any:
-        return self.current_watermark(), self.started_us, self.idle_since_us
-
-    def advance(self, micros: int) -> None:
-        """Moves the watermark up to `micros` (never back)."""
-        current = self.current_watermark()
-        micros = min(micros, MAX_TIMESTAMP_MICROS)
-        if current is None or micros > current.micros:
-            self.set_watermark(Timestamp(micros=micros))
-
-
-class _ReadStateProvider(WatermarkEstimatorProvider):
-    def initial_estimator_state(self, element: Any, restriction: Any) -> Any:
-        return None
-
-    def create_watermark_estimator(self, estimator_state: Any) -> _ReadState:
-        return _ReadState(estimator_state)
-
-
 def _partition_of(element: Any, what: str) -> Tuple[Tuple[str, int], Optional[int]]:
     """((topic, partition), record limit or None) of a partition element."""
     if (isinstance(element, tuple) and len(element) in (2, 3) and isinstance(element[0], str)
@@ -548,9 +485,10 @@ class _ReadPartitions(DoFn, RestrictionProvider):
         stop = _stop(cluster, tp, limit)
         return tp, OffsetRange(start, max(start, stop))
 
-    def create_tracker(self, restriction: Tuple[Tuple[str, int], OffsetRange]) -> _PartitionTracker:
+    def create_tracker(self, restriction: Tuple[Tuple[str, int], OffsetRange]) -> KeyedOffsetRangeTracker:
         tp = restriction[0]
-        return _PartitionTracker(restriction, lambda: self.cluster().watermarks(tp)[1])
+        return KeyedOffsetRangeTracker(restriction, lambda: self.cluster().watermarks(tp)[1],
+                                       f"topic {tp[0]!r} partition {tp[1]}")
 
     def restriction_size(self, element: Any, restriction: Tuple[Tuple[str, int], OffsetRange]) -> float:
         rng = restriction[1]
@@ -564,7 +502,7 @@ class _ReadPartitions(DoFn, RestrictionProvider):
 
     # ---- reading ----
 
-    def read(self, element: Any, tracker: Any, state: _ReadState, finalizer: Any) -> Iterator[Any]:
+    def read(self, element: Any, tracker: Any, state: ReadProgressEstimator, finalizer: Any) -> Iterator[Any]:
         """Reads batch after batch (claiming each batch's last offset, output as one RecordBlock)
         until the range's end, a failed claim, or (unbounded) having caught up: then a
         checkpoint. The batch is read up to the range's stop as it is before the claim; a
@@ -687,7 +625,7 @@ class _ReadPartitions(DoFn, RestrictionProvider):
                 self.config.consumer_config))
         return False
 
-    def _caught_up(self, tracker: Any, state: _ReadState) -> Iterator[Any]:
+    def _caught_up(self, tracker: Any, state: ReadProgressEstimator) -> Iterator[Any]:
         cfg = self.config
         now = Timestamp.now().micros
         state.advance(now - cfg.watermark_delay_us)   # an idle partition holds nothing back
@@ -705,7 +643,7 @@ class _ReadPartitions(DoFn, RestrictionProvider):
         yield from ()
 
     def _decode(self, tp: Tuple[str, int], messages: Sequence[Any], errors: Sequence[Any],
-                state: _ReadState) -> Tuple[List[Any], List[Any], Optional[int]]:
+                state: ReadProgressEstimator) -> Tuple[List[Any], List[Any], Optional[int]]:
         """The batch's outputs, its dead letters, and its largest event time (us)."""
         cfg = self.config
         good: List[Any] = []
@@ -782,7 +720,7 @@ class _ReadBounded(_ReadPartitions):
     """The bounded read (stop_read_time or max_num_records)."""
 
     def process(self, element: Any, tracker: Any = DoFn.RestrictionParam(),
-                state: Any = DoFn.WatermarkEstimatorParam(_ReadStateProvider()),
+                state: Any = DoFn.WatermarkEstimatorParam(ReadProgressEstimator.default_provider()),
                 finalizer: Any = DoFn.BundleFinalizerParam) -> Iterator[Any]:
         return self.read(element, tracker, state, finalizer)
 
@@ -792,7 +730,7 @@ class _ReadUnbounded(_ReadPartitions):
 
     @DoFn.unbounded_per_element()
     def process(self, element: Any, tracker: Any = DoFn.RestrictionParam(),
-                state: Any = DoFn.WatermarkEstimatorParam(_ReadStateProvider()),
+                state: Any = DoFn.WatermarkEstimatorParam(ReadProgressEstimator.default_provider()),
                 finalizer: Any = DoFn.BundleFinalizerParam) -> Iterator[Any]:
         return self.read(element, tracker, state, finalizer)
 

@@ -79,7 +79,8 @@ import zlib
 from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 from headrace.errors import InvalidArgumentError, PipelineExecutionError
-from headrace.io.redisio import _ReadState, _ReadStateProvider, mask_url
+from headrace.io.redisio import mask_url
+from headrace.io.watermark_estimators import ReadProgressEstimator
 from headrace.metrics.metric import Metrics
 from headrace.model.time import MAX_TIMESTAMP_MICROS, Duration
 from headrace.model.windowed import TimestampedValue
@@ -458,7 +459,7 @@ class _ReadQueues(DoFn, RestrictionProvider):
 
     # ---- reading ----
 
-    def read(self, element: Any, tracker: Any, state: _ReadState, finalizer: Any) -> Iterator[Any]:
+    def read(self, element: Any, tracker: Any, state: ReadProgressEstimator, finalizer: Any) -> Iterator[Any]:
         """Emits what the restriction holds, or claims batch after batch fetched from the queue
         (one claim each) until a claim fails or the queue is empty: then a checkpoint."""
         queue, held = tracker.current_restriction()
@@ -504,7 +505,7 @@ class _ReadQueues(DoFn, RestrictionProvider):
                 ch.basic_reject(f.delivery_tag, requeue=True)
         self._call(queue, "cannot give messages back to", reject)
 
-    def _caught_up(self, tracker: Any, state: _ReadState) -> Iterator[Any]:
+    def _caught_up(self, tracker: Any, state: ReadProgressEstimator) -> Iterator[Any]:
         cfg = self.config
         now = Timestamp.now().micros
         if state.idle_since_us is None:
@@ -516,7 +517,7 @@ class _ReadQueues(DoFn, RestrictionProvider):
         tracker.defer_remainder(Duration.of(cfg.poll_interval))
         yield from ()
 
-    def _emit(self, queue: str, batch: Sequence[_Fetched], state: _ReadState,
+    def _emit(self, queue: str, batch: Sequence[_Fetched], state: ReadProgressEstimator,
               finalizer: Any) -> Iterator[Any]:
         cfg = self.config
         good, bad, latest = self._decode(batch)
@@ -574,7 +575,7 @@ class _ReadQueues(DoFn, RestrictionProvider):
 
     @DoFn.unbounded_per_element()
     def process(self, element: Any, tracker: Any = DoFn.RestrictionParam(),
-                state: Any = DoFn.WatermarkEstimatorParam(_ReadStateProvider()),
+                state: Any = DoFn.WatermarkEstimatorParam(ReadProgressEstimator.default_provider()),
                 finalizer: Any = DoFn.BundleFinalizerParam) -> Iterator[Any]:
         """Reads one queue (see `read`)."""
         return self.read(element, tracker, state, finalizer)

@@ -52,9 +52,9 @@ from headrace.errors import (
 )
 from headrace.io.flushes import FlushWriter
 from headrace.io.restriction_trackers import (
-    OFFSET_INFINITY, GrowableOffsetRangeTracker, OffsetRange, OffsetRestrictionTracker,
+    OFFSET_INFINITY, KeyedOffsetRangeTracker, OffsetRange,
 )
-from headrace.io.watermark_estimators import ManualWatermarkEstimator
+from headrace.io.watermark_estimators import ReadProgressEstimator
 from headrace.metrics.metric import Metrics
 from headrace.model.time import MAX_TIMESTAMP_MICROS, Duration
 from headrace.model.windowed import TimestampedValue
@@ -62,8 +62,7 @@ from headrace.pipeline.dofn import DoFn
 from headrace.pipeline.ptransform import PTransform
 from headrace.pipeline.pvalue import TaggedOutput
 from headrace.pipeline.splittable import (
-    RecordBlock, RestrictionProgress, RestrictionProvider, RestrictionTracker,
-    WatermarkEstimatorProvider,
+    RecordBlock, RestrictionProvider,
 )
 from headrace.utils.secrets import Secret, reveal
 from headrace.utils.timestamp import Timestamp
@@ -174,67 +173,6 @@ class _Config(NamedTuple):
 
 
 # ---- the restriction: (key, OffsetRange) ------------------------------------------------------
-
-
-class _StreamTracker(RestrictionTracker):
-    """A tracker over (key, OffsetRange): a GrowableOffsetRangeTracker measured against the
-    stream's end for an unbounded range, an OffsetRestrictionTracker for a bounded one."""
-
-    def __init__(self, restriction: Tuple[str, OffsetRange], end: Callable[[], int]) -> None:
-        self.key, rng = restriction
-        self.inner: OffsetRestrictionTracker = (
-            GrowableOffsetRangeTracker(rng, end) if rng.stop == OFFSET_INFINITY
-            else OffsetRestrictionTracker(rng))
-
-    def current_restriction(self) -> Tuple[str, OffsetRange]:
-        return self.key, self.inner.current_restriction()
-
-    def current_progress(self) -> RestrictionProgress:
-        return self.inner.current_progress()
-
-    def try_claim(self, position: int) -> bool:
-        return self.inner.try_claim(position)
-
-    def try_split(self, fraction_of_remainder: float) -> Optional[Tuple[Any, Any]]:
-        parts = self.inner.try_split(fraction_of_remainder)
-        return None if parts is None else ((self.key, parts[0]), (self.key, parts[1]))
-
-    def check_done(self) -> None:
-        try:
-            self.inner.check_done()
-        except Exception as exc:
-            raise type(exc)(f"stream {self.key!r}: {exc}") from None
-
-    def is_bounded(self) -> bool:
-        return self.inner.is_bounded()
-
-
-class _ReadState(ManualWatermarkEstimator):
-    """The manual watermark estimator, also remembering (for `stop_after_idle`) the processing
-    time since which reads found nothing new; its state is (watermark, idle since)."""
-
-    def __init__(self, state: Any = None) -> None:
-        watermark, idle_since = state if state is not None else (None, None)
-        self.idle_since_us: Optional[int] = idle_since
-        super().__init__(watermark)
-
-    def get_estimator_state(self) -> Any:
-        return self.current_watermark(), self.idle_since_us
-
-    def advance(self, micros: int) -> None:
-        """Moves the watermark up to `micros` (never back)."""
-        current = self.current_watermark()
-        micros = min(micros, MAX_TIMESTAMP_MICROS)
-        if current is None or micros > current.micros:
-            self.set_watermark(Timestamp(micros=micros))
-
-
-class _ReadStateProvider(WatermarkEstimatorProvider):
-    def initial_estimator_state(self, element: Any, restriction: Any) -> Any:
-        return None
-
-    def create_watermark_estimator(self, estimator_state: Any) -> _ReadState:
-        return _ReadState(estimator_state)
 
 
 # ---- the splittable DoFn ---------------------------------------------------------------------
@@ -384,9 +322,10 @@ class _ReadStreams(DoFn, RestrictionProvider):
                 return id_to_position(g["last-delivered-id"]) + 1
         return 0
 
-    def create_tracker(self, restriction: Tuple[str, OffsetRange]) -> _StreamTracker:
+    def create_tracker(self, restriction: Tuple[str, OffsetRange]) -> KeyedOffsetRangeTracker:
         key = restriction[0]
-        return _StreamTracker(restriction, lambda: self._last_position(key) + 1)
+        return KeyedOffsetRangeTracker(restriction, lambda: self._last_position(key) + 1,
+                                       f"stream {key!r}")
 
     def restriction_size(self, element: Any, restriction: Tuple[str, OffsetRange]) -> float:
         rng = restriction[1]
@@ -402,7 +341,7 @@ class _ReadStreams(DoFn, RestrictionProvider):
 
     # ---- reading ----
 
-    def read(self, element: Any, tracker: Any, state: _ReadState, finalizer: Any) -> Iterator[Any]:
+    def read(self, element: Any, tracker: Any, state: ReadProgressEstimator, finalizer: Any) -> Iterator[Any]:
         """Claims XRANGE batch after batch (one claim, one RecordBlock each) until the range's
         end, a failed claim, or (unbounded) having caught up: then a checkpoint."""
         cfg = self.config
@@ -441,7 +380,7 @@ class _ReadStreams(DoFn, RestrictionProvider):
                 finalizer.register(lambda ids=ids: self._ack(key, ids))
             pos = last + 1
 
-    def _caught_up(self, tracker: Any, state: _ReadState) -> Iterator[Any]:
+    def _caught_up(self, tracker: Any, state: ReadProgressEstimator) -> Iterator[Any]:
         cfg = self.config
         now = Timestamp.now().micros
         if state.idle_since_us is None:
@@ -561,7 +500,7 @@ class _ReadBounded(_ReadStreams):
     """The bounded read (a stop_id)."""
 
     def process(self, element: Any, tracker: Any = DoFn.RestrictionParam(),
-                state: Any = DoFn.WatermarkEstimatorParam(_ReadStateProvider()),
+                state: Any = DoFn.WatermarkEstimatorParam(ReadProgressEstimator.default_provider()),
                 finalizer: Any = DoFn.BundleFinalizerParam) -> Iterator[Any]:
         return self.read(element, tracker, state, finalizer)
 
@@ -571,7 +510,7 @@ class _ReadUnbounded(_ReadStreams):
 
     @DoFn.unbounded_per_element()
     def process(self, element: Any, tracker: Any = DoFn.RestrictionParam(),
-                state: Any = DoFn.WatermarkEstimatorParam(_ReadStateProvider()),
+                state: Any = DoFn.WatermarkEstimatorParam(ReadProgressEstimator.default_provider()),
                 finalizer: Any = DoFn.BundleFinalizerParam) -> Iterator[Any]:
         return self.read(element, tracker, state, finalizer)
 

@@ -232,6 +232,49 @@ class GrowableOffsetRangeTracker(OffsetRestrictionTracker):
         return max(estimate, self._next())
 
 
+class KeyedOffsetRangeTracker(RestrictionTracker):
+    """A tracker over `(key, OffsetRange)` (a stream, a topic partition, ... and its positions):
+    a GrowableOffsetRangeTracker measured against `range_end_estimator` when the range is
+    unbounded, an OffsetRestrictionTracker when it is bounded; `name` says what the key is in
+    errors (e.g. "stream 'clicks'")."""
+
+    def __init__(self, restriction: Tuple[Any, OffsetRange], range_end_estimator: Callable[[], int],
+                 name: Optional[str] = None) -> None:
+        self.key, rng = restriction
+        self.name = name if name is not None else repr(self.key)
+        self.inner: OffsetRestrictionTracker = (
+            GrowableOffsetRangeTracker(rng, range_end_estimator) if rng.stop == OFFSET_INFINITY
+            else OffsetRestrictionTracker(rng))
+
+    def current_restriction(self) -> Tuple[Any, OffsetRange]:
+        """The key and the range as it is now."""
+        return self.key, self.inner.current_restriction()
+
+    def current_progress(self) -> RestrictionProgress:
+        """The range's progress."""
+        return self.inner.current_progress()
+
+    def try_claim(self, position: int) -> bool:
+        """Claims a position of the range."""
+        return self.inner.try_claim(position)
+
+    def try_split(self, fraction_of_remainder: float) -> Optional[Tuple[Any, Any]]:
+        """Splits the range, each part keeping the key."""
+        parts = self.inner.try_split(fraction_of_remainder)
+        return None if parts is None else ((self.key, parts[0]), (self.key, parts[1]))
+
+    def check_done(self) -> None:
+        """Raises, naming the key, unless the range is done."""
+        try:
+            self.inner.check_done()
+        except Exception as exc:
+            raise type(exc)(f"{self.name}: {exc}") from None
+
+    def is_bounded(self) -> bool:
+        """Whether the range is bounded."""
+        return self.inner.is_bounded()
+
+
 def split_evenly(restriction: OffsetRange, parts: int) -> List[OffsetRange]:
     """`restriction` cut into at most `parts` consecutive ranges of near-equal size."""
     n = max(1, min(parts, restriction.size()))

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from headrace.errors import InvalidArgumentError
-from headrace.model.time import Timestamp
+from headrace.model.time import MAX_TIMESTAMP_MICROS, Timestamp
 from headrace.pipeline.splittable import WatermarkEstimator, WatermarkEstimatorProvider
 
 
@@ -119,3 +119,31 @@ class ManualWatermarkEstimator(WatermarkEstimator):
     def default_provider() -> WatermarkEstimatorProvider:
         """A provider whose estimators start with no watermark."""
         return _DefaultProvider(ManualWatermarkEstimator)
+
+
+class ReadProgressEstimator(ManualWatermarkEstimator):
+    """A manual watermark estimator for a connector's read that also remembers, in processing
+    time (microseconds), when the read started and since when it has found nothing new (for
+    `stop_after_idle`-style ends); its state is (watermark, started, idle since)."""
+
+    def __init__(self, state: Any = None) -> None:
+        watermark, started, idle_since = state if state is not None else (None, None, None)
+        self.started_us: Optional[int] = started
+        self.idle_since_us: Optional[int] = idle_since
+        super().__init__(watermark)
+
+    def get_estimator_state(self) -> Any:
+        """(watermark, started, idle since)."""
+        return self.current_watermark(), self.started_us, self.idle_since_us
+
+    def advance(self, micros: int) -> None:
+        """Moves the watermark up to `micros` (never back; capped at the maximum timestamp)."""
+        current = self.current_watermark()
+        micros = min(micros, MAX_TIMESTAMP_MICROS)
+        if current is None or micros > current.micros:
+            self.set_watermark(Timestamp(micros=micros))
+
+    @staticmethod
+    def default_provider() -> WatermarkEstimatorProvider:
+        """A provider whose estimators start with nothing read."""
+        return _DefaultProvider(ReadProgressEstimator)

@@ -279,7 +279,8 @@ class _Tracker:
 
 
 def test_the_watermark_is_the_largest_event_time_minus_the_delay_then_infinity(server):
-    from headrace.io.jetstreamio import _ReadState, _ReadUnbounded, _ReadBounded
+    from headrace.io.jetstreamio import _ReadBounded, _ReadUnbounded
+    from headrace.io.watermark_estimators import ReadProgressEstimator
     from headrace.model.time import MAX_TIMESTAMP_MICROS
     times = [50_000, 20_000, 90_000, 70_000]   # ms, out of order
     stream, _, written = _fill(server, "wm", len(times), headers=lambda i: {"t": str(times[i])})
@@ -289,7 +290,7 @@ def test_the_watermark_is_the_largest_event_time_minus_the_delay_then_infinity(s
         fn = cls(transform._config)
         try:
             restriction = fn.initial_restriction(stream)
-            tracker, state = _Tracker(fn, restriction), _ReadState()
+            tracker, state = _Tracker(fn, restriction), ReadProgressEstimator()
             out = list(fn.read(stream, tracker, state, None))
             values = [tv.value for block in out for tv in block.values]
             assert values == [d for _, _, d in written]

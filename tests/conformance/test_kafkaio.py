@@ -390,7 +390,8 @@ class _Msg:
 def test_a_partition_error_event_is_a_bad_record_and_a_client_error_is_not():
     from confluent_kafka import KafkaError, KafkaException
 
-    from headrace.io.kafkaio import _Cluster, _ReadBounded, _ReadState
+    from headrace.io.kafkaio import _Cluster, _ReadBounded
+    from headrace.io.watermark_estimators import ReadProgressEstimator
     from headrace.io.restriction_trackers import OffsetRange
     from headrace.model.time import MAX_TIMESTAMP_MICROS
     from headrace.pipeline.pvalue import TaggedOutput
@@ -417,7 +418,7 @@ def test_a_partition_error_event_is_a_bad_record_and_a_client_error_is_not():
     fn = _ReadBounded(read._config, "ReadAllFromKafka")
     fn._cluster = Cluster(read._config, "ReadAllFromKafka")
     tracker = fn.create_tracker((("t", 0), OffsetRange(0, 2)))
-    state = _ReadState()
+    state = ReadProgressEstimator()
     outputs = list(fn.read(("t", 0), tracker, state, None))
     good = [v.value for o in outputs if isinstance(o, RecordBlock) for v in o.values]
     bad = [o.value.value for o in outputs if isinstance(o, TaggedOutput)]
