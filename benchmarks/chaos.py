@@ -85,7 +85,8 @@ def events(seed: int, n: int, keys: int, dt_ms: int, window_s: float, late_every
            late_lag: int) -> List[Event]:
     """The first `n` events of the seeded sequence: event j of the regular sequence has key
     j % keys and time BASE + j * dt_ms, in order; about one in `late_every` is followed by a
-    late event, in the window `late_lag` windows behind, of a random key."""
+    late event of the same key in the window `late_lag` windows behind (so that two events of
+    one key, late or not, are always at least `keys` records apart)."""
     rng = random.Random(seed)
     out: List[Event] = []
     j = 0
@@ -97,7 +98,7 @@ def events(seed: int, n: int, keys: int, dt_ms: int, window_s: float, late_every
         back = (ts - BASE_MS) // win_ms - late_lag
         if back >= 0 and rng.randrange(late_every) == 0 and len(out) < n:
             late_ts = BASE_MS + back * win_ms + rng.randrange(win_ms)
-            out.append(Event(len(out), f"k{rng.randrange(keys):04d}", late_ts,
+            out.append(Event(len(out), f"k{(j - 1) % keys:04d}", late_ts,
                              rng.randint(1, 100), True))
     return out
 
@@ -620,7 +621,7 @@ def probe(args: argparse.Namespace, source: Source, pg: Postgres, tmp: str) -> b
     c, b, _ = args.batching
     batchings = [args.batching, (max(1, c - 1), max(2, b // 2), 0.0)]
     ok = True
-    for keys in (args.keys, 4):
+    for keys in (args.keys, 4)[:args.probe_keys]:
         a2 = argparse.Namespace(**{**vars(args), "keys": keys})
         evs = make_events(a2, args.probe_events if keys == args.keys else args.probe_events // 2)
         tables = []
@@ -654,11 +655,14 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
     ap.add_argument("--other-faults", type=int, default=20,
                     help="faults of each other kind: worker, source, postgres, socket")
     ap.add_argument("--quick", action="store_true",
-                    help="10 faults in all: 2 driver kills and 2 of each other kind")
+                    help="10 faults in all: 2 driver kills and 2 of each other kind; "
+                         "at most 10 events/s")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--probe", action="store_true",
                     help="only the determinism probe: one input, several batchings")
     ap.add_argument("--probe-events", type=int, default=1500)
+    ap.add_argument("--probe-keys", type=int, default=2, choices=[1, 2],
+                    help="2: probe with --keys and with 4 keys; 1: only with --keys")
     ap.add_argument("--keys", type=int, default=100)
     ap.add_argument("--dt-ms", type=int, default=10, help="event time between events")
     ap.add_argument("--window", type=float, default=3.0, help="FixedWindows size, seconds")
@@ -675,13 +679,14 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
     ap.add_argument("--rate", type=float, default=20.0, help="events written per second")
     ap.add_argument("--gap", type=float, nargs=2, default=(1.0, 4.0),
                     help="seconds between faults: uniform in [A, B]")
-    ap.add_argument("--tail-events", type=int, default=1000)
+    ap.add_argument("--tail-events", type=int, default=200)
     ap.add_argument("--max-events", type=int, default=200_000)
     ap.add_argument("--timeout", type=float, default=6 * 3600)
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory")
     a = ap.parse_args(argv)
     if a.quick:
         a.driver_kills, a.other_faults = 2, 2
+        a.rate = min(a.rate, 10.0)
     if a.claims is None:
         a.claims = 1 if a.source == "kafka" else 4
     a.batching = (a.claims, a.batch_size, a.trigger_interval)
