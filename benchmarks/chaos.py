@@ -1,5 +1,7 @@
-"""Exactly-once end to end under faults: a windowed streaming job from Redis, Kafka or JetStream
-into PostgreSQL, killed and faulted at random points, its pane table compared with a fault-free run.
+"""Exactly-once under faults: a windowed job into PostgreSQL, faulted at random, vs a fault-free run.
+
+A streaming job from Redis, Kafka or JetStream into PostgreSQL, killed and faulted at random
+points while a generator writes; its pane table compared with a fault-free run's.
 
     ./dev bench chaos [--source redis|kafka|jetstream] [--driver-kills 100] [--other-faults 20]
                       [--seed 1] [--quick] [--probe]
@@ -28,19 +30,21 @@ no fault. The check: the faulty run's pane table equals the reference's as a mul
 (key, window_start, pane_index, timing, value, is_last); lost, duplicated and extra panes are
 reported, and the latest-pane tables must be equal too.
 
-**Why the panes are comparable (the determinism probe, `--probe`).** headrace's trigger runs
-fire after all the elements one call brings (docs: `model/reduce.py`, rule 5), and a Spark
-micro-batch is one call per key: an `AfterCount(k)` early pane holds whatever the batch held
-when the count was reached, so with several elements of one key and window in a batch its
-value depends on the batching. The generator therefore spreads each key's elements: key
-`i % keys` for event i, so two elements of one key and window are `--keys` records apart in
-the stream (per Kafka partition, keys / 4), more than one micro-batch reads (`--claims` x
-`--batch-size`); the watermark delay (`--delay`) spans more records than a batch, so no batch
-both adds an element to a window and passes its end; late events go to the window `--late-lag`
-windows behind the generator, far behind the watermark in any batching. `--probe` writes one
-input and runs the job on it with several batchings (claims, batch size, trigger interval),
-with this spread and with few keys (elements of one window together in a batch), and prints
-which pane tables agree.
+**Why the panes are comparable (the determinism probe, `--probe`).** headrace's per-key core
+fires a window's trigger after all the elements one call brings (`model/reduce.py`, rule 5),
+and on the Spark streaming runner a micro-batch is one call per key: an `AfterCount(k)` early
+pane, or an `AfterCount(1)` late pane, holds whatever that batch brought, so when one batch
+holds several elements of one key and window, the panes depend on how the input fell into
+batches (which a live source, restarts and replays change). The generator therefore spreads
+each key's elements: event j has key j % `--keys`, and a late event takes the key of the event
+before it, so two elements of one key (late or not) are at least `--keys` records apart in the
+stream (per Kafka partition, keys / 4), more than one micro-batch reads (`--claims` x
+`--batch-size`, checked); the watermark delay (`--delay`) spans more records than a batch, so
+no batch both adds an element to a window and passes its end; a late event goes to the window
+`--late-lag` windows behind the generator, read batches after that window's on-time pane in any
+batching. `--probe` writes one input and runs the job on it with two batchings (the default,
+and fewer, smaller claims with no trigger interval), with this spread and (unless
+`--probe-keys 1`) with 4 keys, and prints whether the pane tables agree.
 """
 
 from __future__ import annotations
