@@ -346,6 +346,8 @@ class KafkaSource(Source):
 
     def close(self) -> None:
         self.proc.send_signal(signal.SIGCONT)
+        self.producer.flush(5)
+        del self.producer   # gone before its cluster: no reconnect attempts logged at exit
         self.proc.kill()
         self.proc.wait()
 
@@ -509,12 +511,17 @@ class Injector:
             self.keep_running()
             time.sleep(0.1)
 
+    def wait_for_batches(self) -> None:
+        """Waits until the job has written a micro-batch since its last start (so that every
+        fault hits a running query, not one starting up)."""
+        deadline = time.monotonic() + 600
+        while batches_done(self.job.ckpt) <= self.job.started_at_batch and time.monotonic() < deadline:
+            self.sleep(0.1)
+
     def apply(self, kind: str) -> str:
         job, rng = self.job, self.rng
+        self.wait_for_batches()
         if kind == "driver":
-            deadline = time.monotonic() + 600
-            while batches_done(job.ckpt) <= job.started_at_batch and time.monotonic() < deadline:
-                self.sleep(0.1)
             self.sleep(rng.uniform(0, 2))
             job.kill()
             job.start()
@@ -533,16 +540,14 @@ class Injector:
                 self.sleep(0.05)
             return "no python worker found in 120 s"
         pause = rng.uniform(3, 6)
-        if kind == "source":
-            self.source.stop_server()
-            time.sleep(pause)
-            self.source.start_server()
-            return f"{self.source.name} server stopped {pause:.1f} s"
-        if kind == "postgres":
-            self.pg.stop_server()
-            time.sleep(pause)
-            self.pg.start_server()
-            return f"postgres stopped {pause:.1f} s"
+        if kind in ("source", "postgres"):
+            server = self.source if kind == "source" else self.pg
+            server.stop_server()
+            try:
+                time.sleep(pause)
+            finally:
+                server.start_server()
+            return f"{self.source.name if kind == 'source' else 'postgres'} stopped {pause:.1f} s"
         self.socket_turn += 1
         if self.socket_turn % 2:
             return self.source.close_sockets()
