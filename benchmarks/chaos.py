@@ -21,7 +21,7 @@ of each of: kill -9 of one Python worker (Spark retries the task); a stop of the
 for 3-6 s (Redis and the Kafka helper: SIGSTOP then SIGCONT; nats-server: killed and started
 again on the same store and port); a stop of PostgreSQL for 3-6 s (`pg_ctl stop -m immediate`,
 then start on the same port); a closed client socket (Redis `CLIENT KILL` of the job's
-connections, PostgreSQL `pg_terminate_backend` of the job's sessions, alternately; JetStream:
+connections, PostgreSQL `pg_terminate_backend` of the job's sessions for 3 s, alternately; JetStream:
 a restart of nats-server). A job that exits by itself with an error (a query failed, not a
 kill) is counted and restarted on its checkpoint after 3 s, as an operator would.
 
@@ -140,11 +140,18 @@ class Postgres:
         self.execute(f"CREATE TABLE {table}_latest (key text, window_start bigint, "
                      "pane_index int, value bigint, PRIMARY KEY (key, window_start))")
 
-    def close_sockets(self) -> int:
-        """Terminates every client session but this one's: the job's connections."""
-        rows = self.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                            "WHERE pid <> pg_backend_pid() AND backend_type = 'client backend'")
-        return len(rows)
+    def close_sockets(self, seconds: float = 3.0) -> int:
+        """Terminates every client session but this one's (the job's connections), again and
+        again for `seconds` (the job's sessions live for a flush or a bundle); how many."""
+        import psycopg
+        n, end = 0, time.monotonic() + seconds
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            while time.monotonic() < end:
+                n += len(conn.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid <> "
+                    "pg_backend_pid() AND backend_type = 'client backend'").fetchall())
+                time.sleep(0.05)
+        return n
 
     def close(self) -> None:
         self.cluster.stop()
@@ -551,7 +558,7 @@ class Injector:
         self.socket_turn += 1
         if self.socket_turn % 2:
             return self.source.close_sockets()
-        return f"postgres: {self.pg.close_sockets()} session(s) terminated"
+        return f"postgres: {self.pg.close_sockets()} session(s) terminated in 3 s"
 
 
 def run_faulty(args: argparse.Namespace, source: Source, pg: Postgres, evs_for: Callable[[int], List[Event]],
