@@ -30,10 +30,14 @@ def _free_port() -> int:
 
 
 class PrivateCluster:
-    """A started cluster: `dsn` (database `postgres`), `stop()`."""
+    """A started cluster: `dsn` (database `postgres`), `stop()`; `stop_server()` and
+    `start_server()` stop and start its server (the chaos benchmark's faults: make it `durable`)."""
 
-    def __init__(self, bindir: str) -> None:
+    def __init__(self, bindir: str, durable: bool = False) -> None:
         self.bindir = bindir
+        # synchronous_commit=off (fast) loses the last ~200 ms of acknowledged commits when the
+        # server crashes (stop -m immediate); a durable cluster keeps every commit it acknowledged
+        self.commit = "on" if durable else "off"
         self.root = tempfile.mkdtemp(prefix="headrace-pg-", dir="/tmp")
         self.data = os.path.join(self.root, "data")
         self.port = _free_port()
@@ -44,10 +48,18 @@ class PrivateCluster:
             self._as = ["runuser", "-u", "postgres", "--"]
         self._run("initdb", "-D", self.data, "-A", "trust", "-U", "postgres", "-E", "UTF8",
                   "--no-sync")
+        self.start_server()
+        self.dsn = f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+
+    def start_server(self) -> None:
+        """Starts the server (on the cluster's port), waiting until it accepts connections."""
         self._run("pg_ctl", "-D", self.data, "-l", os.path.join(self.root, "log"), "-w", "start",
                   "-o", f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 "
-                        "-c fsync=off -c synchronous_commit=off -c full_page_writes=off")
-        self.dsn = f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+                        f"-c fsync=off -c synchronous_commit={self.commit} -c full_page_writes=off")
+
+    def stop_server(self) -> None:
+        """Stops the server at once (`pg_ctl stop -m immediate`: a crash), keeping its data."""
+        self._run("pg_ctl", "-D", self.data, "-m", "immediate", "-w", "stop")
 
     def _run(self, tool: str, *args: str) -> None:
         proc = subprocess.run([*self._as, os.path.join(self.bindir, tool), *args],

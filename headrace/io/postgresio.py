@@ -24,8 +24,10 @@ psycopg 3 is imported where it is used (`pip install headrace[postgres]`).
 from __future__ import annotations
 
 import datetime as _dt
+import logging
 import math
 import re
+import time
 from typing import Any, Callable, Dict, Iterable, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 from headrace.errors import DataFormatError, InvalidArgumentError, PipelineConstructionError
@@ -136,6 +138,33 @@ class _Conn:
         cause = _scrub(f"{type(exc).__name__}: {first}", self.kwargs)
         cls = PipelineConstructionError if construction else DataFormatError
         return cls(f"{self.where}: {what} (PostgreSQL at {self.masked()}): {cause}; {fix}")
+
+
+_log = logging.getLogger(__name__)
+#: seconds a sink's worker keeps retrying a lost or refused connection (with backoff: 0.5 s,
+#: doubling, at most 8 s between attempts) before the bundle fails (and Spark retries the task)
+RETRY_SECONDS = 60.0
+
+
+def lost_connection(exc: BaseException) -> bool:
+    """Whether `exc` (a psycopg error) says the connection was refused, lost or shut down (the
+    server stopped or restarting, the session terminated), so that the same work may succeed
+    on a new connection: SQLSTATE class 08, 57P01-57P03, or an OperationalError without one."""
+    import psycopg
+    if not isinstance(exc, psycopg.OperationalError):
+        return False
+    state = getattr(exc, "sqlstate", None)
+    return state is None or state.startswith("08") or state in ("57P01", "57P02", "57P03")
+
+
+def backoff(seconds: float) -> Iterator[Optional[float]]:
+    """The waits before each retry (0.5 s doubling up to 8 s) while `seconds` have not passed
+    since the first attempt, then None (give up)."""
+    deadline, wait = time.monotonic() + seconds, 0.5
+    while time.monotonic() + wait <= deadline:
+        yield wait
+        wait = min(wait * 2, 8.0)
+    yield None
 
 
 def _wrap_fragile_loaders(conn: Any) -> None:
@@ -782,7 +811,18 @@ class _Upsert(_Connected):
         return f"_Upsert({self.table!r}, {self.cfg!r})"
 
     def start_bundle(self) -> None:
-        self.connection(autocommit=False).rollback()  # nothing left of a failed bundle
+        import psycopg
+        for wait in backoff(RETRY_SECONDS):   # a server down or restarting: wait for it
+            try:
+                self.connection(autocommit=False).rollback()  # nothing left of a failed bundle
+                break
+            except (psycopg.Error, DataFormatError) as exc:
+                cause = exc if isinstance(exc, psycopg.Error) else exc.__context__
+                self._conn = None
+                if wait is None or cause is None or not lost_connection(cause):
+                    raise
+                _log.warning("%s: %s; retrying in %.1f s", self.cfg.where, exc, wait)
+                time.sleep(wait)
         self._rows: List[Tuple[Any, ...]] = []
 
     def process(self, element: Any) -> None:
@@ -850,23 +890,42 @@ class _PostgresFlushes(FlushWriter):
             conn.close()
 
     def write(self, shard: int, flush: int, elements: List[Any]) -> bool:
+        """Writes the flush; a lost or refused connection is retried on a new one with backoff
+        for up to RETRY_SECONDS (safe: the rows and the marker commit together, so a retry after
+        a commit whose answer was lost finds the marker and writes nothing)."""
+        import psycopg
+        for wait in backoff(RETRY_SECONDS):
+            try:
+                return self._write_once(shard, flush, elements)
+            except psycopg.Error as exc:
+                conn, self._conn = self._conn, None
+                if conn is not None:
+                    conn.close()
+                if wait is None or not lost_connection(exc):
+                    raise self.cfg.error(exc, f"committing to table {self.table!r} failed",
+                                         "the flush is retried; check the server") from None
+                _log.warning("%s: flush %d of shard %d: %s; retrying in %.1f s", self.cfg.where,
+                             flush, shard, self.cfg.error(exc, "lost the connection", "retrying"),
+                             wait)
+                time.sleep(wait)
+        raise AssertionError("backoff() ends with None")   # pragma: no cover
+
+    def _write_once(self, shard: int, flush: int, elements: List[Any]) -> bool:
         import psycopg
         if self._conn is None or self._conn.closed or self._conn.broken:
-            self._conn = self.cfg.connect(autocommit=False)
+            self._conn = psycopg.connect(self.cfg.dsn, autocommit=False,
+                                         **{k: reveal(v) for k, v in self.cfg.kwargs.items()})
         conn = self._conn
-        try:
-            conn.rollback()
-            if not self._markers_ready:
-                _create_markers(conn)
-                self._markers_ready = True
-            first = conn.execute(_MARKER_SQL, [self.sink, shard, flush]).fetchone() is not None
-            if first:
-                _write_rows(conn, self.cfg, self.table, self.statement, elements, self.batch_size)
-            conn.commit()
-        except psycopg.Error as exc:
-            conn.rollback()
-            raise self.cfg.error(exc, f"committing to table {self.table!r} failed",
-                                 "the flush is retried; check the server") from None
+        conn.rollback()
+        if not self._markers_ready:
+            _create_markers(conn)
+            self._markers_ready = True
+        first = conn.execute(_MARKER_SQL, [self.sink, shard, flush]).fetchone() is not None
+        if first:
+            with conn.cursor() as cur:
+                for i in range(0, len(elements), self.batch_size):
+                    cur.executemany(self.statement, elements[i:i + self.batch_size])
+        conn.commit()
         return first
 
 

@@ -284,3 +284,63 @@ def test_rows_inserted_while_polling_arrive_in_their_windows(make_pipeline, pg, 
     thread.start()
     p.run().wait_until_finish()
     thread.join()
+
+
+# ---- lost connections: the sink's workers retry with backoff --------------------------------------
+
+
+def _flushes(dsn, sink):
+    from headrace.io.postgresio import _Conn, _PostgresFlushes
+    cfg = _Conn(dsn, None, f"WriteToPostgres({sink!r})")
+    return _PostgresFlushes(cfg, sink, f"INSERT INTO {sink} VALUES (%s, %s)", 100, f"test|{sink}")
+
+
+def test_a_flush_whose_session_was_terminated_is_written_on_a_new_connection(pg):
+    """pg_terminate_backend of the writer's session between two flushes: the second flush
+    fails on the dead connection, is retried on a new one, and written once."""
+    sink = _append_table(pg)
+    writer = _flushes(pg, sink)
+    assert writer.write(0, 0, [("a", 1)]) is True
+    pid = writer._conn.info.backend_pid
+    _sql(pg, "SELECT pg_terminate_backend(%s)", [pid])
+    time.sleep(0.2)
+    assert writer.write(0, 1, [("b", 2)]) is True
+    assert writer._conn.info.backend_pid != pid
+    assert writer.write(0, 1, [("b", 2)]) is False   # its marker is there: nothing written again
+    assert sorted(_sql(pg, f"SELECT k, v FROM {sink}")) == [("a", 1), ("b", 2)]
+    writer.teardown()
+
+
+def test_a_sink_waits_for_a_stopped_server_and_writes_once_it_is_back():
+    """The server stopped for ~2 s: a flush and an upsert bundle started meanwhile wait (with
+    backoff) until it is back, then write; nothing fails."""
+    from headrace.io.postgresio import _Conn, _Upsert
+    from tests._postgres import PrivateCluster, server_bin
+    if server_bin() is None:
+        pytest.skip("no PostgreSQL server binaries: install Debian's `postgresql` package")
+    cluster = PrivateCluster(server_bin(), durable=True)   # no commit lost in the stop
+    try:
+        sink = _append_table(cluster.dsn)
+        writer = _flushes(cluster.dsn, sink)
+        assert writer.write(1, 0, [("a", 1)]) is True
+        upsert = _Upsert(_Conn(cluster.dsn, None, "WriteToPostgres(up)"), sink, ["k", "v"],
+                         f"INSERT INTO {sink} VALUES (%s, %s)", 10)
+        cluster.stop_server()
+        restart = threading.Timer(2.0, cluster.start_server)
+        restart.start()
+        t0 = time.monotonic()
+        assert writer.write(1, 1, [("b", 2)]) is True
+        assert time.monotonic() - t0 >= 1.5   # it did wait for the server
+        restart.join()
+        cluster.stop_server()
+        restart = threading.Timer(2.0, cluster.start_server)
+        restart.start()
+        upsert.start_bundle()
+        upsert.process({"k": "c", "v": 3})
+        upsert.finish_bundle()
+        restart.join()
+        assert sorted(_sql(cluster.dsn, f"SELECT k, v FROM {sink}")) == [("a", 1), ("b", 2), ("c", 3)]
+        writer.teardown()
+        upsert.teardown()
+    finally:
+        cluster.stop()
