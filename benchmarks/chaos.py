@@ -240,7 +240,10 @@ class NatsSource(Source):
     name = "jetstream"
 
     def __init__(self, tmp: str) -> None:
+        import logging
         from tests._nats import NatsServer
+        # the generator's connection attempts while the server is down: retried, not news
+        logging.getLogger("nats.aio.client").setLevel(logging.CRITICAL)
         self.tmp = tmp
         self.server = NatsServer(tmp)
         self.endpoint = self.server.url
@@ -290,7 +293,7 @@ class NatsSource(Source):
 
 
 KAFKA_HELPER = """
-import signal, sys, time
+import time
 from confluent_kafka import Producer
 p = Producer({"test.mock.num.brokers": 1, "log_level": 3})
 md = p.list_topics(timeout=20)
