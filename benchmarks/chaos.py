@@ -14,9 +14,9 @@ table. All servers are private to the run: PostgreSQL (initdb into a temporary d
 redis-server, nats-server -js, librdkafka's mock Kafka cluster in a helper process.
 
 **Faulty run.** A seeded generator writes the events at a steady rate while the job runs, and
-a seeded injector applies, at random points, in a random order: `--driver-kills` kill -9 of the
-driver's whole process group (driver, JVM, Python workers; each after the checkpoint's batch
-count moved since the last start) then a restart on the same checkpoint, and `--other-faults`
+a seeded injector applies, at random points (each after the checkpoint's batch count moved
+since the job's last start), in a random order: `--driver-kills` kill -9 of the driver's whole
+process group (driver, JVM, Python workers) then a restart on the same checkpoint, and `--other-faults`
 of each of: kill -9 of one Python worker (Spark retries the task); a stop of the source server
 for 3-6 s (Redis and the Kafka helper: SIGSTOP then SIGCONT; nats-server: killed and started
 again on the same store and port); a stop of PostgreSQL for 3-6 s (`pg_ctl stop -m immediate`,
