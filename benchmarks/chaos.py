@@ -14,9 +14,9 @@ table. All servers are private to the run: PostgreSQL (initdb into a temporary d
 redis-server, nats-server -js, librdkafka's mock Kafka cluster in a helper process.
 
 **Faulty run.** A seeded generator writes the events at a steady rate while the job runs, and
-a seeded injector applies, at random points, in a random order: `--driver-kills` kill -9 of the
-driver's whole process group (driver, JVM, Python workers; each after the checkpoint's batch
-count moved since the last start) then a restart on the same checkpoint, and `--other-faults`
+a seeded injector applies, at random points (each after the checkpoint's batch count moved
+since the job's last start), in a random order: `--driver-kills` kill -9 of the driver's whole
+process group (driver, JVM, Python workers) then a restart on the same checkpoint, and `--other-faults`
 of each of: kill -9 of one Python worker (Spark retries the task); a stop of the source server
 for 3-6 s (Redis and the Kafka helper: SIGSTOP then SIGCONT; nats-server: killed and started
 again on the same store and port); a stop of PostgreSQL for 3-6 s (`pg_ctl stop -m immediate`,
@@ -240,7 +240,10 @@ class NatsSource(Source):
     name = "jetstream"
 
     def __init__(self, tmp: str) -> None:
+        import logging
         from tests._nats import NatsServer
+        # the generator's connection attempts while the server is down: retried, not news
+        logging.getLogger("nats.aio.client").setLevel(logging.CRITICAL)
         self.tmp = tmp
         self.server = NatsServer(tmp)
         self.endpoint = self.server.url
@@ -290,7 +293,7 @@ class NatsSource(Source):
 
 
 KAFKA_HELPER = """
-import signal, sys, time
+import time
 from confluent_kafka import Producer
 p = Producer({"test.mock.num.brokers": 1, "log_level": 3})
 md = p.list_topics(timeout=20)

@@ -2,7 +2,8 @@
 streaming job into PostgreSQL, 10 faults at seeded random points while a generator writes
 (2 kill -9 of the driver with restarts on the checkpoint, 2 each of: kill -9 of a Python worker,
 Redis stopped for seconds, PostgreSQL stopped for seconds, closed client sockets); its pane
-table must equal, row for row, the table of a fault-free run over the same events."""
+table must equal, row for row, the table of a fault-free run over the same events. It takes
+3-5 minutes, so it runs only with HEADRACE_CHAOS=1 (and spark-local in HEADRACE_TEST_RUNNERS)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,9 @@ pytestmark = [
     pytest.mark.skipif("spark-local" not in RUNNERS,
                        reason="the chaos test runs the Spark runner on local[2]; spark-local is not "
                               "in HEADRACE_TEST_RUNNERS"),
+    # 175-300 s on a 2-vCPU machine shared with other jobs (four Spark start-ups): not by default
+    pytest.mark.skipif(os.environ.get("HEADRACE_CHAOS") != "1",
+                       reason="the quick chaos run takes 3-5 minutes; set HEADRACE_CHAOS=1 to run it"),
 ]
 
 
