@@ -83,13 +83,12 @@ def _on_cluster_by_default(item):
 
 # `./dev test` with no arguments runs the suite as two pytest processes at once (most of the
 # time of a Spark test is waiting: for the JVM, for a micro-batch's trigger, for a subprocess
-# driver): HEADRACE_TEST_SHARD=1 runs everything but shard 2, which is the spark-cluster tests
-# and the tests that start Spark drivers of their own (restarts, Spark Connect, logging).
-SHARD_2_PATHS = ("streaming/test_restart.py", "streaming/test_spark_connect.py",
-                 "streaming/test_redis_restart.py", "streaming/test_redis_sink_restart.py",
-                 "streaming/test_kafka_restart.py", "streaming/test_jetstream_restart.py",
-                 "streaming/test_rabbitmq_restart.py", "streaming/test_chaos.py",
-                 "test_spark_logging.py", "test_spark_daemon.py")
+# driver): HEADRACE_TEST_SHARD=1 runs everything but shard 2, which is the spark-cluster tests,
+# the connectors' restart tests (each starts Spark drivers of its own) and Spark Connect's.
+SHARD_2_PATHS = ("streaming/test_spark_connect.py", "streaming/test_redis_restart.py",
+                 "streaming/test_redis_sink_restart.py", "streaming/test_kafka_restart.py",
+                 "streaming/test_jetstream_restart.py", "streaming/test_rabbitmq_restart.py",
+                 "streaming/test_chaos.py")
 
 
 def _rel(item):
