@@ -549,10 +549,7 @@ class _ReadStreams(_Connected, DoFn, RestrictionProvider):
 
     def _caught_up(self, tracker: Any, state: ReadProgressEstimator) -> Iterator[Any]:
         cfg = self.config
-        now = Timestamp.now().micros
-        if state.idle_since_us is None:
-            state.idle_since_us = now
-        if cfg.stop_after_idle is not None and now - state.idle_since_us >= cfg.stop_after_idle * 1e6:
+        if state.idle_too_long(Timestamp.now().micros, cfg.stop_after_idle):
             state.advance(MAX_TIMESTAMP_MICROS)
             tracker.try_claim(OFFSET_INFINITY)
             return

@@ -629,10 +629,7 @@ class _ReadPartitions(DoFn, RestrictionProvider):
         cfg = self.config
         now = Timestamp.now().micros
         state.advance(now - cfg.watermark_delay_us)   # an idle partition holds nothing back
-        if state.idle_since_us is None:
-            state.idle_since_us = now
-        idle_end = (cfg.stop_after_idle is not None
-                    and now - state.idle_since_us >= cfg.stop_after_idle * 1e6)
+        idle_end = state.idle_too_long(now, cfg.stop_after_idle)
         time_end = (cfg.max_read_time is not None and state.started_us is not None
                     and now - state.started_us >= cfg.max_read_time * 1e6)
         if idle_end or time_end:
@@ -738,14 +735,20 @@ class _ReadUnbounded(_ReadPartitions):
 # ---- the transforms --------------------------------------------------------------------------
 
 
-def _deserializer(value: Any, arg: str, where: str) -> Callable[[bytes], Any]:
+def _named_or_callable(value: Any, known: Dict[str, Callable[[Any], Any]], shape: str, arg: str,
+                       where: str) -> Callable[[Any], Any]:
+    """A (de)serializer argument: a callable, or the Java class name of one headrace knows."""
     if callable(value):
         return value
-    if isinstance(value, str) and value in _JAVA_DESERIALIZERS:
-        return _JAVA_DESERIALIZERS[value]
+    if isinstance(value, str) and value in known:
+        return known[value]
     raise InvalidArgumentError(
-        f"{where}: {arg}={value!r} is not supported; give a callable (bytes -> value) or one of "
-        f"{sorted(_JAVA_DESERIALIZERS)}")
+        f"{where}: {arg}={value!r} is not supported; give a callable ({shape}) or one of "
+        f"{sorted(known)}")
+
+
+def _deserializer(value: Any, arg: str, where: str) -> Callable[[bytes], Any]:
+    return _named_or_callable(value, _JAVA_DESERIALIZERS, "bytes -> value", arg, where)
 
 
 def _seconds(value: Any, arg: str, where: str) -> None:
@@ -907,13 +910,7 @@ _MAX_RECORD_MS = 2 ** 63 // 1000
 
 
 def _serializer(value: Any, arg: str, where: str) -> Callable[[Any], bytes]:
-    if callable(value):
-        return value
-    if isinstance(value, str) and value in _JAVA_SERIALIZERS:
-        return _JAVA_SERIALIZERS[value]
-    raise InvalidArgumentError(
-        f"{where}: {arg}={value!r} is not supported; give a callable (value -> bytes) or one of "
-        f"{sorted(_JAVA_SERIALIZERS)}")
+    return _named_or_callable(value, _JAVA_SERIALIZERS, "value -> bytes", arg, where)
 
 
 def _kafka_record(element: Any, key_serializer: Callable[[Any], bytes],

@@ -143,6 +143,24 @@ def _split_password(url: str) -> Tuple[str, Optional[Secret]]:
     return bare, Secret(urllib.parse.unquote(parts.password))
 
 
+def _connection(where: str, url: Any, client_options: Any
+                ) -> Tuple[str, str, Optional[Secret], Dict[str, Any]]:
+    """A transform's checked connection settings: the URL without its password, the URL as
+    shown (password masked), the password and the client options, credentials as Secrets."""
+    if not isinstance(url, str) or urllib.parse.urlsplit(url).scheme not in ("redis", "rediss", "unix"):
+        raise InvalidArgumentError(
+            f"{where}: url={mask_url(url) if isinstance(url, str) else url!r} must be a redis://, "
+            "rediss:// (TLS) or unix:// URL, e.g. redis://127.0.0.1:6379/0")
+    if client_options is not None and not isinstance(client_options, dict):
+        raise InvalidArgumentError(
+            f"{where}: client_options must be a dict of redis-py options (e.g. "
+            "{'ssl_ca_certs': '/path/ca.pem'}), got a {type(client_options).__name__}")
+    bare, password = _split_password(url)
+    options = {k: Secret(v) if k in _SECRET_OPTIONS and isinstance(v, str) else v
+               for k, v in (client_options or {}).items()}
+    return bare, mask_url(url), password, options
+
+
 def _scrub(text: str, cfg: Any) -> str:
     """`text` with the credentials, should a library have echoed them, replaced by ****."""
     values = [cfg.password] + [v for v in cfg.client_options.values() if isinstance(v, Secret)]
@@ -382,10 +400,7 @@ class _ReadStreams(DoFn, RestrictionProvider):
 
     def _caught_up(self, tracker: Any, state: ReadProgressEstimator) -> Iterator[Any]:
         cfg = self.config
-        now = Timestamp.now().micros
-        if state.idle_since_us is None:
-            state.idle_since_us = now
-        if cfg.stop_after_idle is not None and now - state.idle_since_us >= cfg.stop_after_idle * 1e6:
+        if state.idle_too_long(Timestamp.now().micros, cfg.stop_after_idle):
             state.advance(MAX_TIMESTAMP_MICROS)
             tracker.try_claim(OFFSET_INFINITY)
             return
@@ -524,10 +539,7 @@ def _config(url: str, start_id: Optional[str], stop_id: Optional[str],
             poll_interval: float, stop_after_idle: Optional[float],
             client_options: Optional[Dict[str, Any]]) -> _Config:
     where = "ReadFromRedisStreams"
-    if not isinstance(url, str) or urllib.parse.urlsplit(url).scheme not in ("redis", "rediss", "unix"):
-        raise InvalidArgumentError(
-            f"{where}: url={mask_url(url) if isinstance(url, str) else url!r} must be a redis://, "
-            "rediss:// (TLS) or unix:// URL, e.g. redis://127.0.0.1:6379/0")
+    bare, shown, password, options = _connection(where, url, client_options)
     for name, value in (("start_id", start_id), ("stop_id", stop_id)):
         if value is not None and value not in ("-", "+", "$"):
             id_to_position(value)   # raises naming the ID
@@ -547,14 +559,7 @@ def _config(url: str, start_id: Optional[str], stop_id: Optional[str],
                       ("consumer_name", consumer_name)):
         if text is not None and (not isinstance(text, str) or not text):
             raise InvalidArgumentError(f"{where}: {arg}={text!r} must be a non-empty str")
-    if client_options is not None and not isinstance(client_options, dict):
-        raise InvalidArgumentError(
-            f"{where}: client_options must be a dict of redis-py options (e.g. "
-            "{'ssl_ca_certs': '/path/ca.pem'}), got a {type(client_options).__name__}")
-    bare, password = _split_password(url)
-    options = {k: Secret(v) if k in _SECRET_OPTIONS and isinstance(v, str) else v
-               for k, v in (client_options or {}).items()}
-    return _Config(bare, mask_url(url), password, start_id, stop_id, timestamp_field,
+    return _Config(bare, shown, password, start_id, stop_id, timestamp_field,
                    int(round(watermark_delay * 1e6)), consumer_group, consumer_name or "headrace",
                    batch_size, bool(with_metadata), float(poll_interval), stop_after_idle, options)
 
@@ -835,23 +840,12 @@ class WriteToRedisStreams(PTransform):
             raise InvalidArgumentError(
                 f"{where}: stream_key must be a stream key (a non-empty str), a function of the "
                 f"element giving one, or None for (key, fields) elements; got {stream_key!r}")
-        if not isinstance(url, str) or urllib.parse.urlsplit(url).scheme not in ("redis", "rediss", "unix"):
-            raise InvalidArgumentError(
-                f"{where}: url={mask_url(url) if isinstance(url, str) else url!r} must be a "
-                "redis://, rediss:// (TLS) or unix:// URL, e.g. redis://127.0.0.1:6379/0")
         for name, n in (("max_len", max_len), ("num_shards", num_shards)):
             if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
                 raise InvalidArgumentError(f"{where}: {name}={n!r} must be an int >= 1")
         if run_id is not None and (not isinstance(run_id, str) or not run_id):
             raise InvalidArgumentError(f"{where}: run_id must be a non-empty str, got {run_id!r}")
-        if client_options is not None and not isinstance(client_options, dict):
-            raise InvalidArgumentError(
-                f"{where}: client_options must be a dict of redis-py options (e.g. "
-                "{'ssl_ca_certs': '/path/ca.pem'}), got a {type(client_options).__name__}")
-        bare, password = _split_password(url)
-        options = {k: Secret(v) if k in _SECRET_OPTIONS and isinstance(v, str) else v
-                   for k, v in (client_options or {}).items()}
-        self.cfg = _SinkConfig(bare, mask_url(url), password, options)
+        self.cfg = _SinkConfig(*_connection(where, url, client_options))
         self.where = where
         self.stream_key = stream_key
         self.max_len = max_len

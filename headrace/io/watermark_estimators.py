@@ -136,6 +136,13 @@ class ReadProgressEstimator(ManualWatermarkEstimator):
         """(watermark, started, idle since)."""
         return self.current_watermark(), self.started_us, self.idle_since_us
 
+    def idle_too_long(self, now_us: int, limit_seconds: Optional[float]) -> bool:
+        """For a read that found nothing new at `now_us`: marks it idle from then (unless it
+        already is) and says whether it has been idle for `limit_seconds` (None: no limit)."""
+        if self.idle_since_us is None:
+            self.idle_since_us = now_us
+        return limit_seconds is not None and now_us - self.idle_since_us >= limit_seconds * 1e6
+
     def advance(self, micros: int) -> None:
         """Moves the watermark up to `micros` (never back; capped at the maximum timestamp)."""
         current = self.current_watermark()
