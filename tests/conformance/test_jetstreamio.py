@@ -16,6 +16,7 @@ from headrace.errors import HeadraceError, InvalidArgumentError
 from headrace.io.jetstreamio import (
     JetStreamMessage, ReadAllFromJetStream, ReadFromJetStream, WriteToJetStream, mask_url,
 )
+from headrace.options.pipeline_options import PipelineOptions
 from headrace.testing.util import assert_that, equal_to
 from headrace.transforms import window
 from tests._nats import free_port, start_server
@@ -60,6 +61,9 @@ def test_urls_are_masked():
     assert mask_url("nats://127.0.0.1:4222") == "nats://127.0.0.1:4222"
 
 
+# the errors' text is what these tests read: one attempt of the failing bundle, not four
+ONE_ATTEMPT = PipelineOptions(max_bundle_attempts=1)
+
 def _error_text(exc):
     return str(exc) + repr(exc) + "".join(str(a) for a in exc.args) + str(exc.__cause__ or "")
 
@@ -79,7 +83,7 @@ def test_a_password_or_token_in_the_url_never_appears_in_the_error(secret, shown
     assert f"nats://{shown}127.0.0.1:{port}" in text and "cannot connect" in text
     assert "(stream 'S')" in text and "check that nats-server runs" in text
     # and at the first read, when not validated
-    p = beam.Pipeline(runner="LocalRunner")
+    p = beam.Pipeline(runner="LocalRunner", options=ONE_ATTEMPT)
     p | ReadFromJetStream(stream="S", servers=url, stop_sequence="last", validate=False)
     with pytest.raises(HeadraceError) as info:
         p.run().wait_until_finish()
@@ -482,7 +486,7 @@ def test_the_sink_never_shows_a_password_or_token_in_its_errors(secret, shown):
     text = _error_text(info.value)
     assert "PlantedPassw0rd" not in text
     assert f"nats://{shown}127.0.0.1:{port}" in text and "WriteToJetStream cannot connect" in text
-    p = beam.Pipeline(runner="LocalRunner")   # and on the workers, not validated
+    p = beam.Pipeline(runner="LocalRunner", options=ONE_ATTEMPT)   # and on the workers, not validated
     _ = p | beam.Create(["a"]) | WriteToJetStream("s.out", servers=url, validate=False)
     with pytest.raises(HeadraceError) as info:
         p.run().wait_until_finish()

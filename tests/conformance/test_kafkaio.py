@@ -17,6 +17,7 @@ from headrace.errors import HeadraceError, InvalidArgumentError
 from headrace.io.kafkaio import (
     KafkaRecord, ReadAllFromKafka, ReadFromKafka, WriteToKafka, masked_config,
 )
+from headrace.options.pipeline_options import PipelineOptions
 from headrace.testing.util import assert_that, equal_to
 from headrace.transforms import window
 from tests._kafka import PARTITIONS, start_cluster
@@ -63,6 +64,9 @@ def test_secret_options_are_masked_in_configs_and_reprs():
     assert "PlantedPassw0rd" not in repr(read._config)
 
 
+# the errors' text is what these tests read: one attempt of the failing bundle, not four
+ONE_ATTEMPT = PipelineOptions(max_bundle_attempts=1)
+
 def _error_text(exc):
     return str(exc) + repr(exc) + "".join(str(a) for a in exc.args) + str(exc.__cause__ or "")
 
@@ -81,7 +85,7 @@ def test_an_unreachable_cluster_fails_naming_the_servers_never_the_password():
     assert f"127.0.0.1:{port}" in text and "password ****" in text and "'x'" in text
     assert "check that the brokers run" in text
     # and when it runs, not validated
-    p = beam.Pipeline(runner="LocalRunner")
+    p = beam.Pipeline(runner="LocalRunner", options=ONE_ATTEMPT)
     p | ReadFromKafka(conf, ["x"], max_num_records=5, validate=False)
     with pytest.raises(HeadraceError) as info:
         p.run().wait_until_finish()
@@ -570,7 +574,7 @@ def test_the_sink_never_shows_a_password_in_its_errors():
     text = _error_text(info.value)
     assert "PlantedPassw0rd" not in text
     assert f"127.0.0.1:{port}" in text and "password ****" in text and "cannot reach" in text
-    p = beam.Pipeline(runner="LocalRunner")   # and when it writes, not validated
+    p = beam.Pipeline(runner="LocalRunner", options=ONE_ATTEMPT)   # and when it writes, not validated
     _ = p | beam.Create([(b"k", b"v")]) | WriteToKafka(conf, "t", validate=False)
     with pytest.raises(HeadraceError) as info:
         p.run().wait_until_finish()
