@@ -36,6 +36,7 @@ STREAM_EVENTS = 100_000      # --streaming's default --events
 EARLY_S = 1.0                # --streaming: early panes every second of processing time
 LATENESS_S = 3 * HOUR_S      # --streaming: allowed lateness (lines 2 hours late are kept,
                              # lines 6 hours late dropped)
+QUEUE_IDLE_S = 20.0          # --source redis|kafka: the read ends after this long without news
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 DEFAULT_PG_DSN = "postgresql://postgres@127.0.0.1:5432/test"
 
@@ -296,7 +297,7 @@ def run_streaming(args: argparse.Namespace, extra: List[str]) -> StreamResult:
     """Writes the log into input/ file by file (or with --source redis|kafka into a stream or
     topic, burst by burst) while the streaming job reads it; returns what the job computed once
     the log has stopped growing."""
-    from headrace.examples.sessions_billing.queues import ResultTables, run_name
+    from headrace.examples.sessions_billing.queues import BatchPacer, ResultTables, run_name
     workdir = args.workdir or tempfile.mkdtemp(prefix="headrace-sessions-billing-stream-")
     input_dir = os.path.join(workdir, "input")
     output_dir = os.path.join(workdir, "output")
@@ -311,6 +312,7 @@ def run_streaming(args: argparse.Namespace, extra: List[str]) -> StreamResult:
                                "--streaming", *extra])
     p = beam.Pipeline(options=options)
     idle_s = max(5.0, 4 * args.interval)
+    pacer = BatchPacer("Spark" in args.runner)
     feed: Any = None
     tables: Optional[ResultTables] = None
     if args.source == "files":
@@ -326,8 +328,9 @@ def run_streaming(args: argparse.Namespace, extra: List[str]) -> StreamResult:
         tables.create()   # fails first, naming the server, if PostgreSQL is not there
         feed = _feed(args, name)
         feed.prepare()
-        log = feed.read(p, max(len(c) for _, c in plan.files), idle_s)
-        write = functools.partial(feed.write, plan, args.interval)
+        # a burst waits for two micro-batches after the last: longer gaps than between files
+        log = feed.read(p, max(len(c) for _, c in plan.files), max(QUEUE_IDLE_S, idle_s))
+        write = functools.partial(feed.write, plan, args.interval, pacer)
     build_streaming(log, output_dir, EARLY_S, LATENESS_S, tables)
     if feed is not None:
         where = feed.describe()   # (the Kafka cluster's address known once it is started)
@@ -338,7 +341,7 @@ def run_streaming(args: argparse.Namespace, extra: List[str]) -> StreamResult:
     t0 = time.perf_counter()
     writer.start()
     try:
-        result = p.run()
+        result = pacer.result = p.run()
         result.wait_until_finish()
     finally:
         stop.set()

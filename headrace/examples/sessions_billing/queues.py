@@ -10,11 +10,15 @@ transforms that write the panes into them, and the query printed at the end).
 burst of entries, written atomically (a Redis MULTI/EXEC, a Kafka transaction), and the next
 burst is written only once the job has read the previous one and handed its outputs on: the
 reads acknowledge what they read (a Redis consumer group's last delivered ID, a Kafka group's
-committed offset, moved by the reads' bundle finalizers) and the writer waits for that. So no
-micro-batch reads two bursts at once, as none reads two files in the file demo: a line 6
-hours late arrives when the watermark has passed the previous burst, behind its window's
-allowed lateness, and is dropped, as there. (Without the pacing a micro-batch may read a
-too-late line together with newer ones, before the watermark has moved past it, and keep it.)
+committed offset, moved by the reads' bundle finalizers) and the writer waits for that. On
+Spark it then also waits for the micro-batch after the one that read the burst to end
+(`BatchPacer`): the elements a micro-batch reads are judged against the watermarks of the
+batch before it, so a burst read in the batch right after the previous burst's would be judged
+against the watermark from before that burst. So every burst meets the watermark its
+predecessor moved, as every file does in the file demo: a line 6 hours late arrives behind its
+window's allowed lateness and is dropped, as there. (Without the pacing a micro-batch may read
+a too-late line together with newer ones, or before the watermark has moved past the burst
+before it, and keep it.)
 """
 
 from __future__ import annotations
@@ -44,6 +48,36 @@ def event_millis(line: str) -> int:
     """A log line's event time in epoch milliseconds (the job's `line_time`)."""
     from headrace.examples.sessions_billing.cli import line_time
     return int(line_time(line).micros // 1000)
+
+
+class BatchPacer:
+    """What the writer waits for after the job has acknowledged a burst: on Spark, two more
+    completed micro-batches of the query (the one that read the burst, and one whose
+    watermarks include it); on other runners nothing more."""
+
+    def __init__(self, on_spark: bool) -> None:
+        self.on_spark = on_spark
+        self.result: Any = None
+
+    def _last_batch(self) -> Optional[int]:
+        query = getattr(self.result, "query", None)
+        if query is None:
+            return None
+        last = query.lastProgress
+        if not last:
+            return -1
+        return int(last["batchId"] if isinstance(last, dict) else last.batchId)
+
+    def settle(self, stop: Optional[threading.Event], what: str) -> bool:
+        """Waits as the class doc says; False if `stop` was set meanwhile."""
+        if not self.on_spark:
+            return True
+        if not _wait_for(lambda: self.result is not None, stop, what):
+            return False
+        first = self._last_batch()
+        if first is None:   # a result without a Spark query: nothing to wait for
+            return True
+        return _wait_for(lambda: (self._last_batch() or -1) >= first + 2, stop, what)
 
 
 def _wait_for(done: Any, stop: Optional[threading.Event], what: str) -> bool:
@@ -104,7 +138,8 @@ class RedisFeed:
             stop_after_idle=idle_s)
             | "Line" >> beam.Map(lambda fields: fields["line"]))
 
-    def write(self, plan: LogStream, interval_s: float, stop: Optional[threading.Event]) -> None:
+    def write(self, plan: LogStream, interval_s: float, pacer: BatchPacer,
+              stop: Optional[threading.Event]) -> None:
         """XADDs each planned file as one burst (MULTI/EXEC), the next once the job has
         acknowledged the last entry of the previous one."""
         client = self._client()
@@ -115,8 +150,9 @@ class RedisFeed:
             for line in chunk:
                 pipe.xadd(self.stream, {"line": line, "ts": event_millis(line)})
             ids = pipe.execute()
-            if ids and not _wait_for(lambda last=_id_pair(ids[-1]): self._delivered(client) >= last,
-                                     stop, f"burst {name} of {self.describe()}"):
+            what = f"burst {name} of {self.describe()}"
+            if ids and not (_wait_for(lambda last=_id_pair(ids[-1]): self._delivered(client) >= last,
+                                      stop, what) and pacer.settle(stop, what)):
                 return
 
     def _delivered(self, client: Any) -> Tuple[int, int]:
@@ -185,7 +221,8 @@ class KafkaFeed:
                     consumer_polling_timeout=0.2)
                 | "Line" >> beam.MapTuple(lambda key, line: line))
 
-    def write(self, plan: LogStream, interval_s: float, stop: Optional[threading.Event]) -> None:
+    def write(self, plan: LogStream, interval_s: float, pacer: BatchPacer,
+              stop: Optional[threading.Event]) -> None:
         """Produces each planned file as one transaction, the next once the job's group has
         committed the offset after the previous one."""
         from confluent_kafka import Consumer, Producer, TopicPartition
@@ -213,8 +250,9 @@ class KafkaFeed:
                 producer.commit_transaction(30)   # flushes: every delivery report is in
                 # the offset after the burst's last record: what the job's group commits
                 target = max(offsets) + 1
-                if not _wait_for(lambda: self._committed(watcher, tp) >= target, stop,
-                                 f"burst {name} of {self.describe()}"):
+                what = f"burst {name} of {self.describe()}"
+                if not (_wait_for(lambda: self._committed(watcher, tp) >= target, stop, what)
+                        and pacer.settle(stop, what)):
                     return
         finally:
             watcher.close()
