@@ -21,6 +21,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import headrace as beam
 from headrace import window
+from headrace.errors import PipelineExecutionError
 from headrace.examples.sessions_billing.data import (DAY_START_US, DEFAULT_EVENTS, DEFAULT_SEED,
                                                      DEFAULT_USERS, HOUR_S, KINDS, fmt_time,
                                                      generate_events, generate_lines, stream_plan,
@@ -36,7 +37,7 @@ STREAM_EVENTS = 100_000      # --streaming's default --events
 EARLY_S = 1.0                # --streaming: early panes every second of processing time
 LATENESS_S = 3 * HOUR_S      # --streaming: allowed lateness (lines 2 hours late are kept,
                              # lines 6 hours late dropped)
-QUEUE_IDLE_S = 20.0          # --source redis|kafka: the read ends after this long without news
+QUEUE_IDLE_S = 30.0          # --source redis|kafka: the read ends after this long without news
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 DEFAULT_PG_DSN = "postgresql://postgres@127.0.0.1:5432/test"
 
@@ -135,6 +136,10 @@ def parse_args(argv: Optional[Sequence[str]] = None, prog: Optional[str] = None
     parser.add_argument("--pg_dsn", default=DEFAULT_PG_DSN,
                         help=f"--source redis|kafka: the PostgreSQL database the panes go to "
                              f"(default {DEFAULT_PG_DSN})")
+    parser.add_argument("--stop_after_idle", type=float, default=QUEUE_IDLE_S, metavar="SECONDS",
+                        help="--source redis|kafka: the read ends once no entry came for this long "
+                             f"(default {QUEUE_IDLE_S:.0f}; bursts come two micro-batches apart on "
+                             "Spark, so more on a busy machine)")
     parser.add_argument("--pg_tables", default=None, metavar="PREFIX",
                         help="--source redis|kafka: the tables PREFIX_revenue and PREFIX_sessions "
                              "(replaced if they exist; default: named per run, demo_<random>)")
@@ -308,11 +313,14 @@ def run_streaming(args: argparse.Namespace, extra: List[str]) -> StreamResult:
     lines = generate_lines(args.events, args.users, args.seed)
     # late lines come 2 hours late (kept: 3 h of allowed lateness), too-late ones 6 hours late
     plan = stream_plan(lines, args.files, late_by=args.files // 12, too_late_by=args.files // 4)
+    name = run_name()
+    pacer = BatchPacer(None)
+    if args.source != "files" and "Spark" in args.runner:
+        extra, pacer = _paced(extra, workdir, name)
     options = PipelineOptions([f"--runner={args.runner}", f"--bundle_size={args.bundle_size}",
                                "--streaming", *extra])
     p = beam.Pipeline(options=options)
     idle_s = max(5.0, 4 * args.interval)
-    pacer = BatchPacer("Spark" in args.runner)
     feed: Any = None
     tables: Optional[ResultTables] = None
     if args.source == "files":
@@ -323,25 +331,24 @@ def run_streaming(args: argparse.Namespace, extra: List[str]) -> StreamResult:
         write: Any = functools.partial(write_stream, input_dir, plan, args.interval)
         where = input_dir
     else:
-        name = run_name()
         tables = ResultTables(args.pg_dsn, args.pg_tables or name)
         tables.create()   # fails first, naming the server, if PostgreSQL is not there
         feed = _feed(args, name)
         feed.prepare()
         # a burst waits for two micro-batches after the last: longer gaps than between files
-        log = feed.read(p, max(len(c) for _, c in plan.files), max(QUEUE_IDLE_S, idle_s))
+        log = feed.read(p, max(len(c) for _, c in plan.files), args.stop_after_idle)
         write = functools.partial(feed.write, plan, args.interval, pacer)
     build_streaming(log, output_dir, EARLY_S, LATENESS_S, tables)
     if feed is not None:
         where = feed.describe()   # (the Kafka cluster's address known once it is started)
     stop = threading.Event()
     failures: List[BaseException] = []
-    writer = threading.Thread(target=_catching(write, failures), args=(stop,),
+    writer = threading.Thread(target=_catching(write, failures, stop), args=(stop,),
                               name="log-shipper", daemon=True)
     t0 = time.perf_counter()
     writer.start()
     try:
-        result = pacer.result = p.run()
+        result = p.run()
         result.wait_until_finish()
     finally:
         stop.set()
@@ -349,17 +356,40 @@ def run_streaming(args: argparse.Namespace, extra: List[str]) -> StreamResult:
     wall = time.perf_counter() - t0
     if failures:
         raise failures[0]
+    if feed is not None and not getattr(writer, "completed", False):
+        raise PipelineExecutionError(
+            f"sessions-billing demo: the job stopped reading {where} before the log's last burst "
+            f"was written (its read ends after {args.stop_after_idle:.0f} s without new entries, and the "
+            "writer waits for the job to read a burst and, on Spark, for two more micro-batches); "
+            "on a machine this busy give --stop_after_idle=SECONDS, more than two micro-batches")
     revenue = read_output(output_dir, "revenue_panes") if tables is None else tables.revenue_panes()
     return _stream_result(args, workdir, result, plan, lines, revenue, wall, where,
                           _report(tables))
 
 
-def _catching(fn: Any, failures: List[BaseException]) -> Any:
+def _paced(extra: List[str], workdir: str, name: str) -> Tuple[List[str], Any]:
+    """The pipeline flags with the query's checkpoint (`--checkpoint_location`, a new directory
+    in `workdir` unless given), and the `BatchPacer` watching its commit log (none on a Spark
+    Connect server, whose checkpoint is not on this machine)."""
+    from headrace.examples.sessions_billing.queues import BatchPacer
+    given = [a.split("=", 1)[1] for a in extra if a.startswith("--checkpoint_location=")]
+    if any(a.startswith("--spark_remote") for a in extra) or any(
+            a == "--checkpoint_location" for a in extra):
+        return extra, BatchPacer(None)
+    checkpoint = given[-1] if given else os.path.join(workdir, f"checkpoint-{name}")
+    if not given:
+        extra = [*extra, f"--checkpoint_location={checkpoint}"]
+    return extra, BatchPacer(os.path.join(checkpoint, "spark", "commits"))
+
+
+def _catching(fn: Any, failures: List[BaseException], stop: threading.Event) -> Any:
     """`fn`, keeping what it raises in `failures` (the writer thread's error, raised after
-    the job)."""
+    the job), and marking the current thread `completed` if it returned before `stop` was set
+    (it wrote the whole log)."""
     def run(*args: Any) -> None:
         try:
             fn(*args)
+            setattr(threading.current_thread(), "completed", not stop.is_set())
         except BaseException as exc:  # re-raised by run_streaming
             failures.append(exc)
     return run

@@ -12,18 +12,19 @@ burst is written only once the job has read the previous one and handed its outp
 reads acknowledge what they read (a Redis consumer group's last delivered ID, a Kafka group's
 committed offset, moved by the reads' bundle finalizers) and the writer waits for that. On
 Spark it then also waits for the micro-batch after the one that read the burst to end
-(`BatchPacer`): the elements a micro-batch reads are judged against the watermarks of the
-batch before it, so a burst read in the batch right after the previous burst's would be judged
-against the watermark from before that burst. So every burst meets the watermark its
-predecessor moved, as every file does in the file demo: a line 6 hours late arrives behind its
-window's allowed lateness and is dropped, as there. (Without the pacing a micro-batch may read
-a too-late line together with newer ones, or before the watermark has moved past the burst
-before it, and keep it.)
+(`BatchPacer`, watching the query's commit log in its checkpoint): the elements a micro-batch
+reads are judged against the watermarks of the batch before it, so a burst read in the batch
+right after the previous burst's would be judged against the watermark from before that
+burst. So every burst meets the watermark its predecessor moved, as every file does in the
+file demo: a line 6 hours late arrives behind its window's allowed lateness and is dropped,
+as there. (Without the pacing a micro-batch may read a too-late line together with newer
+ones, or before the watermark has moved past the burst before it, and keep it.)
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+import os
 import threading
 import time
 import uuid
@@ -51,33 +52,28 @@ def event_millis(line: str) -> int:
 
 
 class BatchPacer:
-    """What the writer waits for after the job has acknowledged a burst: on Spark, two more
-    completed micro-batches of the query (the one that read the burst, and one whose
-    watermarks include it); on other runners nothing more."""
+    """What the writer waits for after the job has acknowledged a burst: with the Spark query's
+    commit log `commits_dir` (its checkpoint's `spark/commits`), two more completed micro-batches
+    (the one that read the burst, and one whose watermarks include it); else nothing more."""
 
-    def __init__(self, on_spark: bool) -> None:
-        self.on_spark = on_spark
-        self.result: Any = None
+    def __init__(self, commits_dir: Optional[str]) -> None:
+        self.commits_dir = commits_dir
 
-    def _last_batch(self) -> Optional[int]:
-        query = getattr(self.result, "query", None)
-        if query is None:
-            return None
-        last = query.lastProgress
-        if not last:
+    def _last_batch(self) -> int:
+        """The last micro-batch Spark committed (-1: none yet)."""
+        assert self.commits_dir is not None
+        try:
+            names = os.listdir(self.commits_dir)
+        except FileNotFoundError:
             return -1
-        return int(last["batchId"] if isinstance(last, dict) else last.batchId)
+        return max((int(n) for n in names if n.isdigit()), default=-1)
 
     def settle(self, stop: Optional[threading.Event], what: str) -> bool:
         """Waits as the class doc says; False if `stop` was set meanwhile."""
-        if not self.on_spark:
+        if self.commits_dir is None:
             return True
-        if not _wait_for(lambda: self.result is not None, stop, what):
-            return False
         first = self._last_batch()
-        if first is None:   # a result without a Spark query: nothing to wait for
-            return True
-        return _wait_for(lambda: (self._last_batch() or -1) >= first + 2, stop, what)
+        return _wait_for(lambda: self._last_batch() >= first + 2, stop, what)
 
 
 def _wait_for(done: Any, stop: Optional[threading.Event], what: str) -> bool:
@@ -143,7 +139,7 @@ class RedisFeed:
         """XADDs each planned file as one burst (MULTI/EXEC), the next once the job has
         acknowledged the last entry of the previous one."""
         client = self._client()
-        for name, chunk in plan.files:
+        for i, (name, chunk) in enumerate(plan.files):
             if stop is not None and stop.wait(interval_s):
                 return
             pipe = client.pipeline(transaction=True)
@@ -152,7 +148,8 @@ class RedisFeed:
             ids = pipe.execute()
             what = f"burst {name} of {self.describe()}"
             if ids and not (_wait_for(lambda last=_id_pair(ids[-1]): self._delivered(client) >= last,
-                                      stop, what) and pacer.settle(stop, what)):
+                                      stop, what)
+                            and (i == len(plan.files) - 1 or pacer.settle(stop, what))):
                 return
 
     def _delivered(self, client: Any) -> Tuple[int, int]:
@@ -237,7 +234,7 @@ class KafkaFeed:
             if err is None:
                 offsets.append(msg.offset())
         try:
-            for name, chunk in plan.files:
+            for i, (name, chunk) in enumerate(plan.files):
                 if stop is not None and stop.wait(interval_s):
                     return
                 if not chunk:
@@ -252,7 +249,7 @@ class KafkaFeed:
                 target = max(offsets) + 1
                 what = f"burst {name} of {self.describe()}"
                 if not (_wait_for(lambda: self._committed(watcher, tp) >= target, stop, what)
-                        and pacer.settle(stop, what)):
+                        and (i == len(plan.files) - 1 or pacer.settle(stop, what))):
                     return
         finally:
             watcher.close()
