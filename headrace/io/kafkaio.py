@@ -31,10 +31,10 @@ the record is read), 'CreateTime' or 'LogAppendTime' (the record's Kafka timesta
 be of that type; a record without one is a bad record). The watermark of each partition is the
 largest event time read minus `watermark_delay` seconds; when an unbounded read has caught up
 it moves to the current time minus the delay (an idle partition does not hold the pipeline
-back; `idle_watermark=False` keeps it at the last record's event time instead, for event times
-far from the clock: a replayed or generated log); +infinity once a bounded read reaches its end. `max_read_time` (Beam's, seconds) and
-`stop_after_idle` (seconds without a new record) end an unbounded read by the wall clock:
-for tests and one-off runs.
+back; `idle_watermark=False` keeps it at the last record's event time instead, for event
+times far from the clock: a replayed or generated log); +infinity once a bounded read reaches
+its end. `max_read_time` (Beam's, seconds) and `stop_after_idle` (seconds without a new
+record) end an unbounded read by the wall clock: for tests and one-off runs.
 
 **Committing offsets.** With `commit_offset_in_finalize=True` (needs a `group.id`), once a
 bundle's outputs are committed its bundle finalizer commits, for the config's group, the

@@ -379,7 +379,7 @@ def _paced(extra: List[str], workdir: str, name: str) -> Tuple[List[str], Any]:
     checkpoint = given[-1] if given else os.path.join(workdir, f"checkpoint-{name}")
     if not given:
         extra = [*extra, f"--checkpoint_location={checkpoint}"]
-    return extra, BatchPacer(os.path.join(checkpoint, "spark", "commits"))
+    return extra, BatchPacer(os.path.join(checkpoint, "spark"))
 
 
 def _catching(fn: Any, failures: List[BaseException], stop: threading.Event) -> Any:

@@ -52,28 +52,31 @@ def event_millis(line: str) -> int:
 
 
 class BatchPacer:
-    """What the writer waits for after the job has acknowledged a burst: with the Spark query's
-    commit log `commits_dir` (its checkpoint's `spark/commits`), two more completed micro-batches
-    (the one that read the burst, and one whose watermarks include it); else nothing more."""
+    """What the writer waits for after the job has acknowledged a burst: with `spark_dir`, the
+    Spark query's checkpoint (its `offsets` and `commits` logs), the end of the micro-batch
+    after the one that read the burst (whose watermarks include the burst: the next batch's
+    reads are judged against them); without, nothing more."""
 
-    def __init__(self, commits_dir: Optional[str]) -> None:
-        self.commits_dir = commits_dir
+    def __init__(self, spark_dir: Optional[str]) -> None:
+        self.spark_dir = spark_dir
 
-    def _last_batch(self) -> int:
-        """The last micro-batch Spark committed (-1: none yet)."""
-        assert self.commits_dir is not None
+    def _last(self, log: str) -> int:
+        """The last batch number in the query's `log` (-1: none yet)."""
+        assert self.spark_dir is not None
         try:
-            names = os.listdir(self.commits_dir)
+            names = os.listdir(os.path.join(self.spark_dir, log))
         except FileNotFoundError:
             return -1
         return max((int(n) for n in names if n.isdigit()), default=-1)
 
     def settle(self, stop: Optional[threading.Event], what: str) -> bool:
         """Waits as the class doc says; False if `stop` was set meanwhile."""
-        if self.commits_dir is None:
+        if self.spark_dir is None:
             return True
-        first = self._last_batch()
-        return _wait_for(lambda: self._last_batch() >= first + 2, stop, what)
+        # the batch that read the burst: the one running now (planned, not committed), else
+        # the last committed one (the acknowledgement comes before the batch commits)
+        reading = max(self._last("offsets"), self._last("commits"))
+        return _wait_for(lambda: self._last("commits") >= reading + 1, stop, what)
 
 
 def _wait_for(done: Any, stop: Optional[threading.Event], what: str) -> bool:
