@@ -37,7 +37,7 @@ STREAM_EVENTS = 100_000      # --streaming's default --events
 EARLY_S = 1.0                # --streaming: early panes every second of processing time
 LATENESS_S = 3 * HOUR_S      # --streaming: allowed lateness (lines 2 hours late are kept,
                              # lines 6 hours late dropped)
-QUEUE_IDLE_S = 30.0          # --source redis|kafka: the read ends after this long without news
+QUEUE_IDLE_S = 60.0          # --source redis|kafka: the read ends after this long without news
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 DEFAULT_PG_DSN = "postgresql://postgres@127.0.0.1:5432/test"
 
