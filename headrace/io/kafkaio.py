@@ -31,9 +31,10 @@ the record is read), 'CreateTime' or 'LogAppendTime' (the record's Kafka timesta
 be of that type; a record without one is a bad record). The watermark of each partition is the
 largest event time read minus `watermark_delay` seconds; when an unbounded read has caught up
 it moves to the current time minus the delay (an idle partition does not hold the pipeline
-back); +infinity once a bounded read reaches its end. `max_read_time` (Beam's, seconds) and
-`stop_after_idle` (seconds without a new record) end an unbounded read by the wall clock:
-for tests and one-off runs.
+back; `idle_watermark=False` keeps it at the last record's event time instead, for event
+times far from the clock: a replayed or generated log); +infinity once a bounded read reaches
+its end. `max_read_time` (Beam's, seconds) and `stop_after_idle` (seconds without a new
+record) end an unbounded read by the wall clock: for tests and one-off runs.
 
 **Committing offsets.** With `commit_offset_in_finalize=True` (needs a `group.id`), once a
 bundle's outputs are committed its bundle finalizer commits, for the config's group, the
@@ -184,6 +185,7 @@ class _Config(NamedTuple):
     poll_interval: float
     stop_after_idle: Optional[float]
     consumer_polling_timeout: float
+    idle_watermark: bool = True   # an idle (caught-up) partition's watermark moves to the clock
 
     @property
     def bounded(self) -> bool:
@@ -628,7 +630,8 @@ class _ReadPartitions(DoFn, RestrictionProvider):
     def _caught_up(self, tracker: Any, state: ReadProgressEstimator) -> Iterator[Any]:
         cfg = self.config
         now = Timestamp.now().micros
-        state.advance(now - cfg.watermark_delay_us)   # an idle partition holds nothing back
+        if cfg.idle_watermark:   # an idle partition holds nothing back
+            state.advance(now - cfg.watermark_delay_us)
         idle_end = state.idle_too_long(now, cfg.stop_after_idle)
         time_end = (cfg.max_read_time is not None and state.started_us is not None
                     and now - state.started_us >= cfg.max_read_time * 1e6)
@@ -823,7 +826,7 @@ class ReadAllFromKafka(PTransform):
                  expansion_service: Any = None, *, stop_read_time: Optional[int] = None,
                  watermark_delay: float = 0, batch_size: int = 1000, poll_interval: float = 0.1,
                  stop_after_idle: Optional[float] = None, consumer_polling_timeout: float = 2,
-                 validate: bool = True) -> None:
+                 validate: bool = True, idle_watermark: bool = True) -> None:
         super().__init__()
         where = type(self).__name__
         if expansion_service is not None:
@@ -836,7 +839,8 @@ class ReadAllFromKafka(PTransform):
                                start_read_time, max_num_records, max_read_time,
                                commit_offset_in_finalize, timestamp_policy, with_metadata,
                                stop_read_time, watermark_delay, batch_size, poll_interval,
-                               stop_after_idle, consumer_polling_timeout)
+                               stop_after_idle, consumer_polling_timeout
+                               )._replace(idle_watermark=bool(idle_watermark))
         self._tags: Optional[Tuple[str, str]] = None
 
     def __repr__(self) -> str:

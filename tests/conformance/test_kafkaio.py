@@ -357,6 +357,39 @@ def test_an_unbounded_read_gets_what_a_producer_writes_while_it_runs(make_pipeli
     assert sorted(int(w.value) for w in written) == list(range(48))
 
 
+@pytest.mark.parametrize("idle_watermark", [True, False])
+def test_idle_watermark_false_holds_a_caught_up_partition_at_its_last_record(idle_watermark):
+    """A caught-up partition's watermark moves to the clock minus the delay; with
+    idle_watermark=False it stays where its last record put it (a log of an old day)."""
+    from headrace.io.kafkaio import _ReadUnbounded
+    from headrace.io.watermark_estimators import ReadProgressEstimator
+    from headrace.utils.timestamp import Timestamp
+    read = ReadFromKafka({"bootstrap.servers": "127.0.0.1:1"}, ["t"], watermark_delay=60,
+                         idle_watermark=idle_watermark, validate=False)
+    fn = _ReadUnbounded(read._config, "ReadFromKafka")
+    state = ReadProgressEstimator()
+    old = 1_714_521_600_000_000   # 2024-05-01, far behind the clock
+    state.advance(old)
+
+    class Tracker:
+        deferred = None
+
+        def defer_remainder(self, delay):
+            self.deferred = delay
+
+        def try_claim(self, position):
+            raise AssertionError("the read has not been idle long enough to end")
+    tracker = Tracker()
+    before = Timestamp.now().micros
+    assert list(fn._caught_up(tracker, state)) == []
+    assert tracker.deferred is not None
+    wm = state.current_watermark().micros
+    if idle_watermark:
+        assert before - 60_000_000 <= wm <= Timestamp.now().micros - 60_000_000
+    else:
+        assert wm == old
+
+
 # ---- consumer error events (the mock cluster cannot be made to send them) -------------------
 
 

@@ -28,6 +28,8 @@ The modules, one idea each:
   reading its outputs back (`read_output`);
 * `cli`: the command line, flags (`parse_args`), `run`, the printed report and `main`
   (`__main__` calls it).
+* `queues`: `--streaming --source redis|kafka`, the log fed burst by burst through a Redis
+  stream or a Kafka topic, and the panes written to PostgreSQL (`ResultTables`).
 
 This package re-exports the names other code uses.
 """

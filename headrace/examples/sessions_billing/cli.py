@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import glob
 import os
 import sys
@@ -20,6 +21,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import headrace as beam
 from headrace import window
+from headrace.errors import PipelineExecutionError
 from headrace.examples.sessions_billing.data import (DAY_START_US, DEFAULT_EVENTS, DEFAULT_SEED,
                                                      DEFAULT_USERS, HOUR_S, KINDS, fmt_time,
                                                      generate_events, generate_lines, stream_plan,
@@ -35,6 +37,9 @@ STREAM_EVENTS = 100_000      # --streaming's default --events
 EARLY_S = 1.0                # --streaming: early panes every second of processing time
 LATENESS_S = 3 * HOUR_S      # --streaming: allowed lateness (lines 2 hours late are kept,
                              # lines 6 hours late dropped)
+QUEUE_IDLE_S = 60.0          # --source redis|kafka: the read ends after this long without news
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+DEFAULT_PG_DSN = "postgresql://postgres@127.0.0.1:5432/test"
 
 
 @dataclasses.dataclass
@@ -117,10 +122,33 @@ def parse_args(argv: Optional[Sequence[str]] = None, prog: Optional[str] = None
                              "log per file)")
     parser.add_argument("--interval", type=float, default=0.5,
                         help="--streaming: seconds between two log files (default 0.5)")
+    parser.add_argument("--source", choices=("files", "redis", "kafka"), default="files",
+                        help="--streaming: where the log arrives: files in a directory (the "
+                             "default; the panes go to files), a Redis stream (redis) or a Kafka "
+                             "topic (kafka), a burst of entries per file, the next once the job "
+                             "has read the last; the panes then go to PostgreSQL (--pg_dsn)")
+    parser.add_argument("--redis_url", default=DEFAULT_REDIS_URL,
+                        help=f"--source redis: the server (default {DEFAULT_REDIS_URL}); the "
+                             "stream is named per run")
+    parser.add_argument("--kafka_bootstrap", default=None,
+                        help="--source kafka: the cluster's bootstrap servers (default: start "
+                             "librdkafka's mock cluster in this process); the topic is named per run")
+    parser.add_argument("--pg_dsn", default=DEFAULT_PG_DSN,
+                        help=f"--source redis|kafka: the PostgreSQL database the panes go to "
+                             f"(default {DEFAULT_PG_DSN})")
+    parser.add_argument("--stop_after_idle", type=float, default=QUEUE_IDLE_S, metavar="SECONDS",
+                        help="--source redis|kafka: the read ends once no entry came for this long "
+                             f"(default {QUEUE_IDLE_S:.0f}; bursts come two micro-batches apart on "
+                             "Spark, so more on a busy machine)")
+    parser.add_argument("--pg_tables", default=None, metavar="PREFIX",
+                        help="--source redis|kafka: the tables PREFIX_revenue and PREFIX_sessions "
+                             "(replaced if they exist; default: named per run, demo_<random>)")
     args, extra = parser.parse_known_args(argv)
     if args.files < 12 or args.files % 12:
         parser.error(f"--files={args.files}: give a multiple of 12 (late lines come 2 hours late, "
                      "too-late ones 6 hours, in whole files)")
+    if args.source != "files" and not args.streaming:
+        parser.error(f"--source {args.source} goes with --streaming")
     if args.events is None:
         args.events = STREAM_EVENTS if args.streaming else DEFAULT_EVENTS
     return args, extra
@@ -207,6 +235,18 @@ def format_summary(r: JobResult) -> str:
 
 
 @dataclasses.dataclass
+class TableReport:
+    """What the queue sources' run left in PostgreSQL: the tables and the printed query."""
+
+    revenue_table: str
+    sessions_table: str
+    query: str
+    rows: List[Tuple[str, int, int]]    # (hour, advertisers, revenue in micro-dollars)
+    revenue_rows: int
+    session_rows: int
+
+
+@dataclasses.dataclass
 class StreamResult:
     """What the streaming variant reports (read back from its metrics and output files)."""
 
@@ -223,6 +263,10 @@ class StreamResult:
     final_revenue_micros: int               # the sum of every revenue window's last pane
     expected_revenue_micros: int            # the log's ad revenue without the too-late lines
     wall_time_s: float
+    source: str = "files"
+    feed: str = ""                          # where the log went (a directory, stream or topic)
+    tables: Optional[TableReport] = None    # --source redis|kafka: the PostgreSQL output
+    last_panes: Dict[Tuple[str, int], int] = dataclasses.field(default_factory=dict)
 
 
 def line_time(line: str) -> Any:
@@ -246,9 +290,19 @@ def _ad_revenue(lines: Sequence[str]) -> int:
     return total
 
 
+def _feed(args: argparse.Namespace, name: str) -> Any:
+    """The queue the log goes through (--source redis|kafka)."""
+    from headrace.examples.sessions_billing.queues import KafkaFeed, RedisFeed
+    if args.source == "redis":
+        return RedisFeed(args.redis_url, name)
+    return KafkaFeed(args.kafka_bootstrap, name)
+
+
 def run_streaming(args: argparse.Namespace, extra: List[str]) -> StreamResult:
-    """Writes the log into input/ file by file while the streaming job reads it; returns what
-    the job computed once the log has stopped growing."""
+    """Writes the log into input/ file by file (or with --source redis|kafka into a stream or
+    topic, burst by burst) while the streaming job reads it; returns what the job computed once
+    the log has stopped growing."""
+    from headrace.examples.sessions_billing.queues import BatchPacer, ResultTables, run_name
     workdir = args.workdir or tempfile.mkdtemp(prefix="headrace-sessions-billing-stream-")
     input_dir = os.path.join(workdir, "input")
     output_dir = os.path.join(workdir, "output")
@@ -259,16 +313,37 @@ def run_streaming(args: argparse.Namespace, extra: List[str]) -> StreamResult:
     lines = generate_lines(args.events, args.users, args.seed)
     # late lines come 2 hours late (kept: 3 h of allowed lateness), too-late ones 6 hours late
     plan = stream_plan(lines, args.files, late_by=args.files // 12, too_late_by=args.files // 4)
+    name = run_name()
+    pacer = BatchPacer(None)
+    if args.source != "files" and "Spark" in args.runner:
+        extra, pacer = _paced(extra, workdir, name)
     options = PipelineOptions([f"--runner={args.runner}", f"--bundle_size={args.bundle_size}",
                                "--streaming", *extra])
     p = beam.Pipeline(options=options)
-    log = p | "ReadLog" >> ReadFromTextContinuously(
-        os.path.join(input_dir, "events-*.jsonl"), poll_interval=min(0.2, args.interval),
-        timestamp_fn=line_time, watermark_delay=60, stop_after_idle=max(5.0, 4 * args.interval),
-        max_files_per_read=1)
-    build_streaming(log, output_dir, EARLY_S, LATENESS_S)
+    idle_s = max(5.0, 4 * args.interval)
+    feed: Any = None
+    tables: Optional[ResultTables] = None
+    if args.source == "files":
+        log = p | "ReadLog" >> ReadFromTextContinuously(
+            os.path.join(input_dir, "events-*.jsonl"), poll_interval=min(0.2, args.interval),
+            timestamp_fn=line_time, watermark_delay=60, stop_after_idle=idle_s,
+            max_files_per_read=1)
+        write: Any = functools.partial(write_stream, input_dir, plan, args.interval)
+        where = input_dir
+    else:
+        tables = ResultTables(args.pg_dsn, args.pg_tables or name)
+        tables.create()   # fails first, naming the server, if PostgreSQL is not there
+        feed = _feed(args, name)
+        feed.prepare()
+        # a burst waits for two micro-batches after the last: longer gaps than between files
+        log = feed.read(p, max(len(c) for _, c in plan.files), args.stop_after_idle)
+        write = functools.partial(feed.write, plan, args.interval, pacer)
+    build_streaming(log, output_dir, EARLY_S, LATENESS_S, tables)
+    if feed is not None:
+        where = feed.describe()   # (the Kafka cluster's address known once it is started)
     stop = threading.Event()
-    writer = threading.Thread(target=write_stream, args=(input_dir, plan, args.interval, stop),
+    failures: List[BaseException] = []
+    writer = threading.Thread(target=_catching(write, failures, stop), args=(stop,),
                               name="log-shipper", daemon=True)
     t0 = time.perf_counter()
     writer.start()
@@ -279,15 +354,65 @@ def run_streaming(args: argparse.Namespace, extra: List[str]) -> StreamResult:
         stop.set()
         writer.join()
     wall = time.perf_counter() - t0
+    if failures:
+        raise failures[0]
+    if feed is not None and not getattr(writer, "completed", False):
+        raise PipelineExecutionError(
+            f"sessions-billing demo: the job stopped reading {where} before the log's last burst "
+            f"was written (its read ends after {args.stop_after_idle:.0f} s without new entries, and the "
+            "writer waits for the job to read a burst and, on Spark, for two more micro-batches); "
+            "on a machine this busy give --stop_after_idle=SECONDS, more than two micro-batches")
+    revenue = read_output(output_dir, "revenue_panes") if tables is None else tables.revenue_panes()
+    return _stream_result(args, workdir, result, plan, lines, revenue, wall, where,
+                          _report(tables))
 
+
+def _paced(extra: List[str], workdir: str, name: str) -> Tuple[List[str], Any]:
+    """The pipeline flags with the query's checkpoint (`--checkpoint_location`, a new directory
+    in `workdir` unless given), and the `BatchPacer` watching its commit log (none on a Spark
+    Connect server, whose checkpoint is not on this machine)."""
+    from headrace.examples.sessions_billing.queues import BatchPacer
+    given = [a.split("=", 1)[1] for a in extra if a.startswith("--checkpoint_location=")]
+    if any(a.startswith("--spark_remote") for a in extra) or any(
+            a == "--checkpoint_location" for a in extra):
+        return extra, BatchPacer(None)
+    checkpoint = given[-1] if given else os.path.join(workdir, f"checkpoint-{name}")
+    if not given:
+        extra = [*extra, f"--checkpoint_location={checkpoint}"]
+    return extra, BatchPacer(os.path.join(checkpoint, "spark"))
+
+
+def _catching(fn: Any, failures: List[BaseException], stop: threading.Event) -> Any:
+    """`fn`, keeping what it raises in `failures` (the writer thread's error, raised after
+    the job), and marking the current thread `completed` if it returned before `stop` was set
+    (it wrote the whole log)."""
+    def run(*args: Any) -> None:
+        try:
+            fn(*args)
+            setattr(threading.current_thread(), "completed", not stop.is_set())
+        except BaseException as exc:  # re-raised by run_streaming
+            failures.append(exc)
+    return run
+
+
+def _report(tables: Any) -> Optional[TableReport]:
+    if tables is None:
+        return None
+    rows, revenue_rows, session_rows = tables.run_query()
+    return TableReport(tables.revenue, tables.sessions, tables.hourly_query(), rows,
+                       revenue_rows, session_rows)
+
+
+def _stream_result(args: argparse.Namespace, workdir: str, result: Any, plan: Any, lines: List[str],
+                   revenue: List[Dict[str, Any]], wall: float, where: str,
+                   tables: Optional[TableReport]) -> StreamResult:
     counters = _counters(result)
     panes = {name: {t: counters.get(f"{name}_panes_{t.lower()}", 0)
                     for t in ("EARLY", "ON_TIME", "LATE")} for name in ("session", "revenue")}
-    revenue = read_output(output_dir, "revenue_panes")
     by_window: Dict[Tuple[str, int], List[Dict[str, Any]]] = {}
     for r in revenue:
         by_window.setdefault((r["key"], r["window_us"]), []).append(r)
-    final = sum(max(ps, key=lambda r: r["index"])["value"] for ps in by_window.values())
+    last = {k: max(ps, key=lambda r: r["index"])["value"] for k, ps in by_window.items()}
     story = max(by_window.values(), default=[],  # a window with every timing, the largest sum
                 key=lambda ps: (len({r["timing"] for r in ps}), max(r["value"] for r in ps)))
     return StreamResult(
@@ -295,9 +420,9 @@ def run_streaming(args: argparse.Namespace, extra: List[str]) -> StreamResult:
         late_lines=plan.late, too_late_lines=len(plan.too_late), panes=panes,
         dropped_late=_dropped(result), malformed=counters.get("malformed_lines", 0),
         story=sorted(story, key=lambda r: r["index"]),
-        final_revenue_micros=final,
+        final_revenue_micros=sum(last.values()),
         expected_revenue_micros=_ad_revenue(lines) - _ad_revenue(plan.too_late),
-        wall_time_s=wall)
+        wall_time_s=wall, source=args.source, feed=where, tables=tables, last_panes=last)
 
 
 def _dropped(result: Any) -> int:
@@ -315,10 +440,11 @@ def format_streaming(r: StreamResult) -> str:
         c = r.panes[name]
         return f"{c['EARLY']:,} early, {c['ON_TIME']:,} on time, {c['LATE']:,} late"
 
-    out = [f"headrace sessions & billing, streaming ({r.runner})",
-           f"  input      {r.lines:,} lines arrived in {r.files} files in "
-           f"{os.path.join(r.workdir, 'input')}; {r.late_lines} lines came 2 hours late, "
-           f"{r.too_late_lines} 6 hours late",
+    files = (f"{r.files} files in {r.feed}" if r.source == "files"
+             else f"{r.files} bursts (one a file of the file demo) to {r.feed}")
+    out = [f"headrace sessions & billing, streaming ({r.runner}, --source {r.source})",
+           f"  input      {r.lines:,} lines arrived in {files}; {r.late_lines} lines came 2 hours "
+           f"late, {r.too_late_lines} 6 hours late",
            f"  panes      sessions: {counts('session')}",
            f"             hourly revenue: {counts('revenue')}",
            f"  dropped    {r.dropped_late} late elements beyond the {LATENESS_S // 3600} h allowed "
@@ -334,9 +460,32 @@ def format_streaming(r: StreamResult) -> str:
     verdict = "equal" if r.final_revenue_micros == r.expected_revenue_micros else "DIFFERENT"
     out.append(f"  revenue    {_dollars(r.final_revenue_micros)} in the windows' last panes; the log "
                f"without its too-late lines: {_dollars(r.expected_revenue_micros)} ({verdict})")
-    out.append(f"  output     {os.path.join(r.workdir, 'output')} (a file per window and pane)")
+    if r.tables is None:
+        out.append(f"  output     {os.path.join(r.workdir, 'output')} (a file per window and pane)")
+    else:
+        out.extend(_format_tables(r, r.tables))
     out.append(f"  wall time  {r.wall_time_s:.1f} s")
     return "\n".join(out)
+
+
+def _format_tables(r: StreamResult, t: TableReport) -> List[str]:
+    """The PostgreSQL part of the report: the tables, the query and its result, the checks."""
+    emitted = sum(r.panes["revenue"].values())
+    once = "each once" if t.revenue_rows == emitted else "NOT each once"
+    out = [f"  output     PostgreSQL: {t.revenue_table} ({t.revenue_rows:,} rows, a pane each: the "
+           f"job emitted {emitted:,} revenue panes, {once}), {t.sessions_table} "
+           f"({t.session_rows:,} session panes); dead letters in {os.path.join(r.workdir, 'output')}",
+           "  query      revenue per hour from each advertiser-hour's latest pane:"]
+    out.extend("    " + line for line in t.query.splitlines())
+    out.append(f"    {'hour':>5}  {'advertisers':>11}  {'revenue':>12}")
+    for hour, advertisers, micros in t.rows:
+        out.append(f"    {hour:>5}  {advertisers:>11}  {_dollars(micros):>12}")
+    total = sum(m for _, _, m in t.rows)
+    verdict = "equal" if total == r.expected_revenue_micros else "DIFFERENT"
+    out.append(f"    total {_dollars(total)} over {len(t.rows)} hours; the log without its too-late "
+               f"lines: {_dollars(r.expected_revenue_micros)} ({verdict}: the file demo's check, "
+               "on the table)")
+    return out
 
 
 def main(argv: Optional[Sequence[str]] = None, prog: Optional[str] = None) -> int:

@@ -332,11 +332,14 @@ class PaneRecordFn(beam.DoFn):
                "last": pane.is_last, "value": list(value) if isinstance(value, tuple) else value}
 
 
-def build_streaming(lines: Any, output_dir: str, early_s: float, lateness_s: int) -> None:
+def build_streaming(lines: Any, output_dir: str, early_s: float, lateness_s: int,
+                    tables: Any = None) -> None:
     """The job on a stream of log lines: sessions per user and hourly revenue per advertiser,
     each window firing early every `early_s` seconds of processing time, on time when the
     watermark passes its end, and again for every late event within `lateness_s` seconds of
-    allowed lateness (accumulating: each pane holds the whole result so far)."""
+    allowed lateness (accumulating: each pane holds the whole result so far). The panes go to
+    files in `output_dir`, or with `tables` (a `queues.ResultTables`) to its PostgreSQL tables;
+    the dead letters always to a file."""
     events, malformed = lines | "Parse" >> beam.ParDo(ParseEventFn()).with_exception_handling()
     _write(malformed
            | "DeadLetter" >> beam.Map(dead_letter_record)
@@ -359,14 +362,20 @@ def build_streaming(lines: Any, output_dir: str, early_s: float, lateness_s: int
                 | "SessionWindows" >> panes(window.Sessions(SESSION_GAP_S))
                 | "SummariseSession" >> beam.CombinePerKey(SessionStatsFn())
                 | "SessionPane" >> beam.ParDo(PaneRecordFn("session")))
-    _write(sessions, output_dir, "session_panes")
+    if tables is None:
+        _write(sessions, output_dir, "session_panes")
+    else:
+        tables.write_sessions(sessions)
     revenue = (stamped
                | "AdsOnly" >> beam.Filter(is_ad)
                | "AdvertiserPrice" >> beam.Map(advertiser_price)
                | "HourlyWindows" >> panes(window.FixedWindows(HOUR_S))
                | "RevenuePerAdvertiser" >> beam.CombinePerKey(sum)
                | "RevenuePane" >> beam.ParDo(PaneRecordFn("revenue")))
-    _write(revenue, output_dir, "revenue_panes")
+    if tables is None:
+        _write(revenue, output_dir, "revenue_panes")
+    else:
+        tables.write_revenue(revenue)
 
 
 def _write(pcoll: Any, output_dir: str, name: str, num_shards: int = 1) -> None:
