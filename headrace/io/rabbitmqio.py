@@ -47,10 +47,9 @@ range's filter and ids once the range's end is `dedup_horizon` behind. So the ou
 each message once as long as its copies arrive within the horizon of its first; a copy that
 comes later is emitted again (at-least-once beyond it).
 
-The dedup step's timer holds its output watermark at the newest event time its bucket has
-seen (set from that element: a processing-time timer holds the watermark at the timestamp of
-what set it), so a bucket that gets no message for a while holds the watermark back at its
-last message's event time; fewer buckets hold less and spread the ids over fewer tasks.
+The dedup step's clean-up timer holds no watermark (`with_no_output_timestamp()`: it outputs
+nothing), so the step's output watermark is its input's: the last windows of a stream close
+when the read's watermark passes them, not when the horizon has passed.
 
 **Watermark.** A manual estimator at the largest event time read so far minus
 `watermark_delay` seconds; +infinity once a read ends (`stop_after_idle`).
@@ -659,7 +658,7 @@ class _DedupIds(DoFn):
 
     RANGES = ReadModifyWriteStateSpec("ranges")    # {range start us: _Range}
     CATALOG = MapStateSpec("catalog")               # digest -> its range's start (us)
-    HOLD = ReadModifyWriteStateSpec("hold")         # (the event time the timer was set from, its time)
+    HOLD = ReadModifyWriteStateSpec("hold")         # (the newest event time seen, the timer's time)
     GC = TimerSpec("gc", TimeDomain.REAL_TIME)
 
     #: ids per Bloom filter (a range gets another filter once one is full)
@@ -688,9 +687,9 @@ class _DedupIds(DoFn):
         ranges_state.write(ranges)
         catalog.put(digest, start)
         pending = hold.read()
-        if pending is None or ts.micros >= pending[0]:   # the timer's hold only moves up
+        if pending is None or ts.micros >= pending[0]:
             due = self._expiry(ranges)
-            gc.set(Timestamp(micros=due))
+            gc.with_no_output_timestamp().set(Timestamp(micros=due))   # no watermark hold
             hold.write((ts.micros, due))
         yield value
 
@@ -718,7 +717,7 @@ class _DedupIds(DoFn):
         if ranges:
             ranges_state.write(ranges)
             due = self._expiry(ranges)
-            gc.set(Timestamp(micros=due))
+            gc.with_no_output_timestamp().set(Timestamp(micros=due))
             hold.write((pending[0] if pending is not None else 0, due))
         else:
             ranges_state.clear()

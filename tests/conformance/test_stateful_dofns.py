@@ -472,3 +472,39 @@ def test_window_expiration_and_late_data_on_a_stream(make_pipeline):
                | beam.WindowInto(window.FixedWindows(5), allowed_lateness=5)
                | beam.ParDo(CountExpirations()))
         assert_that(out, equal_to([("a", 0, 3), ("b", 5, 1)]))
+
+
+class PassWithCleanUpTimer(beam.DoFn):
+    """Passes each element on and (re)sets a processing-time clean-up timer an hour ahead that
+    outputs nothing: with `no_hold`, set through `with_no_output_timestamp()`."""
+
+    GC = TimerSpec("gc", TimeDomain.REAL_TIME)
+
+    def __init__(self, no_hold):
+        self.no_hold = no_hold
+
+    def process(self, element, gc=beam.DoFn.TimerParam(GC)):
+        (gc.with_no_output_timestamp() if self.no_hold else gc).set(Timestamp.now() + 3600)
+        yield element
+
+    @on_timer(GC)
+    def on_gc(self):
+        return []
+
+
+@pytest.mark.parametrize("no_hold", [True, False])
+def test_a_timer_with_no_output_timestamp_holds_no_watermark(make_pipeline, no_hold):
+    # the element at 5 comes after the watermark passed 20: behind a timer that holds the
+    # watermark at its element's timestamp, the window [0, 10) is still open and takes it;
+    # behind one that holds nothing, the window has fired and the element is dropped (late)
+    stream = (TestStream()
+              .add_elements([TV(("a", 1), 1)])
+              .advance_watermark_to(20)
+              .add_elements([TV(("a", 5), 5)])
+              .advance_watermark_to_infinity())
+    with make_pipeline() as p:
+        out = (p | stream | beam.ParDo(PassWithCleanUpTimer(no_hold))
+               | beam.WindowInto(window.FixedWindows(10), allowed_lateness=0)
+               | beam.GroupByKey()
+               | beam.MapTuple(lambda k, vs: (k, sorted(vs))))
+        assert_that(out, equal_to([("a", [1])] if no_hold else [("a", [1, 5])]))

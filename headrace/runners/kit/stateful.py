@@ -20,7 +20,8 @@ processing time it sees; `StatefulCore` does the rest, the same everywhere:
   remaining processing-time timers fire then, before the windows expire;
 * holds: an event-time timer holds the output watermark at its time until it fires; a
   processing-time timer at the timestamp of the element (or timer) that set it, which is also
-  the timestamp of what its callback outputs; with an `@on_window_expiration` method, a live
+  the timestamp of what its callback outputs; a timer set through `with_no_output_timestamp()`
+  holds nothing; with an `@on_window_expiration` method, a live
   window holds it at the window's max timestamp (the timestamp of that method's outputs).
 
 Outputs go to the ParDoRunner's receivers, which the runner sets (by output tag).
@@ -293,7 +294,7 @@ class MapRuntimeState(_RuntimeState):
 
 class RuntimeTimer:
     """A timer of the current key and window, as user code sees it: `set(timestamp,
-    dynamic_timer_tag='')` and `clear(dynamic_timer_tag='')`."""
+    dynamic_timer_tag='')`, `clear(dynamic_timer_tag='')` and `with_no_output_timestamp()`."""
 
     __slots__ = ("_spec", "_cells", "_window", "_expiry", "_output_ts")
 
@@ -316,10 +317,16 @@ class RuntimeTimer:
                     f"{self._window} expires at {Timestamp(micros=self._expiry)} (its end plus the "
                     "allowed lateness); set it at or before window.max_timestamp() (+ the allowed "
                     "lateness)")
-            record: TimerRecord = (t, t, True)
+            record: TimerRecord = (t, t if self._output_ts != MAX else MAX, True)
         else:
             record = (t, self._output_ts, False)
         self._cells.timers[(spec.name, str(dynamic_timer_tag))] = record
+
+    def with_no_output_timestamp(self) -> "RuntimeTimer":
+        """This timer, set so that it holds no watermark (Beam Java's `withNoOutputTimestamp`):
+        for a clean-up timer whose callback outputs nothing (its outputs would carry the end of
+        time, so no window of a later grouping would take them)."""
+        return RuntimeTimer(self._spec, self._cells, self._window, self._expiry, MAX)
 
     def clear(self, dynamic_timer_tag: str = "") -> None:
         """Cancels the timer (with that dynamic tag)."""
