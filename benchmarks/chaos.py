@@ -35,7 +35,7 @@ retries the task), a stop of PostgreSQL for 3-6 s (`pg_ctl stop -m immediate`, t
 the same port); and `--other-faults` of each per-server kind for every source server: a stop
 for 3-6 s (Redis, the Kafka helper and RabbitMQ's Erlang VM: SIGSTOP then SIGCONT; nats-server:
 killed and started again on the same store and port) and a closed client socket (Redis
-`CLIENT KILL` of the job's connections, RabbitMQ `rabbitmqctl close_all_connections`,
+`CLIENT KILL` of the job's connections, RabbitMQ `rabbitmqctl close_all_connections` for 3 s,
 nats-server restarted, the mock Kafka cluster, which has no such command, paused 0.5 s); every
 second closed-socket fault also terminates the job's PostgreSQL sessions for 3 s
 (`pg_terminate_backend`). `--quick`: 2 driver kills and 2 of each other kind (per server for
@@ -568,10 +568,16 @@ class RabbitSource(Source):
     def start_server(self) -> None:
         os.killpg(self.server.proc.pid, signal.SIGCONT)
 
-    def close_sockets(self) -> str:
-        out = self.server.ctl("close_all_connections", "chaos fault")
-        n = [ln for ln in out.splitlines() if ln.startswith("Closed")]
-        return f"rabbitmqctl close_all_connections: {n[0] if n else out.strip()[-80:]}"
+    def close_sockets(self, seconds: float = 3.0) -> str:
+        """`rabbitmqctl close_all_connections`, again and again for `seconds` (the job's
+        reader holds its connection only while its step runs); how many it closed."""
+        closed, calls, end = 0, 0, time.monotonic() + seconds
+        while calls < 2 or time.monotonic() < end:
+            out = self.server.ctl("close_all_connections", "chaos fault")
+            calls += 1
+            closed += sum(int(ln.split()[1]) for ln in out.splitlines()
+                          if ln.startswith("Closed ") and ln.split()[1].isdigit())
+        return f"rabbitmqctl close_all_connections x{calls}: {closed} connection(s) closed"
 
     def close(self) -> None:
         try:
