@@ -68,12 +68,17 @@ batches (which a live source, restarts and replays change). The generator theref
 each key's elements: event j has key j % `--keys`, and a late event takes the key of the event
 before it, so two elements of one key (late or not) are at least `--keys` records apart in the
 stream (per Kafka partition, keys / 4), more than one micro-batch reads (`--claims` x
-`--batch-size`, checked); the watermark delay (`--delay`) spans more records than a batch, so
+`--batch-size`, checked per source; Kafka among several sources reads `--batch-size` //
+`--claims` per claim, since its claims are per partition); the watermark delay (`--delay`) spans more records than a batch, so
 no batch both adds an element to a window and passes its end; a late event goes to the window
 `--late-lag` windows behind the generator, read batches after that window's on-time pane in any
 batching. `--probe` writes one input and runs the job on it with two batchings (the default,
 and fewer, smaller claims with no trigger interval), with this spread and (unless
-`--probe-keys 1`) with 4 keys, and prints whether the pane tables agree.
+`--probe-keys 1`) with 4 keys, and prints whether the pane tables agree. Several sources in
+one job do not couple their panes: the runner keeps a watermark per step, so each branch's
+windows close on its own read's watermark. RabbitMQ puts a message its reader did not
+acknowledge back at its place in the queue (the job is the queue's only consumer), so a
+restart reads a key's events in the same order (see benchmarks/README.md).
 """
 
 from __future__ import annotations
