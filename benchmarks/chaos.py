@@ -69,8 +69,9 @@ each key's elements: event j has key j % `--keys`, and a late event takes the ke
 before it, so two elements of one key (late or not) are at least `--keys` records apart in the
 stream (per Kafka partition, keys / 4), more than one micro-batch reads (`--claims` x
 `--batch-size`, checked per source; Kafka among several sources reads `--batch-size` //
-`--claims` per claim, since its claims are per partition); the watermark delay (`--delay`) spans more records than a batch, so
-no batch both adds an element to a window and passes its end; a late event goes to the window
+`--claims` per claim, since its claims are per partition); the watermark delay (`--delay`)
+spans more records than a batch, so no batch both adds an element to a window and passes its
+end; a late event goes to the window
 `--late-lag` windows behind the generator, read batches after that window's on-time pane in any
 batching. `--probe` writes one input and runs the job on it with two batchings (the default,
 and fewer, smaller claims with no trigger interval), with this spread and (unless
