@@ -729,26 +729,34 @@ class RefRun(NamedTuple):
 
 def run_reference(args: argparse.Namespace, sources: List[Source], pg: "Postgres",
                   evs: List[Event], tmp: str, label: str,
-                  batching: Tuple[int, int, float]) -> RefRun:
+                  batching: Tuple[int, int, float], attempts: int = 2) -> RefRun:
     """Writes every event to a fresh stream per source, then runs the job on them with no
-    fault."""
-    branches = new_branches(sources, pg, label)
-    for b in branches:
-        for lo in range(0, len(evs), 500):
-            b.source.write(b.stream, evs[lo:lo + 500])
-        b.source.flush()
-    d = os.path.join(tmp, branches[0].table.rsplit("_", 1)[0])
-    os.makedirs(d)
-    job = Job(args, branches, pg.job_dsn, os.path.join(d, "ckpt"), d, batching)
-    t0 = time.monotonic()
-    job.start()
-    assert job.proc is not None
-    code = job.proc.wait()
-    job.err.close()
-    if code != 0:
-        sys.exit(f"chaos: the fault-free run ({label}) failed ({code}): {job.stderr_tail()}; "
-                 f"its log is in {d}")
-    return RefRun(branches, time.monotonic() - t0, d)
+    fault. A job that fails by itself (e.g. Spark's "Python worker failed to connect back" on
+    an overloaded machine) is not restarted on its checkpoint, which would make the reference
+    depend on the exactly-once it checks: the run starts again from scratch (fresh streams,
+    tables and checkpoint), at most `attempts` times in all."""
+    for attempt in range(1, attempts + 1):
+        branches = new_branches(sources, pg, label)
+        for b in branches:
+            for lo in range(0, len(evs), 500):
+                b.source.write(b.stream, evs[lo:lo + 500])
+            b.source.flush()
+        d = os.path.join(tmp, branches[0].table.rsplit("_", 1)[0])
+        os.makedirs(d)
+        job = Job(args, branches, pg.job_dsn, os.path.join(d, "ckpt"), d, batching)
+        t0 = time.monotonic()
+        job.start()
+        assert job.proc is not None
+        code = job.proc.wait()
+        job.err.close()
+        if code == 0:
+            return RefRun(branches, time.monotonic() - t0, d)
+        why = (f"chaos: the fault-free run ({label}) failed ({code}) by itself: "
+               f"{job.stderr_tail()}; its log is in {d}")
+        if attempt == attempts:
+            sys.exit(why)
+        print(f"{why}; attempt {attempt + 1} of {attempts}, from scratch", flush=True)
+    raise AssertionError("unreachable")
 
 
 class Generator(threading.Thread):
