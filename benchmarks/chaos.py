@@ -1,34 +1,63 @@
 """Exactly-once under faults: a windowed job into PostgreSQL, faulted at random, vs a fault-free run.
 
-A streaming job from Redis, Kafka or JetStream into PostgreSQL, killed and faulted at random
-points while a generator writes; its pane table compared with a fault-free run's.
+One streaming job reading Redis, Kafka, JetStream and/or RabbitMQ (one branch per source) into
+PostgreSQL and the exactly-once sinks, killed and faulted at random points while generators
+write; each branch's panes compared with a fault-free run's.
 
-    ./dev bench chaos [--source redis|kafka|jetstream] [--driver-kills 100] [--other-faults 20]
-                      [--seed 1] [--quick] [--probe]
+    ./dev bench chaos [--source redis|kafka|jetstream|rabbitmq|LIST|all] [--driver-kills 100]
+                      [--other-faults 20] [--seed 1] [--quick] [--probe]
 
-The job (`_chaos_job.py`, a subprocess) reads the source unbounded, windows the events
+`--source` takes one source, a comma-separated list, or `all` (redis,kafka,jetstream,rabbitmq);
+default redis. The job (`_chaos_job.py`, a subprocess) reads every listed source as its own
+branch of the one pipeline (one streaming query), unbounded; each branch windows the events
 (`FixedWindows` with `AfterWatermark(early=AfterCount(2), late=AfterCount(1))`, accumulating,
-allowed lateness) and writes every pane of `CombinePerKey(sum)` to a PostgreSQL table with
-`WriteToPostgres(mode='append')` (exactly-once), and each window's latest pane to an upsert
-table. All servers are private to the run: PostgreSQL (initdb into a temporary directory),
-redis-server, nats-server -js, librdkafka's mock Kafka cluster in a helper process.
+allowed lateness) and writes every pane of `CombinePerKey(sum)` to its own PostgreSQL table with
+`WriteToPostgres(mode='append')` (exactly-once), and each window's latest pane to its own
+upsert table. The redis branch also writes its panes with `WriteToRedisStreams` to a stream on
+the Redis server, the jetstream branch with `WriteToJetStream` to a stream (duplicate window
+1 h) on the NATS server. There is no `WriteToKafka` branch: librdkafka's mock cluster neither
+fences producers nor hides aborted transactions from a read_committed consumer
+(docs/connectors.md), so a read-back would show records of aborted transactions that a real
+broker hides. All servers are private to the run: PostgreSQL (initdb into a temporary
+directory; the job's DSN carries a planted password, the cluster trusts loopback), redis-server
+(with a password), nats-server -js, librdkafka's mock Kafka cluster in a helper process,
+rabbitmq-server (tests/_rabbitmq.py, with its password).
 
-**Faulty run.** A seeded generator writes the events at a steady rate while the job runs, and
-a seeded injector applies, at random points (each after the checkpoint's batch count moved
-since the job's last start), in a random order: `--driver-kills` kill -9 of the driver's whole
-process group (driver, JVM, Python workers) then a restart on the same checkpoint, and `--other-faults`
-of each of: kill -9 of one Python worker (Spark retries the task); a stop of the source server
-for 3-6 s (Redis and the Kafka helper: SIGSTOP then SIGCONT; nats-server: killed and started
-again on the same store and port); a stop of PostgreSQL for 3-6 s (`pg_ctl stop -m immediate`,
-then start on the same port); a closed client socket (Redis `CLIENT KILL` of the job's
-connections, PostgreSQL `pg_terminate_backend` of the job's sessions for 3 s, alternately; JetStream:
-a restart of nats-server). A job that exits by itself with an error (a query failed, not a
-kill) is counted and restarted on its checkpoint after 3 s, as an operator would.
+**Faulty run.** Seeded generators (a thread per source) write the same events to every source
+at a steady rate while the job runs (RabbitMQ: a durable queue, persistent messages with a
+`message_id` per event and the event time in the header `ts`; every 7th event published twice
+with the same id, a publisher's retry that the read's dedup must drop), and a seeded injector
+applies, at random points (each after the checkpoint's batch count moved since the job's last
+start), in a random order: `--driver-kills` kill -9 of the driver's whole process group
+(driver, JVM, Python workers) then a restart on the same checkpoint (one kill hits every
+source at once); `--other-faults` of each shared kind: kill -9 of one Python worker (Spark
+retries the task), a stop of PostgreSQL for 3-6 s (`pg_ctl stop -m immediate`, then start on
+the same port); and `--other-faults` of each per-server kind for every source server: a stop
+for 3-6 s (Redis, the Kafka helper and RabbitMQ's Erlang VM: SIGSTOP then SIGCONT; nats-server:
+killed and started again on the same store and port) and a closed client socket (Redis
+`CLIENT KILL` of the job's connections, RabbitMQ `rabbitmqctl close_all_connections` for 3 s,
+nats-server restarted, the mock Kafka cluster, which has no such command, paused 0.5 s); every
+second closed-socket fault also terminates the job's PostgreSQL sessions for 3 s
+(`pg_terminate_backend`). `--quick`: 2 driver kills and 2 of each other kind (per server for
+the per-server kinds: 10 faults for one source, 22 for all four). A job that exits by itself
+with an error (a query failed, not a kill) is counted and restarted on its checkpoint after
+3 s, as an operator would.
 
-**Reference run.** The same events, all written first to a fresh stream, read by the job with
-no fault. The check: the faulty run's pane table equals the reference's as a multiset of rows
-(key, window_start, pane_index, timing, value, is_last); lost, duplicated and extra panes are
-reported, and the latest-pane tables must be equal too.
+**Reference run.** The same events, written to a fresh stream (queue, topic) per source as
+soon as the generators are done, read by the job with no fault (it runs while the faulty job
+catches up). The check, per source: the faulty run's pane table equals the reference's as a
+multiset of rows (key, window_start, pane_index, timing, value, is_last), lost, duplicated and
+extra panes reported; the latest-pane tables equal; each window's last pane the sum of its
+events computed here (so a duplicate that both runs kept, e.g. a RabbitMQ retry not
+deduplicated, fails too); and what the connectors acknowledged (the checks of the former
+per-connector restart tests): the Redis consumer group with nothing pending and delivered to
+the stream's end, one `WriteToRedisStreams` marker hash of the job's checkpoint (the restarts
+continued it); the Kafka group's offsets committed (`commit_offset_in_finalize`) at every
+partition's end; the JetStream durable's ack floor at the stream's end with nothing pending;
+the RabbitMQ queue drained. Per sink: the Redis stream and the JetStream stream read back
+equal the reference's pane table as multisets. Passwords: neither planted password (nor
+RabbitMQ's) may appear in the runs' checkpoint directories, Spark logs or the job's stderr
+files. Any non-zero count fails the run.
 
 **Why the panes are comparable (the determinism probe, `--probe`).** headrace's per-key core
 fires a window's trigger after all the elements one call brings (`model/reduce.py`, rule 5),
@@ -39,18 +68,25 @@ batches (which a live source, restarts and replays change). The generator theref
 each key's elements: event j has key j % `--keys`, and a late event takes the key of the event
 before it, so two elements of one key (late or not) are at least `--keys` records apart in the
 stream (per Kafka partition, keys / 4), more than one micro-batch reads (`--claims` x
-`--batch-size`, checked); the watermark delay (`--delay`) spans more records than a batch, so
-no batch both adds an element to a window and passes its end; a late event goes to the window
+`--batch-size`, checked per source; Kafka among several sources reads `--batch-size` //
+`--claims` per claim, since its claims are per partition); the watermark delay (`--delay`)
+spans more records than a batch, so no batch both adds an element to a window and passes its
+end; a late event goes to the window
 `--late-lag` windows behind the generator, read batches after that window's on-time pane in any
 batching. `--probe` writes one input and runs the job on it with two batchings (the default,
 and fewer, smaller claims with no trigger interval), with this spread and (unless
-`--probe-keys 1`) with 4 keys, and prints whether the pane tables agree.
+`--probe-keys 1`) with 4 keys, and prints whether the pane tables agree. Several sources in
+one job do not couple their panes: the runner keeps a watermark per step, so each branch's
+windows close on its own read's watermark. RabbitMQ puts a message its reader did not
+acknowledge back at its place in the queue (the job is the queue's only consumer), so a
+restart reads a key's events in the same order (see benchmarks/README.md).
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import json
 import os
 import random
 import shutil
@@ -72,7 +108,13 @@ from benchmarks._bench_env import headrace_revision  # noqa: E402
 JOB = os.path.join(HERE, "_chaos_job.py")
 BASE_MS = 4_102_444_800_000   # 2100-01-01: event times ahead of any wall clock (see README)
 KAFKA_PARTITIONS = 4
-FAULT_KINDS = ("worker", "source", "postgres", "socket")
+SHARED_KINDS = ("worker", "postgres")        # the one job's faults
+PER_SERVER_KINDS = ("source", "socket")      # each source server's faults
+RABBIT_RETRY_EVERY = 7                       # every 7th RabbitMQ event is published twice
+# planted: the private servers trust loopback (PostgreSQL) or ask for it (Redis); neither may
+# reach the job's checkpoint, Spark log or standard error
+REDIS_PASSWORD = "Chaos-Redis-Planted-3b8e"
+PG_PASSWORD = "Chaos-Pg-Planted-64d0"
 
 
 class Event(NamedTuple):
@@ -121,6 +163,10 @@ class Postgres:
         # durable: an immediate stop must not lose commits the server acknowledged
         self.cluster = PrivateCluster(bindir, durable=True)
         self.dsn = self.cluster.dsn
+        # the job's DSN carries a password (planted: the cluster trusts loopback)
+        self.job_dsn = self.dsn.replace("postgresql://postgres@",
+                                        f"postgresql://postgres:{PG_PASSWORD}@")
+        assert PG_PASSWORD in self.job_dsn, self.dsn
 
     def stop_server(self) -> None:
         self.cluster.stop_server()
@@ -162,6 +208,7 @@ class Source:
 
     name = ""
     endpoint = ""
+    secrets: Tuple[str, ...] = ()   # passwords the job's files must not show
 
     def new_stream(self) -> str:
         raise NotImplementedError
@@ -171,6 +218,20 @@ class Source:
 
     def flush(self) -> None:
         """Waits until every event written is stored."""
+
+    def new_sink(self) -> Optional[str]:
+        """A new destination for the branch's panes on this server (None: the source has no
+        exactly-once sink in the job)."""
+        return None
+
+    def sink_rows(self, sink: str) -> List[Tuple[Any, ...]]:
+        """The pane rows the job wrote to `sink`, as the pane table's tuples."""
+        raise NotImplementedError
+
+    def acknowledged(self, stream: str, evs: List[Event], job: "Job") -> str:
+        """Checks that the job acknowledged or committed everything it read of `stream`; a
+        problem in words, or '' (the restart tests' checks of the connectors)."""
+        return ""
 
     def stop_server(self) -> None:
         raise NotImplementedError
@@ -185,18 +246,28 @@ class Source:
         raise NotImplementedError
 
 
+def pane_tuple(row: Dict[str, Any]) -> Tuple[Any, ...]:
+    """A pane read back from a sink as the pane table's (key, window_start, pane_index, timing,
+    value, is_last)."""
+    return (str(row["key"]), int(row["window_start"]), int(row["pane_index"]), str(row["timing"]),
+            int(row["value"]), str(row["is_last"]) in ("1", "True", "true"))
+
+
 class RedisSource(Source):
-    """redis-server (tests/_redis.py); stopped with SIGSTOP, sockets closed with CLIENT KILL."""
+    """redis-server (tests/_redis.py) with a password; stopped with SIGSTOP, sockets closed with
+    CLIENT KILL; the redis branch also writes its panes with WriteToRedisStreams."""
 
     name = "redis"
+    secrets = (REDIS_PASSWORD,)
 
     def __init__(self, tmp: str) -> None:
         import redis
         from tests._redis import RedisServer
-        self.server = RedisServer(tmp)
+        self.server = RedisServer(tmp, password=REDIS_PASSWORD)
         self.endpoint = self.server.url
         self.writer = redis.Redis(host="127.0.0.1", port=self.server.port,
-                                  single_connection_client=True, socket_timeout=60)
+                                  password=REDIS_PASSWORD, single_connection_client=True,
+                                  socket_timeout=60)
         self.writer_id = self.writer.client_id()
 
     def new_stream(self) -> str:
@@ -207,6 +278,41 @@ class RedisSource(Source):
         for e in batch:
             pipe.xadd(stream, {"k": e.key, "ts": e.ts_ms, "v": e.value})
         pipe.execute()
+
+    def new_sink(self) -> Optional[str]:
+        return self.server.stream("panes")
+
+    def sink_rows(self, sink: str) -> List[Tuple[Any, ...]]:
+        c = self.server.client()
+        try:
+            return [pane_tuple({k.decode(): v.decode() for k, v in f.items()})
+                    for _, f in c.xrange(sink)]
+        finally:
+            c.close()
+
+    def acknowledged(self, stream: str, evs: List[Event], job: "Job") -> str:
+        """The consumer group: nothing pending, delivered up to the last entry; and the sink's
+        markers: one hash, of the job's checkpoint (a restart continued them)."""
+        c = self.server.client()
+        try:
+            pending = c.xpending(stream, "chaos-group")["pending"]
+            group = [g for g in c.xinfo_groups(stream) if g["name"] == b"chaos-group"]
+            last = c.xinfo_stream(stream)["last-generated-id"]
+            markers = [m.decode() for m in c.keys("headrace:sink-commits:*")
+                       if os.path.abspath(job.ckpt) in m.decode()]
+        finally:
+            c.close()
+        problems = []
+        if pending:
+            problems.append(f"{pending} entries pending (read, not acknowledged) in chaos-group")
+        if not group or group[0]["last-delivered-id"] != last:
+            problems.append(f"chaos-group delivered up to "
+                            f"{group[0]['last-delivered-id'] if group else None!r}, the stream "
+                            f"ends at {last!r}")
+        if len(markers) != 1:
+            problems.append(f"{len(markers)} WriteToRedisStreams marker hashes of the job's "
+                            "checkpoint, not 1")
+        return "; ".join(problems)
 
     def stop_server(self) -> None:
         self.server.proc.send_signal(signal.SIGSTOP)
@@ -235,7 +341,8 @@ class RedisSource(Source):
 
 
 class NatsSource(Source):
-    """nats-server -js (tests/_nats.py); stopped by a kill, started on the same store and port."""
+    """nats-server -js (tests/_nats.py); stopped by a kill, started on the same store and port;
+    the jetstream branch also writes its panes with WriteToJetStream."""
 
     name = "jetstream"
 
@@ -263,6 +370,38 @@ class NatsSource(Source):
                 await js.publish(subject, f"{e.key},{e.value}".encode(),
                                  headers={"ts": str(e.ts_ms), "Nats-Msg-Id": f"{stream}-{e.i}"})
         self.server.run(pub)
+
+    def new_sink(self) -> Optional[str]:
+        tag = uuid.uuid4().hex[:8]
+        # a duplicate window (the sink's marker) far longer than any restart of the job
+        self.server.run(lambda nc: nc.jetstream().add_stream(
+            name=f"panes_{tag}", subjects=[f"panes.{tag}.>"], duplicate_window=3600.0))
+        return f"panes.{tag}.p"
+
+    def sink_rows(self, sink: str) -> List[Tuple[Any, ...]]:
+        stream = "panes_" + sink.split(".")[1]
+
+        async def get(nc: Any) -> List[Tuple[Any, ...]]:
+            jsm = nc.jsm()
+            info = await jsm.stream_info(stream)
+            return [pane_tuple(json.loads((await jsm.get_msg(stream, q)).data))
+                    for q in range(info.state.first_seq, info.state.last_seq + 1)
+                    if info.state.messages]
+        return self.server.run(get)
+
+    def acknowledged(self, stream: str, evs: List[Event], job: "Job") -> str:
+        """The durable consumer: its ack floor at the stream's last message, nothing pending."""
+        async def get(nc: Any) -> Tuple[Any, Any]:
+            jsm = nc.jsm()
+            return (await jsm.consumer_info(stream, "chaos_durable"),
+                    await jsm.stream_info(stream))
+        info, sinfo = self.server.run(get)
+        if (info.ack_floor.stream_seq != sinfo.state.last_seq or info.num_ack_pending
+                or info.num_pending):
+            return (f"the durable chaos_durable: ack floor {info.ack_floor.stream_seq} (the "
+                    f"stream ends at {sinfo.state.last_seq}), {info.num_ack_pending} awaiting "
+                    f"an ack, {info.num_pending} not delivered")
+        return ""
 
     def stop_server(self) -> None:
         self.server.stop()
@@ -304,7 +443,11 @@ while True:
 
 
 class KafkaSource(Source):
-    """librdkafka's mock cluster in a helper process (SIGSTOP/SIGCONT stops it)."""
+    """librdkafka's mock cluster in a helper process (SIGSTOP/SIGCONT stops it).
+
+    No WriteToKafka in the job: the mock cluster neither fences producers nor hides aborted
+    transactions from a read_committed consumer (docs/connectors.md), so a read-back would
+    show the records of aborted transactions that a real broker hides."""
 
     name = "kafka"
 
@@ -342,6 +485,21 @@ class KafkaSource(Source):
         if self.failures:
             raise RuntimeError(f"the mock Kafka cluster refused records: {self.failures[:3]}")
 
+    def acknowledged(self, stream: str, evs: List[Event], job: "Job") -> str:
+        """commit_offset_in_finalize: the group's committed offsets at every partition's end."""
+        from confluent_kafka import Consumer, TopicPartition
+        c = Consumer({"bootstrap.servers": self.endpoint, "group.id": "chaos", "log_level": 3})
+        try:
+            parts = [TopicPartition(stream, q) for q in range(KAFKA_PARTITIONS)]
+            committed = {tp.partition: tp.offset for tp in c.committed(parts, timeout=20)}
+            ends = {q: c.get_watermark_offsets(TopicPartition(stream, q), timeout=20)[1]
+                    for q in range(KAFKA_PARTITIONS)}
+        finally:
+            c.close()
+        if committed != ends:
+            return f"group chaos committed {committed}, the partitions end at {ends}"
+        return ""
+
     def stop_server(self) -> None:
         self.proc.send_signal(signal.SIGSTOP)
 
@@ -362,8 +520,88 @@ class KafkaSource(Source):
         self.proc.wait()
 
 
+class RabbitSource(Source):
+    """rabbitmq-server (tests/_rabbitmq.py, with its planted password): a durable queue per
+    stream, persistent messages with a message_id per event and the event time in the header
+    `ts`, every RABBIT_RETRY_EVERY-th event published twice (a publisher's retry, which the
+    read's dedup must drop). Stopped with SIGSTOP/SIGCONT of its Erlang VM's process group;
+    sockets closed with `rabbitmqctl close_all_connections` (the generator reconnects)."""
+
+    name = "rabbitmq"
+
+    def __init__(self, tmp: str) -> None:
+        from tests._rabbitmq import PASSWORD, RabbitServer
+        self.server = RabbitServer(tmp)
+        self.endpoint = self.server.url
+        self.secrets = (PASSWORD,)
+        self.conn: Any = None
+        self.channel: Any = None
+        self.published = 0   # messages published, the retries' copies included
+
+    def new_stream(self) -> str:
+        return self.server.queue("chaos")
+
+    def write(self, stream: str, batch: List[Event]) -> None:
+        import pika
+        if self.conn is None or not self.conn.is_open:
+            self.conn = self.server.connection()
+            self.channel = self.conn.channel()
+            self.channel.confirm_delivery()
+        try:
+            for e in batch:
+                props = pika.BasicProperties(delivery_mode=2, message_id=f"ev-{e.i}",
+                                             headers={"ts": e.ts_ms})
+                body = f"{e.key},{e.value}".encode()
+                for _ in range(2 if e.i % RABBIT_RETRY_EVERY == 0 else 1):
+                    self.channel.basic_publish("", stream, body, props)
+                    self.published += 1
+        except Exception:
+            try:
+                self.conn.close()
+            except Exception:
+                pass
+            self.conn = None
+            raise
+
+    def acknowledged(self, stream: str, evs: List[Event], job: "Job") -> str:
+        """The queue drained: every message, copies included, acknowledged."""
+        depth = self.server.depth(stream)
+        return f"{depth} messages left in the queue {stream}" if depth else ""
+
+    def stop_server(self) -> None:
+        os.killpg(self.server.proc.pid, signal.SIGSTOP)
+
+    def start_server(self) -> None:
+        os.killpg(self.server.proc.pid, signal.SIGCONT)
+
+    def close_sockets(self, seconds: float = 3.0) -> str:
+        """`rabbitmqctl close_all_connections`, again and again for `seconds` (the job's
+        reader holds its connection only while its step runs); how many it closed."""
+        closed, calls, end = 0, 0, time.monotonic() + seconds
+        while calls < 2 or time.monotonic() < end:
+            out = self.server.ctl("close_all_connections", "chaos fault")
+            calls += 1
+            closed += sum(int(ln.split()[1]) for ln in out.splitlines()
+                          if ln.startswith("Closed ") and ln.split()[1].isdigit())
+        return f"rabbitmqctl close_all_connections x{calls}: {closed} connection(s) closed"
+
+    def close(self) -> None:
+        try:
+            if self.conn is not None and self.conn.is_open:
+                self.conn.close()
+        except Exception:
+            pass
+        try:
+            os.killpg(self.server.proc.pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+        self.server.stop()
+
+
 SOURCES: Dict[str, Callable[[str], Source]] = {
-    "redis": RedisSource, "kafka": KafkaSource, "jetstream": NatsSource}
+    "redis": RedisSource, "kafka": KafkaSource, "jetstream": NatsSource,
+    "rabbitmq": RabbitSource}
+ALL_SOURCES = ("redis", "kafka", "jetstream", "rabbitmq")
 
 
 # ---- the job --------------------------------------------------------------------------------
@@ -376,19 +614,45 @@ def batches_done(ckpt: str) -> int:
     return max([int(n.split(".")[0]) for n in names if n.endswith(".pkl")], default=-1)
 
 
+class Branch(NamedTuple):
+    """One source's branch of the job: its server, stream, pane table and sink (or None)."""
+
+    source: Source
+    stream: str
+    table: str
+    sink: Optional[str]
+
+
+def new_branches(sources: List[Source], pg: "Postgres", label: str,
+                 sinks: bool = True) -> List[Branch]:
+    """A fresh stream, pane tables and sink per source."""
+    tag = uuid.uuid4().hex[:6]
+    out = []
+    for src in sources:
+        table = f"chaos_{label}_{tag}_{src.name}"
+        pg.create_tables(table)
+        out.append(Branch(src, src.new_stream(), table, src.new_sink() if sinks else None))
+    return out
+
+
 class Job:
     """The job as a subprocess in a session of its own (a kill takes its whole tree)."""
 
-    def __init__(self, args: argparse.Namespace, source: Source, stream: str, dsn: str,
-                 table: str, ckpt: str, log_dir: str, batching: Tuple[int, int, float]) -> None:
+    def __init__(self, args: argparse.Namespace, branches: List[Branch], dsn: str, ckpt: str,
+                 log_dir: str, batching: Tuple[int, int, float]) -> None:
         claims, batch_size, interval = batching
-        self.argv = [sys.executable, JOB, "--source", source.name, "--endpoint", source.endpoint,
-                     "--stream", stream, "--dsn", dsn, "--table", table, "--checkpoint", ckpt,
-                     "--claims", str(claims), "--batch-size", str(batch_size),
-                     "--trigger-interval", str(interval), "--window", str(args.window),
-                     "--early", str(args.early), "--lateness", str(args.lateness),
-                     "--delay", str(args.delay), "--idle", str(args.idle),
-                     "--spark-log", os.path.join(log_dir, "spark.log")]
+        self.argv = [sys.executable, JOB, "--dsn", dsn, "--checkpoint", ckpt,
+                     "--claims", str(claims), "--trigger-interval", str(interval),
+                     "--window", str(args.window), "--early", str(args.early),
+                     "--lateness", str(args.lateness), "--delay", str(args.delay),
+                     "--idle", str(args.idle), "--spark-log", os.path.join(log_dir, "spark.log")]
+        for b in branches:
+            spec = {"source": b.source.name, "endpoint": b.source.endpoint, "stream": b.stream,
+                    "table": b.table, "batch_size": source_batch_size(args, b.source.name,
+                                                                      claims, batch_size)}
+            if b.sink:
+                spec["sink"] = b.sink
+            self.argv += ["--branch", json.dumps(spec)]
         self.ckpt = ckpt
         self.log_dir = log_dir
         self.proc: Optional[subprocess.Popen] = None
@@ -443,34 +707,61 @@ class Job:
         return workers + daemons
 
 
+def source_batch_size(args: argparse.Namespace, name: str, claims: int, batch_size: int) -> int:
+    """The branch's batch_size: `batch_size`, but for Kafka in a job of several sources (whose
+    claims are per partition) batch_size // claims, so that a micro-batch reads at most
+    `batch_size` records per partition, as the Kafka-only job does with 1 claim."""
+    if name == "kafka" and len(args.sources) > 1:
+        return max(1, batch_size // claims)
+    return batch_size
+
+
 # ---- the runs -------------------------------------------------------------------------------
 
 
-def run_reference(args: argparse.Namespace, source: Source, pg: Postgres, evs: List[Event],
-                  tmp: str, label: str, batching: Tuple[int, int, float]) -> Tuple[str, float]:
-    """Writes every event to a fresh stream, then runs the job on it with no fault; the table."""
-    stream = source.new_stream()
-    for lo in range(0, len(evs), 500):
-        source.write(stream, evs[lo:lo + 500])
-    source.flush()
-    table = f"chaos_{label}_{uuid.uuid4().hex[:6]}"
-    pg.create_tables(table)
-    d = os.path.join(tmp, table)
-    os.makedirs(d)
-    job = Job(args, source, stream, pg.dsn, table, os.path.join(d, "ckpt"), d, batching)
-    t0 = time.monotonic()
-    job.start()
-    assert job.proc is not None
-    code = job.proc.wait()
-    job.err.close()
-    if code != 0:
-        sys.exit(f"chaos: the fault-free run ({label}) failed ({code}): {job.stderr_tail()}; "
-                 f"its log is in {d}")
-    return table, time.monotonic() - t0
+class RefRun(NamedTuple):
+    """A fault-free run: its branches, wall time and job directory."""
+
+    branches: List[Branch]
+    seconds: float
+    job_dir: str
+
+
+def run_reference(args: argparse.Namespace, sources: List[Source], pg: "Postgres",
+                  evs: List[Event], tmp: str, label: str,
+                  batching: Tuple[int, int, float], attempts: int = 2) -> RefRun:
+    """Writes every event to a fresh stream per source, then runs the job on them with no
+    fault. A job that fails by itself (e.g. Spark's "Python worker failed to connect back" on
+    an overloaded machine) is not restarted on its checkpoint, which would make the reference
+    depend on the exactly-once it checks: the run starts again from scratch (fresh streams,
+    tables and checkpoint), at most `attempts` times in all."""
+    for attempt in range(1, attempts + 1):
+        branches = new_branches(sources, pg, label)
+        for b in branches:
+            for lo in range(0, len(evs), 500):
+                b.source.write(b.stream, evs[lo:lo + 500])
+            b.source.flush()
+        d = os.path.join(tmp, branches[0].table.rsplit("_", 1)[0])
+        os.makedirs(d)
+        job = Job(args, branches, pg.job_dsn, os.path.join(d, "ckpt"), d, batching)
+        t0 = time.monotonic()
+        job.start()
+        assert job.proc is not None
+        code = job.proc.wait()
+        job.err.close()
+        if code == 0:
+            return RefRun(branches, time.monotonic() - t0, d)
+        why = (f"chaos: the fault-free run ({label}) failed ({code}) by itself: "
+               f"{job.stderr_tail()}; its log is in {d}")
+        if attempt == attempts:
+            sys.exit(why)
+        print(f"{why}; attempt {attempt + 1} of {attempts}, from scratch", flush=True)
+    raise AssertionError("unreachable")
 
 
 class Generator(threading.Thread):
-    """Writes the events at `rate` per second, retrying (the same events) through faults."""
+    """Writes the events to one source at `rate` per second, retrying (the same events)
+    through faults."""
 
     def __init__(self, source: Source, stream: str, evs: List[Event], rate: float) -> None:
         super().__init__(daemon=True)
@@ -499,9 +790,9 @@ class Generator(threading.Thread):
 class Injector:
     """Applies the faults to a running job; counts what it did."""
 
-    def __init__(self, args: argparse.Namespace, source: Source, pg: Postgres, job: Job,
-                 rng: random.Random) -> None:
-        self.args, self.source, self.pg, self.job, self.rng = args, source, pg, job, rng
+    def __init__(self, args: argparse.Namespace, sources: Dict[str, Source], pg: "Postgres",
+                 job: Job, rng: random.Random) -> None:
+        self.args, self.sources, self.pg, self.job, self.rng = args, sources, pg, job, rng
         self.done: collections.Counter = collections.Counter()
         self.failures: List[str] = []   # the job's own exits with an error
         self.socket_turn = 0
@@ -528,7 +819,7 @@ class Injector:
         while batches_done(self.job.ckpt) <= self.job.started_at_batch and time.monotonic() < deadline:
             self.sleep(0.1)
 
-    def apply(self, kind: str) -> str:
+    def apply(self, kind: str, server: Optional[str]) -> str:
         job, rng = self.job, self.rng
         self.wait_for_batches()
         if kind == "driver":
@@ -549,53 +840,94 @@ class Injector:
                     return f"python worker {victim.pid} killed"
                 self.sleep(0.05)
             return "no python worker found in 120 s"
-        pause = rng.uniform(3, 6)
         if kind in ("source", "postgres"):
-            server = self.source if kind == "source" else self.pg
-            server.stop_server()
+            pause = rng.uniform(3, 6)
+            target: Any = self.pg if kind == "postgres" else self.sources[server or ""]
+            target.stop_server()
             try:
                 time.sleep(pause)
             finally:
-                server.start_server()
-            return f"{self.source.name if kind == 'source' else 'postgres'} stopped {pause:.1f} s"
+                target.start_server()
+            return f"{server or 'postgres'} stopped {pause:.1f} s"
+        # a closed socket on the source server; every second one also PostgreSQL's sessions
+        what = self.sources[server or ""].close_sockets()
         self.socket_turn += 1
-        if self.socket_turn % 2:
-            return self.source.close_sockets()
-        return f"postgres: {self.pg.close_sockets()} session(s) terminated in 3 s"
+        if self.socket_turn % 2 == 0:
+            what += f"; postgres: {self.pg.close_sockets()} session(s) terminated in 3 s"
+        return what
 
 
-def run_faulty(args: argparse.Namespace, source: Source, pg: Postgres, evs_for: Callable[[int], List[Event]],
-               tmp: str) -> Dict[str, Any]:
-    """The faulty run: generator and injector while the job runs; returns its figures."""
-    rng = random.Random(args.seed)
-    kinds = ["driver"] * args.driver_kills + [k for k in FAULT_KINDS for _ in range(args.other_faults)]
+def fault_plan(args: argparse.Namespace, rng: random.Random) -> List[Tuple[str, Optional[str]]]:
+    """The faults in a seeded order: driver kills, the shared kinds, and each source server's."""
+    kinds: List[Tuple[str, Optional[str]]] = [("driver", None)] * args.driver_kills
+    kinds += [(k, None) for k in SHARED_KINDS for _ in range(args.other_faults)]
+    kinds += [(k, s) for s in args.sources for k in PER_SERVER_KINDS
+              for _ in range(args.other_faults)]
     rng.shuffle(kinds)
-    # the generator writes long enough to cover the faults, then a tail: the estimate is
-    # refined by stopping the fault-time part when the faults are done
-    stream = source.new_stream()
-    table = f"chaos_faulty_{uuid.uuid4().hex[:6]}"
-    pg.create_tables(table)
-    d = os.path.join(tmp, table)
+    return kinds
+
+
+class Background(threading.Thread):
+    """A function run in a thread; `result()` joins it and returns or raises what it did."""
+
+    def __init__(self, fn: Callable[[], Any]) -> None:
+        super().__init__(daemon=True)
+        self.fn = fn
+        self.value: Any = None
+        self.error: Optional[BaseException] = None
+
+    def run(self) -> None:
+        try:
+            self.value = self.fn()
+        except BaseException as e:   # SystemExit included: raised again in result()
+            self.error = e
+
+    def result(self) -> Any:
+        self.join()
+        if self.error is not None:
+            raise self.error
+        return self.value
+
+
+def run_faulty(args: argparse.Namespace, sources: List[Source], pg: "Postgres",
+               evs_for: Callable[[int], List[Event]], tmp: str) -> Dict[str, Any]:
+    """The faulty run: generators and injector while the job runs; returns its figures, and
+    the reference run (`ref`, a `Background`), started on the same events as soon as the
+    generators are done, while the faulty job catches up."""
+    rng = random.Random(args.seed)
+    kinds = fault_plan(args, rng)
+    branches = new_branches(sources, pg, "faulty")
+    d = os.path.join(tmp, branches[0].table.rsplit("_", 1)[0])
     os.makedirs(d)
     evs = evs_for(args.max_events)
-    gen = Generator(source, stream, evs, args.rate)
-    job = Job(args, source, stream, pg.dsn, table, os.path.join(d, "ckpt"), d, args.batching)
-    inj = Injector(args, source, pg, job, rng)
+    gens = [Generator(b.source, b.stream, evs, args.rate) for b in branches]
+    job = Job(args, branches, pg.job_dsn, os.path.join(d, "ckpt"), d, args.batching)
+    inj = Injector(args, {s.name: s for s in sources}, pg, job, rng)
     t0 = time.monotonic()
-    gen.start()
+    for g in gens:
+        g.start()
     job.start()
-    for n, kind in enumerate(kinds, 1):
+    for n, (kind, server) in enumerate(kinds, 1):
         inj.sleep(rng.uniform(args.gap[0], args.gap[1]))
-        what = inj.apply(kind)
-        inj.done[kind] += 1
-        print(f"  [{time.monotonic() - t0:7.1f} s] fault {n}/{len(kinds)}: {kind}: {what} "
-              f"(batch {batches_done(job.ckpt)}, {gen.written} events written)", flush=True)
-    # the tail: enough events after the last fault for late events and windows to settle
-    tail_to = min(len(evs), gen.written + args.tail_events)
-    gen.evs = evs[:tail_to]
-    gen.join()
-    print(f"  [{time.monotonic() - t0:7.1f} s] generator done: {gen.written} events "
-          f"({sum(e.late for e in gen.evs)} late), {gen.retries} write retries", flush=True)
+        what = inj.apply(kind, server)
+        inj.done[(kind, server)] += 1
+        print(f"  [{time.monotonic() - t0:7.1f} s] fault {n}/{len(kinds)}: {kind}"
+              f"{'@' + server if server else ''}: {what} (batch {batches_done(job.ckpt)}, "
+              f"{min(g.written for g in gens)} events written)", flush=True)
+    # the tail: enough events after the last fault for late events and windows to settle; the
+    # same events to every source
+    tail_to = min(len(evs), max(g.written for g in gens) + args.tail_events)
+    for g in gens:
+        g.evs = evs[:tail_to]
+    for g in gens:
+        g.join()
+    print(f"  [{time.monotonic() - t0:7.1f} s] generators done: {tail_to} events per source "
+          f"({sum(e.late for e in evs[:tail_to])} late), write retries "
+          f"{', '.join(f'{g.source.name} {g.retries}' for g in gens)}; the reference run "
+          "starts", flush=True)
+    ref = Background(lambda: run_reference(args, sources, pg, evs[:tail_to], tmp, "ref",
+                                           args.batching))
+    ref.start()
     while True:
         assert job.proc is not None
         code = job.proc.poll()
@@ -608,34 +940,88 @@ def run_faulty(args: argparse.Namespace, source: Source, pg: Postgres, evs_for: 
             job.kill()
             sys.exit(f"chaos: the faulty run did not end within {args.timeout} s; see {d}")
     job.err.close()
-    return {"table": table, "events": gen.evs, "seconds": time.monotonic() - t0,
+    return {"branches": branches, "events": evs[:tail_to], "seconds": time.monotonic() - t0,
             "faults": dict(inj.done), "failures": inj.failures, "starts": job.starts,
-            "batches": batches_done(job.ckpt) + 1}
+            "batches": batches_done(job.ckpt) + 1, "job": job, "job_dir": d, "ref": ref}
 
 
 # ---- the check ------------------------------------------------------------------------------
 
 
-def compare(pg: Postgres, ref: str, got: str) -> Dict[str, Any]:
-    """The pane tables as multisets of rows, and the latest-pane tables as sets."""
-    cols = "key, window_start, pane_index, timing, value, is_last"
-    a = collections.Counter(pg.execute(f"SELECT {cols} FROM {ref}"))
-    b = collections.Counter(pg.execute(f"SELECT {cols} FROM {got}"))
-    lost = sum((a - b).values())
+def compare_rows(ref_rows: List[Tuple[Any, ...]], got_rows: List[Tuple[Any, ...]]) -> Dict[str, Any]:
+    """Two lists of pane rows as multisets: lost, duplicated, extra."""
+    a, b = collections.Counter(ref_rows), collections.Counter(got_rows)
     over = b - a
-    duplicated = sum(n for row, n in over.items() if row in a)
-    extra = sum(n for row, n in over.items() if row not in a)
-    la = set(pg.execute(f"SELECT key, window_start, pane_index, value FROM {ref}_latest"))
-    lb = set(pg.execute(f"SELECT key, window_start, pane_index, value FROM {got}_latest"))
-    timings = collections.Counter(row[3] for row in a.elements())
-    return {"panes": sum(a.values()), "got": sum(b.values()), "lost": lost,
-            "duplicated": duplicated, "extra": extra, "latest": len(la),
-            "latest_equal": la == lb, "latest_diff": len(la ^ lb), "timings": dict(timings),
+    return {"panes": sum(a.values()), "got": sum(b.values()), "lost": sum((a - b).values()),
+            "duplicated": sum(n for row, n in over.items() if row in a),
+            "extra": sum(n for row, n in over.items() if row not in a),
+            "timings": dict(collections.Counter(row[3] for row in a.elements())),
             "examples": [("lost", r) for r in list((a - b).elements())[:3]]
                         + [("over", r) for r in list(over.elements())[:3]]}
 
 
-def probe(args: argparse.Namespace, source: Source, pg: Postgres, tmp: str) -> bool:
+PANE_COLS = "key, window_start, pane_index, timing, value, is_last"
+
+
+def compare(pg: "Postgres", ref: str, got: str) -> Dict[str, Any]:
+    """The pane tables as multisets of rows, and the latest-pane tables as sets."""
+    r = compare_rows(pg.execute(f"SELECT {PANE_COLS} FROM {ref}"),
+                     pg.execute(f"SELECT {PANE_COLS} FROM {got}"))
+    la = set(pg.execute(f"SELECT key, window_start, pane_index, value FROM {ref}_latest"))
+    lb = set(pg.execute(f"SELECT key, window_start, pane_index, value FROM {got}_latest"))
+    return {**r, "latest": len(la), "latest_equal": la == lb, "latest_diff": len(la ^ lb)}
+
+
+def window_sums(args: argparse.Namespace, evs: List[Event]) -> Dict[Tuple[str, int], int]:
+    """Each (key, window start ms)'s sum of values, computed from the events (every event is
+    within the allowed lateness, so each window's last pane, accumulating, holds it all)."""
+    win_ms = int(args.window * 1000)
+    sums: Dict[Tuple[str, int], int] = collections.defaultdict(int)
+    for e in evs:
+        sums[(e.key, e.ts_ms - e.ts_ms % win_ms)] += e.value
+    return dict(sums)
+
+
+def sums_problem(args: argparse.Namespace, pg: "Postgres", table: str, evs: List[Event]) -> str:
+    """The latest-pane table against the sums computed from the events: '' when equal."""
+    got = {(k, w): v for k, w, v in pg.execute(f"SELECT key, window_start, value FROM {table}_latest")}
+    want = window_sums(args, evs)
+    if got == want:
+        return ""
+    wrong = [k for k in want if got.get(k) != want[k]]
+    return (f"{len(wrong)} of {len(want)} windows' last panes differ from the events' sums, "
+            f"{len(set(got) - set(want))} windows the events do not have; e.g. "
+            f"{[(k, got.get(k), want[k]) for k in wrong[:3]]}")
+
+
+def files_holding(paths: List[str], secrets: List[str]) -> List[Tuple[str, str]]:
+    """The files under `paths` (files or directories) whose bytes hold one of `secrets`."""
+    found = []
+    for root in paths:
+        walked = ([(os.path.dirname(root), [], [os.path.basename(root)])] if os.path.isfile(root)
+                  else os.walk(root))
+        for dirpath, _, names in walked:
+            for name in names:
+                path = os.path.join(dirpath, name)
+                with open(path, "rb") as fh:
+                    data = fh.read()
+                found += [(path, s) for s in secrets if s.encode() in data]
+    return found
+
+
+def password_check(job_dirs: List[str], secrets: List[str]) -> Tuple[int, List[Tuple[str, str]]]:
+    """The checkpoints, Spark logs and stderr files of the runs: how many files, which hold a
+    password."""
+    paths: List[str] = []
+    for d in job_dirs:
+        paths += [os.path.join(d, n) for n in sorted(os.listdir(d))
+                  if n == "ckpt" or n == "spark.log" or n.startswith("stderr-")]
+    n = sum(len(names) for p in paths for _, _, names in
+            ([("", [], [p])] if os.path.isfile(p) else os.walk(p)))
+    return n, files_holding(paths, secrets)
+
+
+def probe(args: argparse.Namespace, sources: List[Source], pg: "Postgres", tmp: str) -> bool:
     """The same input under several batchings, with spread keys and with few keys."""
     c, b, _ = args.batching
     batchings = [args.batching, (max(1, c - 1), max(2, b // 2), 0.0)]
@@ -643,23 +1029,24 @@ def probe(args: argparse.Namespace, source: Source, pg: Postgres, tmp: str) -> b
     for keys in (args.keys, 4)[:args.probe_keys]:
         a2 = argparse.Namespace(**{**vars(args), "keys": keys})
         evs = make_events(a2, args.probe_events if keys == args.keys else args.probe_events // 2)
-        tables = []
-        for b in batchings:
-            table, secs = run_reference(a2, source, pg, evs, tmp, f"probe{keys}", b)
-            tables.append(table)
-            print(f"  keys {keys}, claims {b[0]}, batch_size {b[1]}, trigger interval {b[2]} s: "
-                  f"{secs:.0f} s", flush=True)
-        for b, t in zip(batchings[1:], tables[1:]):
-            r = compare(pg, tables[0], t)
-            same = not (r["lost"] or r["duplicated"] or r["extra"]) and r["latest_equal"]
-            ok = ok and (same or keys == 4)
-            print(f"  keys {keys}: {r['panes']} panes {r['timings']} with {batchings[0]} vs "
-                  f"{r['got']} with {b}: {'SAME' if same else 'DIFFERENT'} (lost {r['lost']}, "
-                  f"duplicated {r['duplicated']}, extra {r['extra']}, latest "
-                  f"{'equal' if r['latest_equal'] else 'differ in %d' % r['latest_diff']})",
-                  flush=True)
-            if not same:
-                print(f"    e.g. {r['examples']}")
+        runs = []
+        for bt in batchings:
+            run = run_reference(a2, sources, pg, evs, tmp, f"probe{keys}", bt)
+            runs.append(run)
+            print(f"  keys {keys}, claims {bt[0]}, batch_size {bt[1]}, trigger interval {bt[2]} s: "
+                  f"{run.seconds:.0f} s", flush=True)
+        for bt, run in zip(batchings[1:], runs[1:]):
+            for b0, b1 in zip(runs[0].branches, run.branches):
+                r = compare(pg, b0.table, b1.table)
+                same = not (r["lost"] or r["duplicated"] or r["extra"]) and r["latest_equal"]
+                ok = ok and (same or keys == 4)
+                print(f"  {b0.source.name}, keys {keys}: {r['panes']} panes {r['timings']} with "
+                      f"{batchings[0]} vs {r['got']} with {bt}: {'SAME' if same else 'DIFFERENT'} "
+                      f"(lost {r['lost']}, duplicated {r['duplicated']}, extra {r['extra']}, "
+                      f"latest {'equal' if r['latest_equal'] else 'differ in %d' % r['latest_diff']})",
+                      flush=True)
+                if not same:
+                    print(f"    e.g. {r['examples']}")
     return ok
 
 
@@ -667,15 +1054,29 @@ def make_events(args: argparse.Namespace, n: int) -> List[Event]:
     return events(args.seed, n, args.keys, args.dt_ms, args.window, args.late_every, args.late_lag)
 
 
+def parse_sources(text: str) -> List[str]:
+    """`--source`: a comma-separated list of source names, or `all`."""
+    names = list(ALL_SOURCES) if text.strip() == "all" else [
+        n.strip() for n in text.split(",") if n.strip()]
+    bad = [n for n in names if n not in SOURCES]
+    if bad or not names or len(set(names)) != len(names):
+        raise argparse.ArgumentTypeError(
+            f"--source {text!r}: give 'all' or a comma-separated list of distinct sources out "
+            f"of {', '.join(ALL_SOURCES)}")
+    return names
+
+
 def parse_args(argv: List[str]) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--source", default="redis", choices=sorted(SOURCES))
+    ap.add_argument("--source", default="redis", type=parse_sources,
+                    help=f"a comma-separated list of {', '.join(ALL_SOURCES)}, or all")
     ap.add_argument("--driver-kills", type=int, default=100)
     ap.add_argument("--other-faults", type=int, default=20,
-                    help="faults of each other kind: worker, source, postgres, socket")
+                    help="faults of each other kind: worker, postgres, and per source server "
+                         "source (stop) and socket")
     ap.add_argument("--quick", action="store_true",
-                    help="10 faults in all: 2 driver kills and 2 of each other kind; "
-                         "at most 10 events/s")
+                    help="2 driver kills and 2 of each other kind (per source server for "
+                         "source and socket); at most 10 events/s (several sources: 5 each)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--probe", action="store_true",
                     help="only the determinism probe: one input, several batchings")
@@ -692,8 +1093,10 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
     ap.add_argument("--late-lag", type=int, default=3, help="windows behind, for late events")
     ap.add_argument("--idle", type=float, default=8.0, help="the job ends after this idle time")
     ap.add_argument("--claims", type=int, default=None,
-                    help="claims per work and micro-batch (default 4; Kafka 1, per partition)")
-    ap.add_argument("--batch-size", type=int, default=20)
+                    help="claims per work and micro-batch (default 4; Kafka alone 1, per "
+                         "partition)")
+    ap.add_argument("--batch-size", type=int, default=20,
+                    help="records per claim (Kafka among several sources: this // claims)")
     ap.add_argument("--trigger-interval", type=float, default=0.2)
     ap.add_argument("--rate", type=float, default=20.0, help="events written per second")
     ap.add_argument("--gap", type=float, nargs=2, default=(1.0, 4.0),
@@ -703,60 +1106,117 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
     ap.add_argument("--timeout", type=float, default=6 * 3600)
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory")
     a = ap.parse_args(argv)
+    a.sources = a.source
     if a.quick:
         a.driver_kills, a.other_faults = 2, 2
-        a.rate = min(a.rate, 10.0)
+        # one source: 10 events/s; several share the one job's micro-batches: 5 each
+        a.rate = min(a.rate, 10.0 if len(a.sources) == 1 else 5.0)
     if a.claims is None:
-        a.claims = 1 if a.source == "kafka" else 4
+        a.claims = 1 if a.sources == ["kafka"] else 4
     a.batching = (a.claims, a.batch_size, a.trigger_interval)
-    per_batch = a.claims * a.batch_size
-    spacing = a.keys // (KAFKA_PARTITIONS if a.source == "kafka" else 1)
-    if spacing <= per_batch:
-        ap.error(f"--keys {a.keys} puts one key's events {spacing} records apart, not more than "
-                 f"a micro-batch reads ({per_batch}): early panes would depend on the batching")
+    for name in a.sources:
+        per_batch = a.claims * source_batch_size(a, name, a.claims, a.batch_size)
+        spacing = a.keys // (KAFKA_PARTITIONS if name == "kafka" else 1)
+        if spacing <= per_batch:
+            ap.error(f"--keys {a.keys} puts one key's events {spacing} records apart in {name}, "
+                     f"not more than a micro-batch reads ({per_batch}): early panes would depend "
+                     "on the batching")
     return a
+
+
+def report(args: argparse.Namespace, got: Dict[str, Any], ref: RefRun, pg: "Postgres",
+           secrets: List[str]) -> bool:
+    """Prints the check per source and per sink; whether all of it passed."""
+    ok = True
+    by_kind: collections.Counter = collections.Counter()
+    for (kind, _), n in got["faults"].items():
+        by_kind[kind] += n
+    per_server = ", ".join(f"{k}@{s} {n}" for (k, s), n in sorted(got["faults"].items(),
+                                                                   key=str) if s)
+    print(f"\nsources {','.join(args.sources)}: faults injected {sum(by_kind.values())} "
+          f"({', '.join(f'{k} {n}' for k, n in sorted(by_kind.items()))}; per server: "
+          f"{per_server}); job starts {got['starts']} ({len(got['failures'])} after a failure "
+          f"of its own); {got['batches']} micro-batches")
+    for f in got["failures"]:
+        print(f"  job failed by itself: {f}")
+    evs = got["events"]
+    print(f"events {len(evs)} per source ({sum(e.late for e in evs)} late)")
+    for fb, rb in zip(got["branches"], ref.branches):
+        name = fb.source.name
+        r = compare(pg, rb.table, fb.table)
+        sums = sums_problem(args, pg, fb.table, evs) or sums_problem(args, pg, rb.table, evs)
+        acks = fb.source.acknowledged(fb.stream, evs, got["job"])
+        good = (not (r["lost"] or r["duplicated"] or r["extra"]) and r["latest_equal"]
+                and r["panes"] > 0 and not sums and not acks)
+        ok = ok and good
+        print(f"source {name}: panes {r['panes']} in the reference {r['timings']}, {r['got']} in "
+              f"the faulty run: lost {r['lost']}, duplicated {r['duplicated']}, extra "
+              f"{r['extra']}; latest-pane rows {r['latest']}, "
+              f"{'equal' if r['latest_equal'] else 'DIFFERENT in %d' % r['latest_diff']}; "
+              f"window sums {'equal to the events' if not sums else 'WRONG: ' + sums}; "
+              f"acknowledged {'all' if not acks else 'NOT: ' + acks}")
+        if r["examples"]:
+            print(f"  e.g. {r['examples']}")
+        if fb.sink:
+            ref_rows = pg.execute(f"SELECT {PANE_COLS} FROM {rb.table}")
+            s = compare_rows(ref_rows, fb.source.sink_rows(fb.sink))
+            sink_ok = not (s["lost"] or s["duplicated"] or s["extra"]) and s["panes"] > 0
+            ok = ok and sink_ok
+            writer = {"redis": "WriteToRedisStreams", "jetstream": "WriteToJetStream"}[name]
+            print(f"sink {name} {writer}: {s['got']} panes read back vs {s['panes']} in the "
+                  f"reference: lost {s['lost']}, duplicated {s['duplicated']}, extra "
+                  f"{s['extra']}")
+            if s["examples"]:
+                print(f"  e.g. {s['examples']}")
+    tmp = os.path.dirname(got["job_dir"])   # every run's directory, a failed attempt's too
+    n_files, found = password_check(sorted(os.path.join(tmp, n) for n in os.listdir(tmp)
+                                           if n.startswith("chaos_")), secrets)
+    ok = ok and not found and n_files > 0
+    print(f"passwords: {len(secrets)} planted, {n_files} files of the checkpoints, Spark logs and "
+          f"stderr searched: {'none found' if not found else 'FOUND in %s' % found[:5]}")
+    return ok
 
 
 def main(argv: List[str]) -> int:
     args = parse_args(argv)
+    t_start = time.monotonic()
     tmp = tempfile.mkdtemp(prefix="headrace-chaos-")
-    os.makedirs(os.path.join(tmp, "server"))
     pg = Postgres()
+    sources: List[Source] = []
     try:
-        source = SOURCES[args.source](os.path.join(tmp, "server"))
+        for name in args.sources:
+            os.makedirs(os.path.join(tmp, "server", name))
+            sources.append(SOURCES[name](os.path.join(tmp, "server", name)))
     except BaseException:
+        for src in sources:
+            src.close()
         pg.close()
         raise
-    print(f"chaos: {args.source}, seed {args.seed}, headrace {headrace_revision()}, "
+    print(f"chaos: {','.join(args.sources)}, seed {args.seed}, headrace {headrace_revision()}, "
           f"scratch {tmp}", flush=True)
     try:
         if args.probe:
-            return 0 if probe(args, source, pg, tmp) else 1
-        total = args.driver_kills + len(FAULT_KINDS) * args.other_faults
+            return 0 if probe(args, sources, pg, tmp) else 1
+        total = (args.driver_kills + len(SHARED_KINDS) * args.other_faults
+                 + len(PER_SERVER_KINDS) * args.other_faults * len(sources))
         print(f"faulty run: {args.driver_kills} driver kills + {args.other_faults} of each of "
-              f"{', '.join(FAULT_KINDS)} ({total} faults), {args.rate:.0f} events/s", flush=True)
-        got = run_faulty(args, source, pg, lambda n: make_events(args, n), tmp)
-        print(f"reference run: the same {len(got['events'])} events, no fault", flush=True)
-        ref, ref_secs = run_reference(args, source, pg, got["events"], tmp, "ref", args.batching)
-        r = compare(pg, ref, got["table"])
-        ok = not (r["lost"] or r["duplicated"] or r["extra"]) and r["latest_equal"]
-        faults = ", ".join(f"{k} {n}" for k, n in sorted(got["faults"].items()))
-        print(f"\nsource {args.source}: faults injected {sum(got['faults'].values())} ({faults}); "
-              f"job starts {got['starts']} ({len(got['failures'])} after a failure of its own); "
-              f"{got['batches']} micro-batches")
-        for f in got["failures"]:
-            print(f"  job failed by itself: {f}")
-        print(f"events {len(got['events'])}; panes {r['panes']} in the reference {r['timings']}, "
-              f"{r['got']} in the faulty run: lost {r['lost']}, duplicated {r['duplicated']}, "
-              f"extra {r['extra']}; latest-pane rows {r['latest']}, "
-              f"{'equal' if r['latest_equal'] else 'DIFFERENT in %d' % r['latest_diff']}")
-        if r["examples"]:
-            print(f"  e.g. {r['examples']}")
-        print(f"wall time: faulty run {got['seconds']:.0f} s, reference run {ref_secs:.0f} s; "
+              f"{', '.join(SHARED_KINDS)} + {args.other_faults} of each of "
+              f"{', '.join(PER_SERVER_KINDS)} per source server ({total} faults), "
+              f"{args.rate:.0f} events/s per source", flush=True)
+        got = run_faulty(args, sources, pg, lambda n: make_events(args, n), tmp)
+        print(f"faulty run done in {got['seconds']:.0f} s; waiting for the reference run (the "
+              f"same {len(got['events'])} events per source, no fault)", flush=True)
+        ref = got["ref"].result()
+        secrets = [PG_PASSWORD] + [s for src in sources for s in src.secrets]
+        ok = report(args, got, ref, pg, secrets)
+        print(f"wall time: faulty run {got['seconds']:.0f} s, reference run {ref.seconds:.0f} s "
+              f"(its job; started when the generators were done); total "
+              f"{time.monotonic() - t_start:.0f} s; "
               f"{'PASS' if ok else 'FAIL'}")
         return 0 if ok else 1
     finally:
-        source.close()
+        for src in sources:
+            src.close()
         pg.close()
         if not args.keep:
             shutil.rmtree(tmp, ignore_errors=True)

@@ -40,7 +40,7 @@ class RabbitServer:
                      "loopback_users = none\n")
         with open(os.path.join(self.dir, "enabled_plugins"), "w") as fh:
             fh.write("[].\n")
-        env = dict(os.environ, HOME=self.dir,
+        self.env = env = dict(os.environ, HOME=self.dir,
                    RABBITMQ_NODENAME=f"headrace-{uuid.uuid4().hex[:8]}@localhost",
                    RABBITMQ_NODE_PORT=str(self.port), RABBITMQ_DIST_PORT=str(free_port()),
                    RABBITMQ_MNESIA_BASE=os.path.join(self.dir, "mnesia"),
@@ -101,6 +101,17 @@ class RabbitServer:
             return int(conn.channel().queue_declare(queue, passive=True).method.message_count)
         finally:
             conn.close()
+
+    def ctl(self, *args: str) -> str:
+        """The output of `rabbitmqctl ARGS` run against this node (e.g. close_all_connections);
+        raises with its output if it fails."""
+        ctl = os.path.join(os.path.dirname(SCRIPT), "rabbitmqctl")
+        proc = subprocess.run([ctl if os.path.exists(ctl) else "rabbitmqctl", *args],
+                              env=self.env, capture_output=True, text=True, timeout=120)
+        if proc.returncode:
+            raise RuntimeError(f"rabbitmqctl {' '.join(args)} failed ({proc.returncode}) on the "
+                               f"node of port {self.port}: {proc.stdout}{proc.stderr}")
+        return proc.stdout
 
     def stop(self) -> None:
         if self.proc.poll() is None:

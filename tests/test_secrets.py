@@ -1,7 +1,7 @@
 """Credentials kept as `headrace.utils.secrets.Secret`: masked when shown, left out of what a
 runner stores (a streaming checkpoint's plan), resolved in the processes the runner tells. The
-end-to-end check (no planted password in a checkpoint, a log or an error after a kill and a
-restart) is tests/streaming/test_redis_restart.py."""
+end-to-end check (no planted password in a checkpoint, a log or an error after kills and
+restarts) is the quick chaos run, tests/streaming/test_chaos.py."""
 
 from __future__ import annotations
 
