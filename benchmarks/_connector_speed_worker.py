@@ -178,19 +178,26 @@ def run_pyspark(s: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def wait_idle(query: Any, idle: float) -> None:
-    """Stops the query once its batches have read nothing for `idle` seconds (caught up), counted
-    from its first batch's end."""
+    """Stops the query once it has read nothing for `idle` seconds (caught up), counted from its
+    first batch's end: no batch with input and no work (a batch, or asking the source for offsets,
+    which a simple reader does by reading) that lasts over half a second."""
     last_data: Optional[float] = None
+    busy_since: Optional[float] = None
     seen = -1
     while query.isActive:
+        now = time.monotonic()
         p = query.lastProgress
         if p is not None and p["batchId"] != seen:
             seen = p["batchId"]
             if p["numInputRows"] > 0 or last_data is None:
-                last_data = time.monotonic()
-        if query.status["isTriggerActive"] and last_data is not None:   # a batch is running
-            last_data = max(last_data, time.monotonic() - idle / 2)
-        if last_data is not None and time.monotonic() - last_data > idle:
+                last_data = now
+        if query.status["message"].startswith("Waiting"):
+            busy_since = None
+        elif busy_since is None:
+            busy_since = now
+        elif now - busy_since > 0.5 and last_data is not None:
+            last_data = now
+        if last_data is not None and now - last_data > idle:
             query.stop()
             break
         time.sleep(0.05)
@@ -202,13 +209,20 @@ def wait_idle(query: Any, idle: float) -> None:
 
 def progress(query: Any) -> List[Dict[str, Any]]:
     """Per micro-batch: its input rows and durations (ms)."""
-    return [{"id": p.batchId, "rows": int(p.numInputRows), "ms": dict(p.durationMs)}
+    from datetime import datetime
+    return [{"id": p.batchId, "rows": int(p.numInputRows), "ms": dict(p.durationMs),
+             "start": datetime.fromisoformat(p.timestamp.replace("Z", "+00:00")).timestamp()}
             for p in sorted(query.recentProgress, key=lambda p: p.batchId)]
 
 
 def finished(startup: float, t1: float, ended: float, watch: TableWatch, batches: List[Any],
              extra: Dict[str, Any]) -> Dict[str, Any]:
+    wall1 = time.time() - (time.perf_counter() - t1)   # t1 on the wall clock
+    trigger_s = sum(b["ms"].get("triggerExecution", 0) for b in batches) / 1000
     out = {"startup_s": startup, "query_s": ended - t1, "batches": batches,
+           "before_first_batch_s": batches[0]["start"] - wall1 if batches else None,
+           "first_batch_s": batches[0]["ms"].get("triggerExecution", 0) / 1000 if batches else None,
+           "trigger_s": trigger_s,
            "table_at_end": list(watch.last), **extra}
     if watch.done_at is None:
         out["error"] = (f"the table never held the expected rows and total: it has {watch.last[0]:,} "

@@ -269,12 +269,12 @@ def run_one(args: argparse.Namespace, servers: Servers, source: str, contender: 
 def summary(rec: Dict[str, Any]) -> str:
     if "error" in rec:
         return f"ERROR: {rec['error']}"
-    data = [b for b in rec["batches"] if b["rows"]]
-    return (f"{rec['seconds']:.1f} s to the last row ({rec['events_per_s']:,.0f} events/s), "
-            f"query {rec['query_s']:.1f} s, {len(data)} batches with data, start-up "
-            f"{rec['startup_s']:.1f} s, {'matches' if not rec['mismatch'] else 'DIFFERS: ' + rec['mismatch']}; "
+    return (f"{rec['seconds']:.1f} s to the last row ({rec['events_per_s']:,.0f} events/s): "
+            f"{rec['before_first_batch_s']:.1f} s before the first batch, first batch "
+            f"{rec['first_batch_s']:.1f} s, {len(rec['batches'])} batches in {rec['trigger_s']:.1f} s; "
+            f"query {rec['query_s']:.1f} s, start-up {rec['startup_s']:.1f} s, "
+            f"{'matches' if not rec['mismatch'] else 'DIFFERS: ' + rec['mismatch']}; "
             f"others used {rec['others_cpu_share']:.0%} of the CPUs, load before {rec['load_before']:.2f}")
-
 
 # ---- main ---------------------------------------------------------------------------------------
 
