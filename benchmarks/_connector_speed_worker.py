@@ -100,6 +100,7 @@ def run_headrace(s: Dict[str, Any]) -> Dict[str, Any]:
     options = PipelineOptions([
         "--runner=SparkRunner", "--streaming", "--spark_master=local[2]",
         f"--checkpoint_location={checkpoint}", f"--sdf_max_claims_per_batch={claims}",
+        "--sdf_max_seconds_per_batch=0",   # batches cut by size only, as the hand-written job's
         f"--max_records_per_batch={s['batch_events']}",
         *[f"--spark_conf={kv}" for kv in SPARK_CONF]])
     t0 = time.perf_counter()
@@ -145,7 +146,8 @@ def run_pyspark(s: Dict[str, Any]) -> Dict[str, Any]:
     spark.dataSource.register(cls)
     options = {"maxRecordsPerBatch": str(s["batch_events"]), "stream": s["stream"],
                "queue": s["stream"], "topic": s["stream"], "url": s["endpoint"],
-               "bootstrap": s["endpoint"], "partitions": str(s["restrictions"] if s["source"] == "kafka" else 2)}
+               "bootstrap": s["endpoint"],
+               "partitions": str(s["restrictions"] if s["source"] == "kafka" else 2)}
     sums = (spark.readStream.format(cls.name()).options(**options).load()
             .withColumn("ts", F.timestamp_millis("ts_ms"))
             .withWatermark("ts", f"{int(s['delay'])} seconds")

@@ -1,4 +1,4 @@
-"""Connectors into PostgreSQL on Spark: headrace's streaming reads + WriteToPostgres vs a hand-written PySpark streaming job, per source.
+"""Connectors into PostgreSQL on Spark: headrace's reads + WriteToPostgres vs PySpark by hand, per source.
 
     python benchmarks/connector_speed.py [--source redis,kafka,jetstream,rabbitmq]
         [--events 1000000] [--keys 1000] [--batch-events 100000] [--fetch 1000] [--delay 30]
@@ -17,7 +17,8 @@ table of its own in a private PostgreSQL cluster (tests/_postgres.py):
             --delay) | Map(parse) | WindowInto(FixedWindows(60)) | CombinePerKey(sum) | Map(row)
             | WriteToPostgres(mode='append'): exactly-once (a transactional append with a
             marker per flush); --batch-events per micro-batch (sdf_max_claims_per_batch =
-            batch-events / fetch / restrictions: 4 Kafka partitions, one stream or queue else)
+            batch-events / fetch / restrictions: 4 Kafka partitions, one stream or queue else;
+            sdf_max_seconds_per_batch=0, so only the size cuts a batch)
   pyspark   a Python streaming data source (_connector_speed_sources.py) reading the same server
             with the same client library, maxRecordsPerBatch=--batch-events, requests of --fetch
             records | withWatermark(--delay) | groupBy(window(ts, '60 seconds'), key).agg(sum) in
@@ -280,7 +281,8 @@ def summary(rec: Dict[str, Any]) -> str:
 
 def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--source", default=",".join(SOURCES), help="comma-separated among: " + ", ".join(SOURCES))
+    ap.add_argument("--source", default=",".join(SOURCES),
+                    help="comma-separated among: " + ", ".join(SOURCES))
     ap.add_argument("--events", type=int, default=1_000_000, help="events loaded into each source")
     ap.add_argument("--keys", type=int, default=1000)
     ap.add_argument("--batch-events", type=int, default=100_000, help="events per micro-batch (both)")
