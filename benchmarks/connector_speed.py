@@ -18,7 +18,8 @@ table of its own in a private PostgreSQL cluster (tests/_postgres.py):
             | WriteToPostgres(mode='append'): exactly-once (a transactional append with a
             marker per flush); --batch-events per micro-batch (sdf_max_claims_per_batch =
             batch-events / fetch / restrictions: 4 Kafka partitions, one stream or queue else;
-            sdf_max_seconds_per_batch=0, so only the size cuts a batch)
+            sdf_max_seconds_per_batch=0, so only the size cuts a batch; RabbitMQ with its
+            deduplication, dedup_horizon=--dedup-horizon)
   pyspark   a Python streaming data source (_connector_speed_sources.py) reading the same server
             with the same client library, maxRecordsPerBatch=--batch-events, requests of --fetch
             records | withWatermark(--delay) | groupBy(window(ts, '60 seconds'), key).agg(sum) in
@@ -251,7 +252,7 @@ def run_one(args: argparse.Namespace, servers: Servers, source: str, contender: 
     table = make_table(dsn, contender, source)
     spec = {"source": source, **loaded, "dsn": dsn, "table": table, "rows": len(ref),
             "total": sum(ref.values()), "batch_events": args.batch_events, "fetch": args.fetch,
-            "delay": args.delay, "idle": args.idle}
+            "delay": args.delay, "idle": args.idle, "dedup_horizon": args.dedup_horizon}
     if args.wait_idle:
         wait_until_idle(args.wait_idle)
     env = worker_env(True)
@@ -290,6 +291,9 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
                     "PostgreSQL write batch (both)")
     ap.add_argument("--delay", type=float, default=30, help="watermark delay, seconds (both)")
     ap.add_argument("--idle", type=float, default=5, help="stop after this many idle seconds (both)")
+    ap.add_argument("--dedup-horizon", type=float, default=30,
+                    help="headrace's ReadFromRabbitMQ dedup_horizon, seconds (its default is 3600; "
+                         "the last windows wait for it)")
     ap.add_argument("--repeat", type=int, default=1, help="runs of each contender (median reported)")
     ap.add_argument("--only", default=",".join(CONTENDERS), help="comma-separated: headrace, pyspark")
     add_run_flags(ap)
