@@ -42,6 +42,7 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -127,6 +128,7 @@ class Servers:
         for name, s in self.started.items():
             if name != "kafka":
                 s.stop()
+        shutil.rmtree(self.tmp, ignore_errors=True)
 
 
 def rows_of(ev: Events, lo: int, hi: int) -> List[Tuple[str, int, int]]:
