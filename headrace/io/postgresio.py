@@ -781,23 +781,11 @@ def _row_values(table: str, columns: List[str], element: Any) -> Tuple[Any, ...]
             "naming only those the elements have") from None
 
 
-def _write_rows(conn: Any, cfg: _Conn, table: str, statement: str, rows: List[Tuple[Any, ...]],
-                batch_size: int) -> None:
-    """Executes `statement` for `rows` in batches of `batch_size` in the open transaction (rolled
-    back, and the error named, if one fails)."""
-    import psycopg
-    try:
-        with conn.cursor() as cur:
-            for i in range(0, len(rows), batch_size):
-                cur.executemany(statement, rows[i:i + batch_size])
-    except psycopg.Error as exc:
-        conn.rollback()
-        raise cfg.error(exc, f"writing to table {table!r} failed",
-                        "check the rows' types against the table; the bundle is retried") from None
-
-
 class _Upsert(_Connected):
-    """Writes a bundle's elements in batches inside one transaction, committed in finish_bundle."""
+    """Writes a bundle's elements in one transaction in finish_bundle (in batches of
+    `batch_size` statements); a refused or lost connection (a server stopping or restarting, a
+    terminated session) is retried on a new one with backoff for up to RETRY_SECONDS, the
+    whole bundle again: an upsert is idempotent, and mode 'insert' promises at-least-once."""
 
     def __init__(self, cfg: _Conn, table: str, columns: List[str], statement: str,
                  batch_size: int) -> None:
@@ -811,37 +799,39 @@ class _Upsert(_Connected):
         return f"_Upsert({self.table!r}, {self.cfg!r})"
 
     def start_bundle(self) -> None:
-        import psycopg
-        for wait in backoff(RETRY_SECONDS):   # a server down or restarting: wait for it
-            try:
-                self.connection(autocommit=False).rollback()  # nothing left of a failed bundle
-                break
-            except (psycopg.Error, DataFormatError) as exc:
-                cause = exc if isinstance(exc, psycopg.Error) else exc.__context__
-                self._conn = None
-                if wait is None or cause is None or not lost_connection(cause):
-                    raise
-                _log.warning("%s: %s; retrying in %.1f s", self.cfg.where, exc, wait)
-                time.sleep(wait)
         self._rows: List[Tuple[Any, ...]] = []
 
     def process(self, element: Any) -> None:
         self._rows.append(_row_values(self.table, self.columns, element))
-        if len(self._rows) >= self.batch_size:
-            self._flush()
-
-    def _flush(self) -> None:
-        _write_rows(self._conn, self.cfg, self.table, self.statement, self._rows, self.batch_size)
-        self._rows = []
 
     def finish_bundle(self) -> None:
         import psycopg
-        self._flush()
-        try:
-            self._conn.commit()
-        except psycopg.Error as exc:
-            raise self.cfg.error(exc, f"committing to table {self.table!r} failed",
-                                 "the bundle is retried; check the server") from None
+        rows, self._rows = self._rows, []
+        if not rows:
+            return
+        for wait in backoff(RETRY_SECONDS):
+            try:
+                conn = self.connection(autocommit=False)
+                conn.rollback()   # nothing left of a failed attempt
+                with conn.cursor() as cur:
+                    for i in range(0, len(rows), self.batch_size):
+                        cur.executemany(self.statement, rows[i:i + self.batch_size])
+                conn.commit()
+                return
+            except (psycopg.Error, DataFormatError) as exc:   # DataFormatError: connect()'s
+                cause = exc if isinstance(exc, psycopg.Error) else exc.__context__
+                conn, self._conn = self._conn, None
+                if conn is not None:
+                    conn.close()
+                if wait is None or cause is None or not lost_connection(cause):
+                    if not isinstance(exc, psycopg.Error):
+                        raise
+                    raise self.cfg.error(exc, f"writing to table {self.table!r} failed",
+                                         "check the rows' types against the table; the bundle "
+                                         "is retried") from None
+                _log.warning("%s: %s; retrying in %.1f s", self.cfg.where,
+                             self.cfg.error(cause, "lost the connection", "retrying"), wait)
+                time.sleep(wait)
 
 
 MARKER_TABLE = "headrace_sink_commits"

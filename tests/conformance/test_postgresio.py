@@ -311,6 +311,29 @@ def test_a_flush_whose_session_was_terminated_is_written_on_a_new_connection(pg)
     writer.teardown()
 
 
+def test_an_upsert_bundle_whose_session_was_terminated_is_written_on_a_new_connection(pg):
+    """pg_terminate_backend of the upsert's session in the middle of a bundle: the bundle is
+    written on a new connection when it finishes, and nothing fails (the chaos benchmark's
+    closed-socket fault failed the query this way before)."""
+    from headrace.io.postgresio import _Conn, _Upsert
+    sink = _append_table(pg)
+    upsert = _Upsert(_Conn(pg, None, "WriteToPostgres(up)"), sink, ["k", "v"],
+                     f"INSERT INTO {sink} VALUES (%s, %s)", 1)
+    upsert.start_bundle()
+    upsert.process({"k": "a", "v": 1})
+    upsert.finish_bundle()
+    pid = upsert._conn.info.backend_pid
+    upsert.start_bundle()
+    upsert.process({"k": "b", "v": 2})
+    upsert.process({"k": "c", "v": 3})
+    _sql(pg, "SELECT pg_terminate_backend(%s)", [pid])
+    time.sleep(0.2)
+    upsert.finish_bundle()
+    assert upsert._conn.info.backend_pid != pid
+    assert sorted(_sql(pg, f"SELECT k, v FROM {sink}")) == [("a", 1), ("b", 2), ("c", 3)]
+    upsert.teardown()
+
+
 def test_a_sink_waits_for_a_stopped_server_and_writes_once_it_is_back():
     """The server stopped for ~2 s: a flush and an upsert bundle started meanwhile wait (with
     backoff) until it is back, then write; nothing fails."""
