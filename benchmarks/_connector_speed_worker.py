@@ -80,8 +80,6 @@ def headrace_read(beam: Any, p: Any, s: Dict[str, Any]) -> Any:
                                       **common)
                 | "Parse" >> beam.Map(lambda m: (m.split(",")[0], int(m.split(",")[1]))))
     from headrace.io.rabbitmqio import ReadFromRabbitMQ
-    # the dedup step holds the watermark until its processing-time timers fire, dedup_horizon
-    # after the newest id: the read's last windows wait that long (see benchmarks/README.md)
     return (p | ReadFromRabbitMQ(s["stream"], url=s["endpoint"], timestamp_header="ts",
                                  dedup_horizon=s["dedup_horizon"],
                                  dedup_range=min(600.0, s["dedup_horizon"]), **common)

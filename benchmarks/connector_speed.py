@@ -303,9 +303,8 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
                     "PostgreSQL write batch (both)")
     ap.add_argument("--delay", type=float, default=30, help="watermark delay, seconds (both)")
     ap.add_argument("--idle", type=float, default=5, help="stop after this many idle seconds (both)")
-    ap.add_argument("--dedup-horizon", type=float, default=30,
-                    help="headrace's ReadFromRabbitMQ dedup_horizon, seconds (its default is 3600; "
-                         "the last windows wait for it)")
+    ap.add_argument("--dedup-horizon", type=float, default=3600,
+                    help="headrace's ReadFromRabbitMQ dedup_horizon, seconds (the read's default)")
     ap.add_argument("--repeat", type=int, default=1, help="runs of each contender (median reported)")
     ap.add_argument("--only", default=",".join(CONTENDERS), help="comma-separated: headrace, pyspark")
     add_run_flags(ap)
