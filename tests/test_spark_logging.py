@@ -102,7 +102,7 @@ def test_spark_that_cannot_start_is_explained_with_the_end_of_its_log(tmp_path):
 def _demo_report(stdout: str) -> bool:
     """Whether stdout is the streaming demo's report: its title, then indented lines."""
     lines = stdout.splitlines()
-    return (bool(lines) and lines[0] == "headrace sessions & billing, streaming (SparkRunner)"
+    return (bool(lines) and lines[0] == "headrace sessions & billing, streaming (SparkRunner, --source files)"
             and all(line.startswith("  ") for line in lines[1:]))
 
 
