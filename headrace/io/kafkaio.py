@@ -185,7 +185,7 @@ class _Config(NamedTuple):
     poll_interval: float
     stop_after_idle: Optional[float]
     consumer_polling_timeout: float
-    idle_watermark: bool = True   # an idle (caught-up) partition's watermark moves to the clock
+    idle_watermark: bool   # an idle (caught-up) partition's watermark moves to the clock
 
     @property
     def bounded(self) -> bool:
@@ -774,7 +774,7 @@ def _config(where: str, consumer_config: Any, key_deserializer: Any, value_deser
             start_read_time: Any, max_num_records: Any, max_read_time: Any,
             commit_offset_in_finalize: Any, timestamp_policy: Any, with_metadata: Any,
             stop_read_time: Any, watermark_delay: Any, batch_size: Any, poll_interval: Any,
-            stop_after_idle: Any, consumer_polling_timeout: Any) -> _Config:
+            stop_after_idle: Any, consumer_polling_timeout: Any, idle_watermark: Any) -> _Config:
     if not isinstance(consumer_config, dict) or not consumer_config.get("bootstrap.servers"):
         shown = masked_config(consumer_config) if isinstance(consumer_config, dict) else consumer_config
         raise InvalidArgumentError(
@@ -804,7 +804,7 @@ def _config(where: str, consumer_config: Any, key_deserializer: Any, value_deser
                    _deserializer(key_deserializer, "key_deserializer", where),
                    _deserializer(value_deserializer, "value_deserializer", where),
                    int(round((watermark_delay or 0) * 1e6)), batch_size, float(poll_interval),
-                   stop_after_idle, float(consumer_polling_timeout))
+                   stop_after_idle, float(consumer_polling_timeout), bool(idle_watermark))
 
 
 class ReadAllFromKafka(PTransform):
@@ -839,8 +839,7 @@ class ReadAllFromKafka(PTransform):
                                start_read_time, max_num_records, max_read_time,
                                commit_offset_in_finalize, timestamp_policy, with_metadata,
                                stop_read_time, watermark_delay, batch_size, poll_interval,
-                               stop_after_idle, consumer_polling_timeout
-                               )._replace(idle_watermark=bool(idle_watermark))
+                               stop_after_idle, consumer_polling_timeout, idle_watermark)
         self._tags: Optional[Tuple[str, str]] = None
 
     def __repr__(self) -> str:
