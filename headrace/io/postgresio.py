@@ -28,7 +28,8 @@ import logging
 import math
 import re
 import time
-from typing import Any, Callable, Dict, Iterable, Iterator, List, NamedTuple, Optional, Sequence, Tuple
+from typing import (Any, Callable, Dict, Iterable, Iterator, List, NamedTuple, Optional, Sequence,
+                    Tuple, TypeVar)
 
 from headrace.errors import DataFormatError, InvalidArgumentError, PipelineConstructionError
 from headrace.io.flushes import FlushWriter, WriteInFlushes, default_run_id
@@ -165,6 +166,35 @@ def backoff(seconds: float) -> Iterator[Optional[float]]:
         yield wait
         wait = min(wait * 2, 8.0)
     yield None
+
+
+_T = TypeVar("_T")
+
+
+def _with_reconnects(writer: Any, attempt: Callable[[], _T], failed: str, fix: str,
+                     context: str = "") -> _T:
+    """`attempt()` of a sink's `writer` (its `cfg` and `_conn`); when it fails for a refused or
+    lost connection (`lost_connection`), again on a new connection with backoff for up to
+    RETRY_SECONDS, the writer's connection closed and dropped after each failure. Any other
+    error, or one past that time, is raised naming what `failed` and the `fix`; connect()'s own
+    error (a DataFormatError naming the server) as it is."""
+    import psycopg
+    for wait in backoff(RETRY_SECONDS):
+        try:
+            return attempt()
+        except (psycopg.Error, DataFormatError) as exc:
+            cause = exc if isinstance(exc, psycopg.Error) else exc.__context__
+            conn, writer._conn = writer._conn, None
+            if conn is not None:
+                conn.close()
+            if wait is None or cause is None or not lost_connection(cause):
+                if not isinstance(exc, psycopg.Error):
+                    raise
+                raise writer.cfg.error(exc, failed, fix) from None
+            _log.warning("%s: %s%s; retrying in %.1f s", writer.cfg.where, context,
+                         writer.cfg.error(cause, "lost the connection", "retrying"), wait)
+            time.sleep(wait)
+    raise AssertionError("backoff() ends with None")   # pragma: no cover
 
 
 def _wrap_fragile_loaders(conn: Any) -> None:
@@ -805,33 +835,19 @@ class _Upsert(_Connected):
         self._rows.append(_row_values(self.table, self.columns, element))
 
     def finish_bundle(self) -> None:
-        import psycopg
         rows, self._rows = self._rows, []
-        if not rows:
-            return
-        for wait in backoff(RETRY_SECONDS):
-            try:
-                conn = self.connection(autocommit=False)
-                conn.rollback()   # nothing left of a failed attempt
-                with conn.cursor() as cur:
-                    for i in range(0, len(rows), self.batch_size):
-                        cur.executemany(self.statement, rows[i:i + self.batch_size])
-                conn.commit()
-                return
-            except (psycopg.Error, DataFormatError) as exc:   # DataFormatError: connect()'s
-                cause = exc if isinstance(exc, psycopg.Error) else exc.__context__
-                conn, self._conn = self._conn, None
-                if conn is not None:
-                    conn.close()
-                if wait is None or cause is None or not lost_connection(cause):
-                    if not isinstance(exc, psycopg.Error):
-                        raise
-                    raise self.cfg.error(exc, f"writing to table {self.table!r} failed",
-                                         "check the rows' types against the table; the bundle "
-                                         "is retried") from None
-                _log.warning("%s: %s; retrying in %.1f s", self.cfg.where,
-                             self.cfg.error(cause, "lost the connection", "retrying"), wait)
-                time.sleep(wait)
+        if rows:
+            _with_reconnects(self, lambda: self._write(rows),
+                             f"writing to table {self.table!r} failed",
+                             "check the rows' types against the table; the bundle is retried")
+
+    def _write(self, rows: List[Tuple[Any, ...]]) -> None:
+        conn = self.connection(autocommit=False)
+        conn.rollback()   # nothing left of a failed attempt
+        with conn.cursor() as cur:
+            for i in range(0, len(rows), self.batch_size):
+                cur.executemany(self.statement, rows[i:i + self.batch_size])
+        conn.commit()
 
 
 MARKER_TABLE = "headrace_sink_commits"
@@ -883,22 +899,10 @@ class _PostgresFlushes(FlushWriter):
         """Writes the flush; a lost or refused connection is retried on a new one with backoff
         for up to RETRY_SECONDS (safe: the rows and the marker commit together, so a retry after
         a commit whose answer was lost finds the marker and writes nothing)."""
-        import psycopg
-        for wait in backoff(RETRY_SECONDS):
-            try:
-                return self._write_once(shard, flush, elements)
-            except psycopg.Error as exc:
-                conn, self._conn = self._conn, None
-                if conn is not None:
-                    conn.close()
-                if wait is None or not lost_connection(exc):
-                    raise self.cfg.error(exc, f"committing to table {self.table!r} failed",
-                                         "the flush is retried; check the server") from None
-                _log.warning("%s: flush %d of shard %d: %s; retrying in %.1f s", self.cfg.where,
-                             flush, shard, self.cfg.error(exc, "lost the connection", "retrying"),
-                             wait)
-                time.sleep(wait)
-        raise AssertionError("backoff() ends with None")   # pragma: no cover
+        return _with_reconnects(self, lambda: self._write_once(shard, flush, elements),
+                                f"committing to table {self.table!r} failed",
+                                "the flush is retried; check the server",
+                                f"flush {flush} of shard {shard}: ")
 
     def _write_once(self, shard: int, flush: int, elements: List[Any]) -> bool:
         import psycopg
