@@ -658,7 +658,6 @@ class _DedupIds(DoFn):
 
     RANGES = ReadModifyWriteStateSpec("ranges")    # {range start us: _Range}
     CATALOG = MapStateSpec("catalog")               # digest -> its range's start (us)
-    HOLD = ReadModifyWriteStateSpec("hold")         # (the newest event time seen, the timer's time)
     GC = TimerSpec("gc", TimeDomain.REAL_TIME)
 
     #: ids per Bloom filter (a range gets another filter once one is full)
@@ -670,9 +669,8 @@ class _DedupIds(DoFn):
         self._duplicates = Metrics.counter("rabbitmqio", "duplicates_dropped")
         self._false_positives = Metrics.counter("rabbitmqio", "bloom_false_positives")
 
-    def process(self, element: Any, ts: Any = DoFn.TimestampParam,
-                ranges_state: Any = DoFn.StateParam(RANGES),
-                catalog: Any = DoFn.StateParam(CATALOG), hold: Any = DoFn.StateParam(HOLD),
+    def process(self, element: Any, ranges_state: Any = DoFn.StateParam(RANGES),
+                catalog: Any = DoFn.StateParam(CATALOG),
                 gc: Any = DoFn.TimerParam(GC)) -> Iterator[Any]:
         """Emits the message unless its id was seen within the horizon."""
         _, (digest, arrival_us, value) = element
@@ -686,11 +684,7 @@ class _DedupIds(DoFn):
         ranges.setdefault(start, _Range()).add(digest, self.FILTER_CAPACITY)
         ranges_state.write(ranges)
         catalog.put(digest, start)
-        pending = hold.read()
-        if pending is None or ts.micros >= pending[0]:
-            due = self._expiry(ranges)
-            gc.with_no_output_timestamp().set(Timestamp(micros=due))   # no watermark hold
-            hold.write((ts.micros, due))
+        gc.with_no_output_timestamp().set(Timestamp(micros=self._expiry(ranges)))   # no hold
         yield value
 
     def _expiry(self, ranges: Dict[int, _Range]) -> int:
@@ -699,14 +693,13 @@ class _DedupIds(DoFn):
 
     @on_timer(GC)
     def on_gc(self, ranges_state: Any = DoFn.StateParam(RANGES),
-              catalog: Any = DoFn.StateParam(CATALOG), hold: Any = DoFn.StateParam(HOLD),
+              catalog: Any = DoFn.StateParam(CATALOG),
               gc: Any = DoFn.TimerParam(GC)) -> None:
         """Drops the ranges past the horizon, their filters and ids; sets the next timer."""
-        pending = hold.read()
-        # the timer fired: its time has come, even where processing time jumps to its end
-        # (the end of the input) while the clock still reads earlier
-        now = max(Timestamp.now().micros, pending[1] if pending is not None else 0)
         ranges: Dict[int, _Range] = ranges_state.read() or {}
+        # the timer fired, so the oldest range's time has come, even where processing time
+        # jumps to its end (the end of the input) while the clock still reads earlier
+        now = max(Timestamp.now().micros, self._expiry(ranges) if ranges else 0)
         gone = {s for s in ranges if s + self.range_us + self.horizon_us <= now}
         if gone:
             for digest, start in catalog.items():
@@ -716,12 +709,9 @@ class _DedupIds(DoFn):
                 del ranges[s]
         if ranges:
             ranges_state.write(ranges)
-            due = self._expiry(ranges)
-            gc.with_no_output_timestamp().set(Timestamp(micros=due))
-            hold.write((pending[0] if pending is not None else 0, due))
+            gc.with_no_output_timestamp().set(Timestamp(micros=self._expiry(ranges)))
         else:
             ranges_state.clear()
-            hold.clear()
 
 
 # ---- the transforms ----------------------------------------------------------------------------
