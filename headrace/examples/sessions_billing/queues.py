@@ -28,7 +28,7 @@ import os
 import threading
 import time
 import uuid
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import headrace as beam
 from headrace.errors import PipelineConstructionError, PipelineExecutionError
@@ -93,6 +93,23 @@ def _wait_for(done: Any, stop: Optional[threading.Event], what: str) -> bool:
     return True
 
 
+def _ship(plan: LogStream, interval_s: float, pacer: BatchPacer,
+          stop: Optional[threading.Event], where: str,
+          send: Callable[[List[str]], Optional[Callable[[], bool]]]) -> None:
+    """The writer's loop: each planned file, `interval_s` after the last, goes out as one burst
+    (`send`, which returns the test that the job has acknowledged it, or None for nothing to
+    wait for); the next waits for that acknowledgement and, but after the last burst, for
+    `pacer`. Returns early once `stop` is set."""
+    for i, (name, chunk) in enumerate(plan.files):
+        if stop is not None and stop.wait(interval_s):
+            return
+        acked = send(chunk)
+        what = f"burst {name} of {where}"
+        if acked is not None and not (_wait_for(acked, stop, what)
+                                      and (i == len(plan.files) - 1 or pacer.settle(stop, what))):
+            return
+
+
 class RedisFeed:
     """The log as a Redis stream (one entry per line: fields `line` and `ts`, its event time in
     epoch milliseconds), read with `ReadFromRedisStreams` in a consumer group."""
@@ -142,18 +159,17 @@ class RedisFeed:
         """XADDs each planned file as one burst (MULTI/EXEC), the next once the job has
         acknowledged the last entry of the previous one."""
         client = self._client()
-        for i, (name, chunk) in enumerate(plan.files):
-            if stop is not None and stop.wait(interval_s):
-                return
+
+        def send(chunk: List[str]) -> Optional[Callable[[], bool]]:
             pipe = client.pipeline(transaction=True)
             for line in chunk:
                 pipe.xadd(self.stream, {"line": line, "ts": event_millis(line)})
             ids = pipe.execute()
-            what = f"burst {name} of {self.describe()}"
-            if ids and not (_wait_for(lambda last=_id_pair(ids[-1]): self._delivered(client) >= last,
-                                      stop, what)
-                            and (i == len(plan.files) - 1 or pacer.settle(stop, what))):
-                return
+            if not ids:
+                return None
+            last = _id_pair(ids[-1])
+            return lambda: self._delivered(client) >= last
+        _ship(plan, interval_s, pacer, stop, self.describe(), send)
 
     def _delivered(self, client: Any) -> Tuple[int, int]:
         """The consumer group's last delivered ID (what the job's reads acknowledged)."""
@@ -236,24 +252,21 @@ class KafkaFeed:
         def delivered(err: Any, msg: Any) -> None:
             if err is None:
                 offsets.append(msg.offset())
+
+        def send(chunk: List[str]) -> Optional[Callable[[], bool]]:
+            if not chunk:
+                return None
+            producer.begin_transaction()
+            for line in chunk:
+                producer.produce(self.topic, value=line.encode("utf-8"), partition=0,
+                                 timestamp=event_millis(line), on_delivery=delivered)
+                producer.poll(0)
+            producer.commit_transaction(30)   # flushes: every delivery report is in
+            # the offset after the burst's last record: what the job's group commits
+            target = max(offsets) + 1
+            return lambda: self._committed(watcher, tp) >= target
         try:
-            for i, (name, chunk) in enumerate(plan.files):
-                if stop is not None and stop.wait(interval_s):
-                    return
-                if not chunk:
-                    continue
-                producer.begin_transaction()
-                for line in chunk:
-                    producer.produce(self.topic, value=line.encode("utf-8"), partition=0,
-                                     timestamp=event_millis(line), on_delivery=delivered)
-                    producer.poll(0)
-                producer.commit_transaction(30)   # flushes: every delivery report is in
-                # the offset after the burst's last record: what the job's group commits
-                target = max(offsets) + 1
-                what = f"burst {name} of {self.describe()}"
-                if not (_wait_for(lambda: self._committed(watcher, tp) >= target, stop, what)
-                        and (i == len(plan.files) - 1 or pacer.settle(stop, what))):
-                    return
+            _ship(plan, interval_s, pacer, stop, self.describe(), send)
         finally:
             watcher.close()
 
