@@ -7,8 +7,10 @@ import subprocess
 import sys
 
 import pyspark
+import pytest
 
 from headrace.runners.spark.worker.daemon import drop_spark_archives
+from tests.conftest import RUNNERS
 
 
 def test_preloading_starts_no_thread_and_leaves_pyarrow_and_pandas_to_the_workers():
@@ -78,3 +80,78 @@ def test_jars_without_python_files_leave_the_path_with_their_finders(tmp_path):
             "assert java not in sys.path, sys.path\n"
             "assert not [k for k in sys.path_importer_cache if k.startswith(java)]\n")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# ---- the bytecode SPARK_HOME (headrace/runners/spark/spark_home.py) ----------------------------
+
+def test_an_archive_with_bytecode_is_imported_from_its_bytecode(tmp_path):
+    import zipfile
+
+    from headrace.runners.spark.spark_home import with_bytecode
+    plain = tmp_path / "plain.zip"
+    with zipfile.ZipFile(plain, "w") as z:
+        z.writestr("pkg/__init__.py", "")
+        z.writestr("pkg/mod.py", "VALUE = 6 * 7\n")
+        z.writestr("pkg/tests/test_x.py", "X = 1\n")
+        z.writestr("pkg/data.txt", "kept\n")
+    built = tmp_path / "built.zip"
+    with_bytecode(str(plain), str(built))
+    with zipfile.ZipFile(built) as z:
+        names = set(z.namelist())
+        assert z.read("pkg/data.txt") == b"kept\n"
+    assert {"pkg/__init__.pyc", "pkg/mod.pyc", "pkg/mod.py", "pkg/tests/test_x.py"} <= names
+    assert "pkg/tests/test_x.pyc" not in names
+    code = "import pkg.mod; print(pkg.mod.VALUE, pkg.mod.__file__)"
+    out = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, PYTHONPATH=str(built)),
+                         check=True, capture_output=True, text=True).stdout.split()
+    assert out[0] == "42" and out[1].endswith("mod.pyc"), out
+    out = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, PYTHONPATH=str(plain)),
+                         check=True, capture_output=True, text=True).stdout.split()
+    assert out[1].endswith("mod.py"), out
+
+
+def test_the_bytecode_home_links_pysparks_home_and_is_built_once(tmp_path, monkeypatch):
+    from headrace.runners.spark import spark_home
+    monkeypatch.delenv("SPARK_HOME", raising=False)
+    monkeypatch.setenv("HEADRACE_CACHE", str(tmp_path))
+    home = spark_home.bytecode_home()
+    real = spark_home.pyspark_home()
+    assert home is not None and real is not None and home.startswith(str(tmp_path))
+    assert os.path.realpath(os.path.join(home, "bin", "spark-submit")) == \
+        os.path.realpath(os.path.join(real, "bin", "spark-submit"))
+    assert os.path.realpath(os.path.join(home, "jars")) == os.path.realpath(os.path.join(real, "jars"))
+    lib = os.path.join(home, "python", "lib")
+    assert sorted(os.listdir(lib)) == sorted(os.listdir(os.path.join(real, "python", "lib")))
+    assert not os.path.islink(os.path.join(lib, "pyspark.zip"))
+    stamp = os.stat(os.path.join(lib, "pyspark.zip")).st_mtime_ns
+    assert spark_home.bytecode_home() == home  # found, not built again
+    assert os.stat(os.path.join(lib, "pyspark.zip")).st_mtime_ns == stamp
+    assert [p for p in os.listdir(tmp_path) if p.startswith(".building-")] == []
+    # a SPARK_HOME the user set is theirs
+    monkeypatch.setenv("SPARK_HOME", real)
+    assert spark_home.bytecode_home() is None
+
+
+def test_an_unwritable_cache_leaves_spark_its_own_home(tmp_path, monkeypatch):
+    from headrace.runners.spark import spark_home
+    monkeypatch.delenv("SPARK_HOME", raising=False)
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    monkeypatch.setenv("HEADRACE_CACHE", str(blocker / "cache"))
+    assert spark_home.bytecode_home() is None
+
+
+@pytest.mark.skipif("spark-local" not in RUNNERS, reason="Spark runners not selected")
+def test_the_jvm_headrace_starts_gives_its_python_processes_the_bytecode_archives():
+    import headrace as beam
+    from headrace.options.pipeline_options import PipelineOptions
+    from headrace.runners.spark import spark_home
+    if os.environ.get("SPARK_HOME"):
+        pytest.skip("SPARK_HOME is set: Spark runs on the user's home")
+    with beam.Pipeline(options=PipelineOptions(runner="SparkRunner")) as p:
+        p | beam.Create([1, 2]) | beam.Map(lambda x: x)
+    from pyspark import SparkContext
+    jvm_home = SparkContext._jvm.java.lang.System.getenv("SPARK_HOME")
+    assert jvm_home == spark_home.bytecode_home(), jvm_home
+    path = SparkContext._jvm.org.apache.spark.api.python.PythonUtils.sparkPythonPath()
+    assert os.path.join(jvm_home, "python", "lib", "pyspark.zip") in path.split(os.pathsep)

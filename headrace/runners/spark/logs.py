@@ -33,6 +33,7 @@ import uuid
 from typing import IO, List, Optional, Tuple, Union
 
 from headrace.errors import PipelineExecutionError
+from headrace.runners.spark import spark_home
 
 LOG4J_OPTION = "-Dlog4j2.configurationFile=" + os.path.join(
     os.path.dirname(os.path.abspath(__file__)), "log4j2.properties")
@@ -93,6 +94,9 @@ def start_jvm(conf: List[Tuple[str, str]], chosen: Optional[str], connect: bool 
         for k, v in conf:
             spark_conf.set(k, v)
         saved = os.environ.pop("SPARK_REMOTE", None) if connect else None
+        home = spark_home.bytecode_home()  # Spark's Python processes import PySpark's bytecode
+        if home is not None:
+            os.environ["SPARK_HOME"] = home  # for the JVM only: restored below
         if connect:  # as PySpark's own start of a local Spark Connect server does
             os.environ.setdefault("SPARK_CONNECT_AUTHENTICATE_TOKEN", str(uuid.uuid4()))
         try:
@@ -109,6 +113,8 @@ def start_jvm(conf: List[Tuple[str, str]], chosen: Optional[str], connect: bool 
         finally:
             if saved is not None:
                 os.environ["SPARK_REMOTE"] = saved
+            if home is not None:
+                os.environ.pop("SPARK_HOME", None)
         ensure(gateway=gateway)
         _LOG = path
     print(f"headrace: Spark's log (its warnings, and what its Python workers print) is {path}",
