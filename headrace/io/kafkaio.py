@@ -67,6 +67,7 @@ from headrace.io.flushes import FlushWriter
 from headrace.io.restriction_trackers import (
     OFFSET_INFINITY, KeyedOffsetRangeTracker, OffsetRange,
 )
+from headrace.io.reads import BoundedRead, UnboundedRead
 from headrace.io.watermark_estimators import ReadProgressEstimator
 from headrace.metrics.metric import Metrics
 from headrace.model.time import MAX_TIMESTAMP_MICROS, Duration
@@ -716,23 +717,12 @@ def _event_micros(m: Any, policy: str, now: int) -> int:
     return millis * 1000
 
 
-class _ReadBounded(_ReadPartitions):
+class _ReadBounded(BoundedRead, _ReadPartitions):
     """The bounded read (stop_read_time or max_num_records)."""
 
-    def process(self, element: Any, tracker: Any = DoFn.RestrictionParam(),
-                state: Any = DoFn.WatermarkEstimatorParam(ReadProgressEstimator.default_provider()),
-                finalizer: Any = DoFn.BundleFinalizerParam) -> Iterator[Any]:
-        return self.read(element, tracker, state, finalizer)
 
-
-class _ReadUnbounded(_ReadPartitions):
+class _ReadUnbounded(UnboundedRead, _ReadPartitions):
     """The unbounded read."""
-
-    @DoFn.unbounded_per_element()
-    def process(self, element: Any, tracker: Any = DoFn.RestrictionParam(),
-                state: Any = DoFn.WatermarkEstimatorParam(ReadProgressEstimator.default_provider()),
-                finalizer: Any = DoFn.BundleFinalizerParam) -> Iterator[Any]:
-        return self.read(element, tracker, state, finalizer)
 
 
 # ---- the transforms --------------------------------------------------------------------------

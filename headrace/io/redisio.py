@@ -54,6 +54,7 @@ from headrace.io.flushes import FlushWriter
 from headrace.io.restriction_trackers import (
     OFFSET_INFINITY, KeyedOffsetRangeTracker, OffsetRange,
 )
+from headrace.io.reads import BoundedRead, UnboundedRead
 from headrace.io.watermark_estimators import ReadProgressEstimator
 from headrace.metrics.metric import Metrics
 from headrace.model.time import MAX_TIMESTAMP_MICROS, Duration
@@ -511,23 +512,12 @@ return acked
 """
 
 
-class _ReadBounded(_ReadStreams):
+class _ReadBounded(BoundedRead, _ReadStreams):
     """The bounded read (a stop_id)."""
 
-    def process(self, element: Any, tracker: Any = DoFn.RestrictionParam(),
-                state: Any = DoFn.WatermarkEstimatorParam(ReadProgressEstimator.default_provider()),
-                finalizer: Any = DoFn.BundleFinalizerParam) -> Iterator[Any]:
-        return self.read(element, tracker, state, finalizer)
 
-
-class _ReadUnbounded(_ReadStreams):
+class _ReadUnbounded(UnboundedRead, _ReadStreams):
     """The unbounded read (no stop_id)."""
-
-    @DoFn.unbounded_per_element()
-    def process(self, element: Any, tracker: Any = DoFn.RestrictionParam(),
-                state: Any = DoFn.WatermarkEstimatorParam(ReadProgressEstimator.default_provider()),
-                finalizer: Any = DoFn.BundleFinalizerParam) -> Iterator[Any]:
-        return self.read(element, tracker, state, finalizer)
 
 
 # ---- the transforms --------------------------------------------------------------------------
