@@ -372,12 +372,14 @@ def _paced(extra: List[str], workdir: str, name: str) -> Tuple[List[str], Any]:
     in `workdir` unless given), and the `BatchPacer` watching its commit log (none on a Spark
     Connect server, whose checkpoint is not on this machine)."""
     from headrace.examples.sessions_billing.queues import BatchPacer
-    given = [a.split("=", 1)[1] for a in extra if a.startswith("--checkpoint_location=")]
-    if any(a.startswith("--spark_remote") for a in extra) or any(
-            a == "--checkpoint_location" for a in extra):
+    flags = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    flags.add_argument("--checkpoint_location")
+    flags.add_argument("--spark_remote")
+    given, _ = flags.parse_known_args(extra)
+    if given.spark_remote:
         return extra, BatchPacer(None)
-    checkpoint = given[-1] if given else os.path.join(workdir, f"checkpoint-{name}")
-    if not given:
+    checkpoint = given.checkpoint_location or os.path.join(workdir, f"checkpoint-{name}")
+    if not given.checkpoint_location:
         extra = [*extra, f"--checkpoint_location={checkpoint}"]
     return extra, BatchPacer(os.path.join(checkpoint, "spark"))
 
