@@ -72,18 +72,57 @@ def state_partitions(spark: Any, requested: Optional[int]) -> int:
         return int(default) if default else n
 
 
-def partition_keys(spark: Any, n: int) -> Tuple[bytes, ...]:
+def partition_keys(n: int) -> Tuple[bytes, ...]:
     """One control key per partition of a stateful operator with `n` partitions: key i lands in
-    partition i (Spark hash-partitions a grouping by Murmur3 of its columns, pmod n)."""
-    cand = spark.range(0, 64 * n + 64).selectExpr(  # SQL text: the same on Spark Connect
-        "id", f"pmod(hash(0, unhex(lpad(hex(id), 8, '0'))), {n}) AS p")
+    partition i. Spark hash-partitions a grouping by `pmod(hash(cols...), n)`, its Murmur3 with
+    seed 42 over the columns in turn (`spark_hash`); the grouping columns here are
+    (kind 0, the key's 4 bytes), and the keys are the first that land in each partition."""
     found: Dict[int, bytes] = {}
-    for r in cand.collect():
-        if r.p not in found:
-            found[r.p] = int(r.id).to_bytes(4, "big")
-    if len(found) < n:
-        raise PipelineExecutionError(f"could not find control keys for {n} partitions")
-    return tuple(found[i] for i in range(n))
+    for i in range(64 * n + 64):
+        key = i.to_bytes(4, "big")
+        found.setdefault(spark_hash(0, key) % n, key)
+        if len(found) == n:
+            return tuple(found[p] for p in range(n))
+    raise PipelineExecutionError(f"could not find control keys for {n} partitions")
+
+
+_M = 0xFFFFFFFF
+
+
+def _mix_k1(k1: int) -> int:
+    k1 = (k1 * 0xCC9E2D51) & _M
+    k1 = ((k1 << 15) | (k1 >> 17)) & _M
+    return (k1 * 0x1B873593) & _M
+
+
+def _mix_h1(h1: int, k1: int) -> int:
+    h1 ^= k1
+    h1 = ((h1 << 13) | (h1 >> 19)) & _M
+    return (h1 * 5 + 0xE6546B64) & _M
+
+
+def _fmix(h1: int, length: int) -> int:
+    h1 ^= length
+    h1 ^= h1 >> 16
+    h1 = (h1 * 0x85EBCA6B) & _M
+    h1 ^= h1 >> 13
+    h1 = (h1 * 0xC2B2AE35) & _M
+    return h1 ^ (h1 >> 16)
+
+
+def spark_hash(kind: int, key: bytes) -> int:
+    """Spark SQL's `hash(kind, key)` (an int and a binary column; Spark's Murmur3_x86_32 with
+    seed 42: `hashInt`, then `hashUnsafeBytes` seeded with it, its 4-byte words read
+    little-endian and each tail byte mixed as a signed int), as a signed 32-bit int."""
+    h = _fmix(_mix_h1(42, _mix_k1(kind & _M)), 4)
+    aligned = len(key) - len(key) % 4
+    h1 = h
+    for i in range(0, aligned, 4):
+        h1 = _mix_h1(h1, _mix_k1(int.from_bytes(key[i:i + 4], "little")))
+    for b in key[aligned:]:
+        h1 = _mix_h1(h1, _mix_k1((b - 256 if b > 127 else b) & _M))
+    h = _fmix(h1, len(key))
+    return h - (1 << 32) if h & 0x80000000 else h
 
 
 def configure(spark: Any, spark_conf: Any) -> None:

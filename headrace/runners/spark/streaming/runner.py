@@ -56,7 +56,7 @@ class SparkStreamingRunner:
         old = files.read_plan() if os.path.exists(files.plan_path) else None
         # a resumed query keeps its partitions (Spark keeps them in the checkpoint)
         n = old.partitions if old is not None else queries.state_partitions(spark, so.state_partitions)
-        keys = queries.partition_keys(spark, n)
+        keys = queries.partition_keys(n)
         max_attempts = max(1, int(lo.max_bundle_attempts))
         # the plan (and the steps pickled inside it) holds no credential: see headrace.utils.secrets
         with left_out(f"{zlib.crc32(checkpoint.encode()):08x}") as secrets:
