@@ -75,12 +75,17 @@ def _free_port() -> int:
 
 
 def _start_server(port: int, log_path: str) -> subprocess.Popen:
-    """A local Spark Connect server (spark-submit of PySpark's own Spark), its Python workers
-    importing this checkout (as the server's Python must import headrace)."""
+    """A local Spark Connect server (spark-submit of PySpark's own Spark, from the SPARK_HOME
+    headrace's own sessions get), its Python workers importing this checkout (as the server's
+    Python must import headrace)."""
     from pyspark.find_spark_home import _find_spark_home
-    submit = os.path.join(_find_spark_home(), "bin", "spark-submit")
+
+    from headrace.runners.spark import spark_home
+    home = spark_home.bytecode_home() or _find_spark_home()  # as headrace's own sessions
+    submit = os.path.join(home, "bin", "spark-submit")
     env = {k: v for k, v in os.environ.items()
            if k not in ("SPARK_REMOTE", "SPARK_LOCAL_REMOTE", "SPARK_CONNECT_MODE_ENABLED")}
+    env["SPARK_HOME"] = home
     env["PYSPARK_PYTHON"] = sys.executable
     env["PYTHONPATH"] = os.pathsep.join([REPO] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     log4j = os.path.join(os.path.dirname(os.path.abspath(sessions.__file__)), "log4j2.properties")
