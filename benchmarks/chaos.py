@@ -576,14 +576,19 @@ class RabbitSource(Source):
 
     def close_sockets(self, seconds: float = 3.0) -> str:
         """`rabbitmqctl close_all_connections`, again and again for `seconds` (the job's
-        reader holds its connection only while its step runs); how many it closed."""
-        closed, calls, end = 0, 0, time.monotonic() + seconds
+        reader holds its connection only while its step runs); how many it closed, and how
+        many of those were the job's reads' (listed before each close)."""
+        closed, jobs, calls, end = 0, 0, 0, time.monotonic() + seconds
         while calls < 2 or time.monotonic() < end:
+            # the job's reads name their connections (client property connection_name)
+            jobs += self.server.ctl("list_connections", "client_properties").count(
+                "headrace ReadFromRabbitMQ")
             out = self.server.ctl("close_all_connections", "chaos fault")
             calls += 1
             closed += sum(int(ln.split()[1]) for ln in out.splitlines()
                           if ln.startswith("Closed ") and ln.split()[1].isdigit())
-        return f"rabbitmqctl close_all_connections x{calls}: {closed} connection(s) closed"
+        return (f"rabbitmqctl close_all_connections x{calls}: {closed} connection(s) closed, "
+                f"{jobs} of them the job's reads' (listed just before)")
 
     def close(self) -> None:
         try:

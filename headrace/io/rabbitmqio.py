@@ -71,6 +71,7 @@ import hashlib
 import json
 import logging
 import math
+import os
 import traceback
 import urllib.parse
 import uuid
@@ -379,6 +380,9 @@ class _ReadQueues(DoFn, RestrictionProvider):
         if params.socket_timeout is None or params.socket_timeout > 30:
             params.socket_timeout = 10
         params.blocked_connection_timeout = params.blocked_connection_timeout or 60
+        # the name the broker shows (rabbitmqctl list_connections user_provided_name, the
+        # management UI): which process of which pipeline holds the connection
+        params.client_properties = {"connection_name": f"headrace ReadFromRabbitMQ (pid {os.getpid()})"}
         return params
 
     def channel(self) -> Any:

@@ -6,6 +6,7 @@ what the tests publish."""
 from __future__ import annotations
 
 import json
+import os
 import pickle
 import threading
 import time
@@ -138,6 +139,16 @@ def test_the_password_is_kept_as_a_secret_and_tls_options_reach_pika():
     assert params.credentials.username == "alice" and params.credentials.password == "p@ss"
     assert params.ssl_options is not None and params.ssl_options.server_hostname == "mq.example"
     assert params.virtual_host == "prod" and params.port == 5671
+
+
+def test_the_reads_connection_carries_a_name_the_broker_shows(rabbitmq):
+    fn = _ReadQueues(ReadFromRabbitMQ("q", url=rabbitmq.url, validate=False)._config)
+    fn.channel()
+    try:
+        listed = rabbitmq.ctl("list_connections", "client_properties")
+    finally:
+        fn.teardown()
+    assert f"headrace ReadFromRabbitMQ (pid {os.getpid()})" in listed, listed
 
 
 def test_queue_declare_declares_a_missing_queue(rabbitmq):
