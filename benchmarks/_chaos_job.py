@@ -5,9 +5,9 @@ killed, restarted on its checkpoint, faulted underneath.
                          [--claims 3] [--batch-size 5] ...
 
 Each `--branch` is one source read as its own branch of the one pipeline (one streaming
-query): a JSON object with `source` (redis, kafka, jetstream or rabbitmq), `endpoint` (Redis
-URL, Kafka bootstrap, NATS URL, AMQP URL), `stream` (Redis key, Kafka topic, JetStream stream,
-RabbitMQ queue), `table` (its PostgreSQL pane table) and, optionally, `batch_size` (else
+query): a JSON object with `source` (redis, kafka, jetstream, rabbitmq or postgres),
+`endpoint` (Redis URL, Kafka bootstrap, NATS URL, AMQP URL, PostgreSQL DSN), `stream` (Redis
+key, Kafka topic, JetStream stream, RabbitMQ queue, PostgreSQL table), `table` (its PostgreSQL pane table) and, optionally, `batch_size` (else
 `--batch-size`) and `sink` (redis: a stream key on the same server; jetstream: a subject on
 the same server) for the branch's panes.
 
@@ -15,7 +15,8 @@ Each branch reads its source unbounded (at most `--claims` claims of `--batch-si
 per work and micro-batch) until it has been idle for `--idle` seconds, acknowledging what it
 committed (Redis: consumer group `chaos-group`; Kafka: the group's offsets committed in the
 bundle finalizer; JetStream: the durable consumer `chaos_durable`; RabbitMQ: `basic_ack`, and
-the record-id dedup by `message_id`); parses each event into (key, value) at its event time
+the record-id dedup by `message_id`; PostgreSQL: polled by its `chunk` column up to the end
+row, which is dropped); parses each event into (key, value) at its event time
 (milliseconds in the record: Redis field `ts`, Kafka CreateTime, JetStream and RabbitMQ header
 `ts`); `FixedWindows(--window)` with `AfterWatermark(early=AfterCount(--early),
 late=AfterCount(1))`, accumulating, allowed lateness `--lateness`; `CombinePerKey(sum)`; writes
@@ -40,7 +41,8 @@ from headrace.io.postgresio import WriteToPostgres  # noqa: E402
 from headrace.options.pipeline_options import PipelineOptions  # noqa: E402
 from headrace.transforms import trigger, window  # noqa: E402
 
-SOURCES = ("redis", "kafka", "jetstream", "rabbitmq")
+SOURCES = ("redis", "kafka", "jetstream", "rabbitmq", "postgres")
+PG_END = 1 << 40   # the postgres source's end row (chaos.py PgSource)
 SINK_DUPLICATE_WINDOW = 600.0   # seconds; the chaos run's panes stream has a longer window
 
 
@@ -87,6 +89,14 @@ def read(p, a, b):
                                                   timestamp_policy="CreateTime",
                                                   commit_offset_in_finalize=True, **common)
                 | f"Parse{name}" >> beam.Map(lambda kv: (kv[0].decode(), int(kv[1]))))
+    if src == "postgres":
+        from headrace.io.postgresio import ReadFromPostgres
+        return (p | f"Read{name}" >> ReadFromPostgres(
+                    table_name=b["stream"], dsn=b["endpoint"], poll_column="chunk",
+                    poll_interval=0.05, upper_bound=PG_END, timestamp_column="ts",
+                    watermark_delay=a.delay)
+                | f"DropEnd{name}" >> beam.Filter(lambda r: r["k"] != "")
+                | f"Parse{name}" >> beam.Map(lambda r: (r["k"], int(r["v"]))))
     if src == "jetstream":
         from headrace.io.jetstreamio import ReadFromJetStream
         read_fn = ReadFromJetStream(stream=b["stream"], servers=b["endpoint"],

@@ -115,6 +115,8 @@ RABBIT_RETRY_EVERY = 7                       # every 7th RabbitMQ event is publi
 # reach the job's checkpoint, Spark log or standard error
 REDIS_PASSWORD = "Chaos-Redis-Planted-3b8e"
 PG_PASSWORD = "Chaos-Pg-Planted-64d0"
+PG_CHUNK = 20          # the postgres source's events per poll position (one transaction each)
+PG_END = 1 << 40       # the poll position of its end row (ReadFromPostgres upper_bound)
 
 
 class Event(NamedTuple):
@@ -603,9 +605,86 @@ class RabbitSource(Source):
         self.server.stop()
 
 
+class PgSource(Source):
+    """A second private PostgreSQL cluster (durable, the planted password in the job's DSN) as
+    a source read by `ReadFromPostgres` polling: a table per stream, whose poll column `chunk`
+    numbers the events in chunks of PG_CHUNK (event i in chunk i // PG_CHUNK), each chunk
+    inserted in one transaction, in order, once complete (so no row of a chunk the read has
+    claimed comes later; a retried insert of a chunk is a no-op, the event index being the
+    key); at the end a row in chunk PG_END, the read's `upper_bound`, ends the read (the job
+    drops it). Stopped with `pg_ctl stop -m immediate` and started again; sockets closed by
+    terminating its client sessions for 3 s."""
+
+    name = "postgres"
+    secrets = (PG_PASSWORD,)
+
+    def __init__(self, tmp: str) -> None:
+        self.db = Postgres()
+        self.endpoint = self.db.job_dsn
+        self.buffer: Dict[str, Dict[int, Event]] = {}
+        self.last: Dict[str, Event] = {}
+
+    def new_stream(self) -> str:
+        name = f"chaos_src_{uuid.uuid4().hex[:8]}"
+        self.db.execute(f"CREATE TABLE {name} (i bigint PRIMARY KEY, chunk bigint NOT NULL, "
+                        "k text NOT NULL, v bigint NOT NULL, ts timestamptz NOT NULL)")
+        return name
+
+    def write(self, stream: str, batch: List[Event]) -> None:
+        buf = self.buffer.setdefault(stream, {})
+        for e in batch:   # a retried batch (after a failed insert) adds nothing twice
+            buf[e.i] = e
+            self.last[stream] = e
+        while True:
+            chunk = min(buf) // PG_CHUNK if buf else None
+            rows = [buf[i] for i in range(chunk * PG_CHUNK, (chunk + 1) * PG_CHUNK)
+                    if i in buf] if chunk is not None else []
+            if len(rows) < PG_CHUNK:
+                return
+            self._insert(stream, chunk, rows)
+            for e in rows:
+                del buf[e.i]
+
+    def _insert(self, stream: str, chunk: int, rows: List[Event]) -> None:
+        import psycopg
+        with psycopg.connect(self.db.dsn) as conn:   # one transaction
+            conn.cursor().executemany(
+                f"INSERT INTO {stream} (i, chunk, k, v, ts) VALUES (%s, %s, %s, %s, "
+                "timestamptz 'epoch' + %s * interval '1 millisecond') ON CONFLICT (i) DO NOTHING",
+                [(e.i, chunk, e.key, e.value, e.ts_ms) for e in rows])
+
+    def flush(self) -> None:
+        """Inserts the last, partial chunk and the end row (retried until the server takes
+        them)."""
+        for stream, buf in self.buffer.items():
+            while True:
+                try:
+                    if buf:
+                        rows = sorted(buf.values())
+                        self._insert(stream, rows[0].i // PG_CHUNK, rows)
+                        buf.clear()
+                    last = self.last[stream]
+                    self._insert(stream, PG_END, [Event(-1, "", last.ts_ms, 0, False)])
+                    break
+                except Exception:
+                    time.sleep(0.5)
+
+    def stop_server(self) -> None:
+        self.db.stop_server()
+
+    def start_server(self) -> None:
+        self.db.start_server()
+
+    def close_sockets(self) -> str:
+        return f"postgres source: {self.db.close_sockets()} session(s) terminated in 3 s"
+
+    def close(self) -> None:
+        self.db.close()
+
+
 SOURCES: Dict[str, Callable[[str], Source]] = {
     "redis": RedisSource, "kafka": KafkaSource, "jetstream": NatsSource,
-    "rabbitmq": RabbitSource}
+    "rabbitmq": RabbitSource, "postgres": PgSource}
 ALL_SOURCES = ("redis", "kafka", "jetstream", "rabbitmq")
 
 
@@ -715,9 +794,12 @@ class Job:
 def source_batch_size(args: argparse.Namespace, name: str, claims: int, batch_size: int) -> int:
     """The branch's batch_size: `batch_size`, but for Kafka in a job of several sources (whose
     claims are per partition) batch_size // claims, so that a micro-batch reads at most
-    `batch_size` records per partition, as the Kafka-only job does with 1 claim."""
+    `batch_size` records per partition, as the Kafka-only job does with 1 claim; PostgreSQL's
+    claims are its poll positions, PG_CHUNK records each."""
     if name == "kafka" and len(args.sources) > 1:
         return max(1, batch_size // claims)
+    if name == "postgres":
+        return PG_CHUNK   # a claim is one poll position: a chunk
     return batch_size
 
 
@@ -1066,15 +1148,16 @@ def parse_sources(text: str) -> List[str]:
     bad = [n for n in names if n not in SOURCES]
     if bad or not names or len(set(names)) != len(names):
         raise argparse.ArgumentTypeError(
-            f"--source {text!r}: give 'all' or a comma-separated list of distinct sources out "
-            f"of {', '.join(ALL_SOURCES)}")
+            f"--source {text!r}: give 'all' ({','.join(ALL_SOURCES)}) or a comma-separated list "
+            f"of distinct sources out of {', '.join(SOURCES)}")
     return names
 
 
 def parse_args(argv: List[str]) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--source", default="redis", type=parse_sources,
-                    help=f"a comma-separated list of {', '.join(ALL_SOURCES)}, or all")
+                    help=f"a comma-separated list of {', '.join(SOURCES)}, or all "
+                         f"({','.join(ALL_SOURCES)})")
     ap.add_argument("--driver-kills", type=int, default=100)
     ap.add_argument("--other-faults", type=int, default=20,
                     help="faults of each other kind: worker, postgres, and per source server "
