@@ -7,9 +7,10 @@ killed, restarted on its checkpoint, faulted underneath.
 Each `--branch` is one source read as its own branch of the one pipeline (one streaming
 query): a JSON object with `source` (redis, kafka, jetstream, rabbitmq or postgres),
 `endpoint` (Redis URL, Kafka bootstrap, NATS URL, AMQP URL, PostgreSQL DSN), `stream` (Redis
-key, Kafka topic, JetStream stream, RabbitMQ queue, PostgreSQL table), `table` (its PostgreSQL pane table) and, optionally, `batch_size` (else
-`--batch-size`) and `sink` (redis: a stream key on the same server; jetstream: a subject on
-the same server) for the branch's panes.
+key, Kafka topic, JetStream stream, RabbitMQ queue, PostgreSQL table), `table` (its
+PostgreSQL pane table) and, optionally, `batch_size` (else `--batch-size`) and `sink`
+(redis: a stream key on the same server; jetstream: a subject on the same server) for the
+branch's panes.
 
 Each branch reads its source unbounded (at most `--claims` claims of `--batch-size` records
 per work and micro-batch) until it has been idle for `--idle` seconds, acknowledging what it
