@@ -1,10 +1,11 @@
 """Exactly-once under faults: a windowed job into PostgreSQL, faulted at random, vs a fault-free run.
 
-One streaming job reading Redis, Kafka, JetStream and/or RabbitMQ (one branch per source) into
-PostgreSQL and the exactly-once sinks, killed and faulted at random points while generators
+One streaming job reading Redis, Kafka, JetStream, RabbitMQ and/or PostgreSQL (one branch per
+source) into PostgreSQL and the exactly-once sinks, killed and faulted at random points while generators
 write; each branch's panes compared with a fault-free run's.
 
-    ./dev bench chaos [--source redis|kafka|jetstream|rabbitmq|LIST|all] [--driver-kills 100]
+    ./dev bench chaos [--source redis|kafka|jetstream|rabbitmq|postgres|LIST|all]
+                      [--driver-kills 100]
                       [--other-faults 20] [--seed 1] [--quick] [--probe]
 
 `--source` takes one source, a comma-separated list, or `all` (redis,kafka,jetstream,rabbitmq);
@@ -21,7 +22,9 @@ fences producers nor hides aborted transactions from a read_committed consumer
 broker hides. All servers are private to the run: PostgreSQL (initdb into a temporary
 directory; the job's DSN carries a planted password, the cluster trusts loopback), redis-server
 (with a password), nats-server -js, librdkafka's mock Kafka cluster in a helper process,
-rabbitmq-server (tests/_rabbitmq.py, with its password).
+rabbitmq-server (tests/_rabbitmq.py, with its password), and for `--source postgres` a second
+PostgreSQL cluster as the source (`PgSource`: `ReadFromPostgres` polling a table by a column
+that numbers the events in chunks, one transaction each).
 
 **Faulty run.** Seeded generators (a thread per source) write the same events to every source
 at a steady rate while the job runs (RabbitMQ: a durable queue, persistent messages with a
