@@ -516,22 +516,40 @@ class _ReadRanges(_Connected, RestrictionProvider):
             return spec.lower if value < 0 else spec.upper
 
     def _cursor(self, sql: str, params: List[Any]) -> Iterator[List[Dict[str, Any]]]:
+        """The rows of `sql` in batches. A refused or lost connection before the first batch
+        (the server stopped or restarting) is retried on a new connection with backoff for up
+        to RETRY_SECONDS; after it, or any other error, fails the bundle (which is retried)."""
         import psycopg
         from psycopg.rows import dict_row
-        conn = self.connection()
-        try:
-            with conn.transaction(), conn.cursor(name="headrace_read", row_factory=dict_row) as cur:
-                cur.itersize = self.fetch_size
-                cur.execute(sql, params)
-                while True:
-                    batch = cur.fetchmany(self.fetch_size)
-                    if not batch:
-                        break
-                    yield batch
-        except psycopg.Error as exc:
-            raise self.cfg.error(exc, f"reading {self.source} failed",
-                                 "check the query and that the server is up; the bundle is retried"
-                                 ) from None
+        waits = backoff(RETRY_SECONDS)
+        while True:
+            started = False
+            try:
+                conn = self.connection()
+                with conn.transaction(), conn.cursor(name="headrace_read", row_factory=dict_row) as cur:
+                    cur.itersize = self.fetch_size
+                    cur.execute(sql, params)
+                    while True:
+                        batch = cur.fetchmany(self.fetch_size)
+                        if not batch:
+                            return
+                        started = True
+                        yield batch
+            except (psycopg.Error, DataFormatError) as exc:
+                # connect()'s DataFormatError names the server; its cause is psycopg's error
+                cause = exc if isinstance(exc, psycopg.Error) else exc.__context__
+                lost = cause is not None and lost_connection(cause)
+                wait = next(waits) if lost and not started else None
+                self.teardown()
+                if wait is None:
+                    if not isinstance(exc, psycopg.Error):
+                        raise
+                    raise self.cfg.error(exc, f"reading {self.source} failed",
+                                         "check the query and that the server is up; the bundle "
+                                         "is retried") from None
+                _log.warning("%s: %s", self.cfg.where, self.cfg.error(
+                    cause or exc, "lost the connection", f"retrying in {wait:.1f} s"))
+                time.sleep(wait)
 
     def _outputs(self, spec: QuerySpec, rows: List[Dict[str, Any]], pos: int) -> Iterator[Any]:
         good: List[Any] = []

@@ -367,3 +367,33 @@ def test_a_sink_waits_for_a_stopped_server_and_writes_once_it_is_back():
         upsert.teardown()
     finally:
         cluster.stop()
+
+
+def test_a_read_waits_for_a_stopped_server_and_reads_once_it_is_back(make_pipeline, runner):
+    """The server stopped when a read starts (and a poll's connection lost to a restart): the
+    read waits with backoff until the server is back, then reads every row once."""
+    from tests._postgres import PrivateCluster, server_bin
+    if server_bin() is None:
+        pytest.skip("no PostgreSQL server binaries: install Debian's `postgresql` package")
+    if runner != "LocalRunner":
+        pytest.skip("the wait is the read's own (the same code on every runner); a stopped "
+                    "private server is shared by no other test only in this process")
+    cluster = PrivateCluster(server_bin(), durable=True)
+    restart = threading.Timer(2.0, cluster.start_server)
+    try:
+        name = table_name("back")
+        _sql(cluster.dsn, f"CREATE TABLE {name} (id int, v int)")
+        _sql(cluster.dsn, f"INSERT INTO {name} SELECT i, i * 10 FROM generate_series(1, 50) i")
+        p = make_pipeline()
+        got = p | ReadFromPostgres(table_name=name, dsn=cluster.dsn, partition_column="id",
+                                   num_partitions=3) | beam.Map(lambda r: (r["id"], r["v"]))
+        assert_that(got, equal_to([(i, i * 10) for i in range(1, 51)]))
+        cluster.stop_server()   # after the pipeline was built (validate=True queried it)
+        restart.start()
+        t0 = time.monotonic()
+        p.run().wait_until_finish()
+        assert time.monotonic() - t0 >= 1.5   # it did wait for the server
+    finally:
+        if restart.is_alive():
+            restart.join()
+        cluster.stop()
