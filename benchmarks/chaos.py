@@ -8,7 +8,7 @@ write; each branch's panes compared with a fault-free run's.
                       [--driver-kills 100]
                       [--other-faults 20] [--seed 1] [--quick] [--probe]
 
-`--source` takes one source, a comma-separated list, or `all` (redis,kafka,jetstream,rabbitmq);
+`--source` takes one source, a comma-separated list, or `all` (all five);
 default redis. The job (`_chaos_job.py`, a subprocess) reads every listed source as its own
 branch of the one pipeline (one streaming query), unbounded; each branch windows the events
 (`FixedWindows` with `AfterWatermark(early=AfterCount(2), late=AfterCount(1))`, accumulating,
@@ -42,7 +42,7 @@ killed and started again on the same store and port) and a closed client socket 
 nats-server restarted, the mock Kafka cluster, which has no such command, paused 0.5 s); every
 second closed-socket fault also terminates the job's PostgreSQL sessions for 3 s
 (`pg_terminate_backend`). `--quick`: 2 driver kills and 2 of each other kind (per server for
-the per-server kinds: 10 faults for one source, 22 for all four). A job that exits by itself
+the per-server kinds: 10 faults for one source, 26 for all five). A job that exits by itself
 with an error (a query failed, not a kill) is counted and restarted on its checkpoint after
 3 s, as an operator would.
 
@@ -688,7 +688,7 @@ class PgSource(Source):
 SOURCES: Dict[str, Callable[[str], Source]] = {
     "redis": RedisSource, "kafka": KafkaSource, "jetstream": NatsSource,
     "rabbitmq": RabbitSource, "postgres": PgSource}
-ALL_SOURCES = ("redis", "kafka", "jetstream", "rabbitmq")
+ALL_SOURCES = ("redis", "kafka", "jetstream", "rabbitmq", "postgres")
 
 
 # ---- the job --------------------------------------------------------------------------------
@@ -1298,7 +1298,7 @@ def main(argv: List[str]) -> int:
         print(f"faulty run done in {got['seconds']:.0f} s; waiting for the reference run (the "
               f"same {len(got['events'])} events per source, no fault)", flush=True)
         ref = got["ref"].result()
-        secrets = [PG_PASSWORD] + [s for src in sources for s in src.secrets]
+        secrets = list(dict.fromkeys([PG_PASSWORD] + [s for src in sources for s in src.secrets]))
         ok = report(args, got, ref, pg, secrets)
         print(f"wall time: faulty run {got['seconds']:.0f} s, reference run {ref.seconds:.0f} s "
               f"(its job; started when the generators were done); total "

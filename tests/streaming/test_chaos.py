@@ -1,18 +1,19 @@
 """The chaos benchmark's quick variant over every source (benchmarks/chaos.py --source all
 --quick): one streaming job reads Redis Streams, Kafka (librdkafka's mock cluster), NATS
-JetStream and RabbitMQ as four branches, each a windowed `CombinePerKey(sum)` into PostgreSQL
-(append and upsert tables), the Redis branch also into `WriteToRedisStreams` and the JetStream
-branch into `WriteToJetStream`; 2 kill -9 of the driver (restarts on the checkpoint), 2 each of
-kill -9 of a Python worker and PostgreSQL stopped for seconds, and per source server 2 stops
-and 2 closed-socket faults, at seeded random points while the generators write. Per source and
-per sink the panes must equal, row for row, a fault-free run's over the same events (0 lost, 0
-duplicated, 0 extra), each window's last pane the sum of its events (the RabbitMQ publisher's
-retries deduplicated), and the connectors must have acknowledged what they read: Redis
-consumer group with nothing pending and its sink's markers continued, Kafka offsets committed
-at every partition's end, the JetStream durable's ack floor at the stream's end, the RabbitMQ
-queue drained. The planted passwords (Redis, PostgreSQL, RabbitMQ) must not appear in the
-checkpoints, Spark logs or the job's stderr. This replaces the per-connector kill-9 restart
-tests; it runs the Spark runner on local[2] (spark-local in HEADRACE_TEST_RUNNERS)."""
+JetStream, RabbitMQ and PostgreSQL (a second private cluster, polled) as five branches, each a
+windowed `CombinePerKey(sum)` into PostgreSQL (append and upsert tables), the Redis branch also
+into `WriteToRedisStreams` and the JetStream branch into `WriteToJetStream`; 2 kill -9 of the
+driver (restarts on the checkpoint), 2 each of kill -9 of a Python worker and PostgreSQL stopped
+for seconds, and per source server 2 stops and 2 closed-socket faults, at seeded random points
+while the generators write. Per source and per sink the panes must equal, row for row, a fault-
+free run's over the same events (0 lost, 0 duplicated, 0 extra), each window's last pane the sum
+of its events (the RabbitMQ publisher's retries deduplicated), and the connectors must have
+acknowledged what they read: Redis consumer group with nothing pending and its sink's markers
+continued, Kafka offsets committed at every partition's end, the JetStream durable's ack floor
+at the stream's end, the RabbitMQ queue drained. The planted passwords (Redis, PostgreSQL,
+RabbitMQ) must not appear in the checkpoints, Spark logs or the job's stderr. This replaces the
+per-connector kill-9 restart tests; it runs the Spark runner on local[2] (spark-local in
+HEADRACE_TEST_RUNNERS)."""
 
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ pytestmark = pytest.mark.skipif(
     reason="the chaos test runs the Spark runner on local[2]; spark-local is not in "
            "HEADRACE_TEST_RUNNERS")
 
-SOURCES = ("redis", "kafka", "jetstream", "rabbitmq")
+SOURCES = ("redis", "kafka", "jetstream", "rabbitmq", "postgres")
 
 
 def test_the_quick_chaos_run_over_every_source_loses_duplicates_and_invents_no_pane(capsys, monkeypatch):
@@ -57,7 +58,7 @@ def test_the_quick_chaos_run_over_every_source_loses_duplicates_and_invents_no_p
     faults = re.search(r"faults injected (\d+) \(driver (\d+), postgres (\d+), socket (\d+), "
                        r"source (\d+), worker (\d+);", out)
     assert faults, tail
-    assert tuple(map(int, faults.groups())) == (22, 2, 2, 8, 8, 2), tail
+    assert tuple(map(int, faults.groups())) == (26, 2, 2, 10, 10, 2), tail
     for name in SOURCES:
         assert f"socket@{name} 2" in out and f"source@{name} 2" in out, tail
         panes = re.search(rf"source {name}: panes (\d+) in the reference .*, (\d+) in the faulty "
