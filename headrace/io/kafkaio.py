@@ -34,7 +34,9 @@ it moves to the current time minus the delay (an idle partition does not hold th
 back; `idle_watermark=False` keeps it at the last record's event time instead, for event
 times far from the clock: a replayed or generated log); +infinity once a bounded read reaches
 its end. `max_read_time` (Beam's, seconds) and `stop_after_idle` (seconds without a new
-record) end an unbounded read by the wall clock: for tests and one-off runs.
+record) end an unbounded read by the wall clock: for tests and one-off runs; a partition is
+idle only when the broker says its log ends where the read is (librdkafka's poll returns
+nothing also while the brokers are out of reach).
 
 **Committing offsets.** With `commit_offset_in_finalize=True` (needs a `group.id`), once a
 bundle's outputs are committed its bundle finalizer commits, for the config's group, the
@@ -549,7 +551,7 @@ class _ReadPartitions(DoFn, RestrictionProvider):
                         tracker.try_claim(stop)
                         return
                     continue
-                yield from self._caught_up(tracker, state)
+                yield from self._caught_up(tracker, state, tp, pos)
                 return
 
     def _batch(self, tp: Tuple[str, int], pos: int, stop: int) -> Tuple[List[Any], List[Any], int, bool]:
@@ -628,12 +630,18 @@ class _ReadPartitions(DoFn, RestrictionProvider):
                 self.config.consumer_config))
         return False
 
-    def _caught_up(self, tracker: Any, state: ReadProgressEstimator) -> Iterator[Any]:
+    def _caught_up(self, tracker: Any, state: ReadProgressEstimator, tp: Tuple[str, int],
+                   pos: int) -> Iterator[Any]:
         cfg = self.config
         now = Timestamp.now().micros
         if cfg.idle_watermark:   # an idle partition holds nothing back
             state.advance(now - cfg.watermark_delay_us)
         idle_end = state.idle_too_long(now, cfg.stop_after_idle)
+        if idle_end and not self._at_end(tp, pos):
+            # librdkafka's poll gives nothing both at the end and while the brokers are out of
+            # reach: only a partition whose log ends at `pos` is idle
+            state.idle_since_us = None
+            idle_end = False
         time_end = (cfg.max_read_time is not None and state.started_us is not None
                     and now - state.started_us >= cfg.max_read_time * 1e6)
         if idle_end or time_end:
@@ -642,6 +650,17 @@ class _ReadPartitions(DoFn, RestrictionProvider):
             return
         tracker.defer_remainder(Duration.of(cfg.poll_interval))
         yield from ()
+
+    def _at_end(self, tp: Tuple[str, int], pos: int) -> bool:
+        """Whether the broker says the partition's log ends at `pos` (False when it cannot be
+        asked: brokers out of reach are no end of the data)."""
+        try:
+            return self.cluster().watermarks(tp)[1] <= pos
+        except Exception as exc:  # noqa: BLE001 - any failure to ask means "not known to be done"
+            _log.warning("%s: %s", self.what, _scrub(
+                f"topic {tp[0]!r} partition {tp[1]} idle for stop_after_idle, but its end could not "
+                f"be read ({type(exc).__name__}: {exc}); reading on", self.config.consumer_config))
+            return False
 
     def _decode(self, tp: Tuple[str, int], messages: Sequence[Any], errors: Sequence[Any],
                 state: ReadProgressEstimator) -> Tuple[List[Any], List[Any], Optional[int]]:

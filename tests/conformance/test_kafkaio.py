@@ -381,13 +381,60 @@ def test_idle_watermark_false_holds_a_caught_up_partition_at_its_last_record(idl
             raise AssertionError("the read has not been idle long enough to end")
     tracker = Tracker()
     before = Timestamp.now().micros
-    assert list(fn._caught_up(tracker, state)) == []
+    assert list(fn._caught_up(tracker, state, ("t", 0), 0)) == []
     assert tracker.deferred is not None
     wm = state.current_watermark().micros
     if idle_watermark:
         assert before - 60_000_000 <= wm <= Timestamp.now().micros - 60_000_000
     else:
         assert wm == old
+
+
+def test_stop_after_idle_ends_a_partition_only_at_its_logs_end(monkeypatch):
+    """librdkafka's poll gives nothing both at a partition's end and while its brokers are out of
+    reach (stopped, restarting): a read idle for stop_after_idle ends only if the broker says
+    the log ends where it is; records it could not fetch, or no answer, keep it reading."""
+    from headrace.io.kafkaio import _ReadUnbounded
+    from headrace.io.watermark_estimators import ReadProgressEstimator
+    from headrace.utils.timestamp import Timestamp
+    read = ReadFromKafka({"bootstrap.servers": "127.0.0.1:1"}, ["t"], stop_after_idle=5,
+                         validate=False)
+    fn = _ReadUnbounded(read._config, "ReadFromKafka")
+    answers = []
+
+    class Cluster:
+        def watermarks(self, tp):
+            answer = answers.pop(0)
+            if isinstance(answer, Exception):
+                raise answer
+            return 0, answer
+    monkeypatch.setattr(fn, "cluster", lambda: Cluster())
+
+    class Tracker:
+        deferred = claimed = None
+
+        def defer_remainder(self, delay):
+            self.deferred = delay
+
+        def try_claim(self, position):
+            self.claimed = position
+            return False
+
+    def idle_for(seconds, answer):
+        state = ReadProgressEstimator()
+        state.idle_since_us = Timestamp.now().micros - int(seconds * 1e6)
+        answers.append(answer)
+        tracker = Tracker()
+        list(fn._caught_up(tracker, state, ("t", 0), 40))
+        return tracker, state
+    tracker, state = idle_for(6, 615)   # records past 40 the poll did not bring
+    assert tracker.claimed is None and tracker.deferred is not None and state.idle_since_us is None
+    tracker, _ = idle_for(6, RuntimeError("no broker"))   # nobody to ask
+    assert tracker.claimed is None and tracker.deferred is not None
+    tracker, _ = idle_for(6, 40)   # the log ends at 40: idle
+    assert tracker.claimed is not None and tracker.deferred is None
+    tracker, _ = idle_for(1, 40)   # not idle long enough: no need to ask
+    assert tracker.claimed is None and answers == [40]
 
 
 # ---- consumer error events (the mock cluster cannot be made to send them) -------------------
