@@ -1167,7 +1167,7 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
                          "source (stop) and socket")
     ap.add_argument("--quick", action="store_true",
                     help="2 driver kills and 2 of each other kind (per source server for "
-                         "source and socket); at most 10 events/s (several sources: 5 each)")
+                         "source and socket)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--probe", action="store_true",
                     help="only the determinism probe: one input, several batchings")
@@ -1189,7 +1189,10 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
     ap.add_argument("--batch-size", type=int, default=20,
                     help="records per claim (Kafka among several sources: this // claims)")
     ap.add_argument("--trigger-interval", type=float, default=0.2)
-    ap.add_argument("--rate", type=float, default=20.0, help="events written per second")
+    ap.add_argument("--rate", type=float, default=None,
+                    help="events written per second per source (default 10 for one source, 5 "
+                         "each for several: what the job reads between faults, so that it "
+                         "does not fall ever further behind)")
     ap.add_argument("--gap", type=float, nargs=2, default=(1.0, 4.0),
                     help="seconds between faults: uniform in [A, B]")
     ap.add_argument("--tail-events", type=int, default=200)
@@ -1200,8 +1203,10 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
     a.sources = a.source
     if a.quick:
         a.driver_kills, a.other_faults = 2, 2
-        # one source: 10 events/s; several share the one job's micro-batches: 5 each
-        a.rate = min(a.rate, 10.0 if len(a.sources) == 1 else 5.0)
+    if a.rate is None:
+        # a micro-batch reads at most claims x batch size (80) events per source in 2-5 s: one
+        # source keeps up with 10 events/s; several share the one job's micro-batches: 5 each
+        a.rate = 10.0 if len(a.sources) == 1 else 5.0
     if a.claims is None:
         a.claims = 1 if a.sources == ["kafka"] else 4
     a.batching = (a.claims, a.batch_size, a.trigger_interval)
