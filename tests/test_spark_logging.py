@@ -42,6 +42,8 @@ SCRIPT = textwrap.dedent("""
     logger = SparkContext._jvm.org.apache.logging.log4j.LogManager.getLogger("org.apache.spark.Probe")
     logger.error("the probe failed\\nits second line")
     logger.warn("a probe warning")
+    # RocksDB's own lines, as Spark's state store logs them: the log only
+    logger.error("StateStoreProviderId[ probe ]: [NativeRocksDB-3] [/version_set.cc:1] closing")
 """)
 
 
@@ -77,6 +79,7 @@ def test_a_failing_step_prints_headraces_error_not_sparks_task_tracebacks(extra,
     assert "Exception in task" in log and "ValueError: boom" in log
     assert "ERROR Probe: the probe failed\nits second line" in log
     assert "WARN Probe: a probe warning" in log and "a probe warning" not in proc.stderr
+    assert "[NativeRocksDB-3] [/version_set.cc:1] closing" in log and "NativeRocksDB" not in proc.stderr
 
 
 def test_spark_that_cannot_start_is_explained_with_the_end_of_its_log(tmp_path):
