@@ -174,27 +174,37 @@ _T = TypeVar("_T")
 def _with_reconnects(writer: Any, attempt: Callable[[], _T], failed: str, fix: str,
                      context: str = "") -> _T:
     """`attempt()` of a sink's `writer` (its `cfg` and `_conn`); when it fails for a refused or
-    lost connection (`lost_connection`), again on a new connection with backoff for up to
-    RETRY_SECONDS, the writer's connection closed and dropped after each failure. Any other
-    error, or one past that time, is raised naming what `failed` and the `fix`; connect()'s own
-    error (a DataFormatError naming the server) as it is."""
+    lost connection, again on a new connection with backoff for up to RETRY_SECONDS
+    (`_retry_or_raise`)."""
     import psycopg
     for wait in backoff(RETRY_SECONDS):
         try:
             return attempt()
         except (psycopg.Error, DataFormatError) as exc:
-            cause = exc if isinstance(exc, psycopg.Error) else exc.__context__
-            conn, writer._conn = writer._conn, None
-            if conn is not None:
-                conn.close()
-            if wait is None or cause is None or not lost_connection(cause):
-                if not isinstance(exc, psycopg.Error):
-                    raise
-                raise writer.cfg.error(exc, failed, fix) from None
-            _log.warning("%s: %s%s; retrying in %.1f s", writer.cfg.where, context,
-                         writer.cfg.error(cause, "lost the connection", "retrying"), wait)
-            time.sleep(wait)
+            _retry_or_raise(writer, exc, wait, failed, fix, context)
     raise AssertionError("backoff() ends with None")   # pragma: no cover
+
+
+def _retry_or_raise(owner: Any, exc: Exception, wait: Optional[float], failed: str, fix: str,
+                    context: str = "") -> None:
+    """After `exc` ended an attempt of `owner` (its `cfg` and `_conn`, closed and dropped here):
+    returns after sleeping `wait` seconds when it was a refused or lost connection
+    (`lost_connection`) and `wait` is not None, so that the attempt is made again; else raises
+    it, naming what `failed` and the `fix` (connect()'s own error, a DataFormatError naming the
+    server, as it is)."""
+    import psycopg
+    # connect()'s DataFormatError names the server; its context is psycopg's error
+    cause = exc if isinstance(exc, psycopg.Error) else exc.__context__
+    conn, owner._conn = owner._conn, None
+    if conn is not None:
+        conn.close()
+    if wait is None or cause is None or not lost_connection(cause):
+        if not isinstance(exc, psycopg.Error):
+            raise exc
+        raise owner.cfg.error(exc, failed, fix) from None
+    _log.warning("%s: %s%s; retrying in %.1f s", owner.cfg.where, context,
+                 owner.cfg.error(cause, "lost the connection", "retrying"), wait)
+    time.sleep(wait)
 
 
 def _wrap_fragile_loaders(conn: Any) -> None:
@@ -536,20 +546,9 @@ class _ReadRanges(_Connected, RestrictionProvider):
                         started = True
                         yield batch
             except (psycopg.Error, DataFormatError) as exc:
-                # connect()'s DataFormatError names the server; its cause is psycopg's error
-                cause = exc if isinstance(exc, psycopg.Error) else exc.__context__
-                lost = cause is not None and lost_connection(cause)
-                wait = next(waits) if lost and not started else None
-                self.teardown()
-                if wait is None:
-                    if not isinstance(exc, psycopg.Error):
-                        raise
-                    raise self.cfg.error(exc, f"reading {self.source} failed",
-                                         "check the query and that the server is up; the bundle "
-                                         "is retried") from None
-                _log.warning("%s: %s", self.cfg.where, self.cfg.error(
-                    cause or exc, "lost the connection", f"retrying in {wait:.1f} s"))
-                time.sleep(wait)
+                _retry_or_raise(self, exc, None if started else next(waits),
+                                f"reading {self.source} failed",
+                                "check the query and that the server is up; the bundle is retried")
 
     def _outputs(self, spec: QuerySpec, rows: List[Dict[str, Any]], pos: int) -> Iterator[Any]:
         good: List[Any] = []
