@@ -91,7 +91,7 @@ def test_an_archive_with_bytecode_is_imported_from_its_bytecode(tmp_path):
     plain = tmp_path / "plain.zip"
     with zipfile.ZipFile(plain, "w") as z:
         z.writestr("pkg/__init__.py", "")
-        z.writestr("pkg/mod.py", "VALUE = 6 * 7\n")
+        z.writestr("pkg/mod.py", "VALUE = 6 * 7\n\ndef f():\n    return VALUE\n")
         z.writestr("pkg/tests/test_x.py", "X = 1\n")
         z.writestr("pkg/data.txt", "kept\n")
     built = tmp_path / "built.zip"
@@ -101,10 +101,12 @@ def test_an_archive_with_bytecode_is_imported_from_its_bytecode(tmp_path):
         assert z.read("pkg/data.txt") == b"kept\n"
     assert {"pkg/__init__.pyc", "pkg/mod.pyc", "pkg/mod.py", "pkg/tests/test_x.py"} <= names
     assert "pkg/tests/test_x.pyc" not in names
-    code = "import pkg.mod; print(pkg.mod.VALUE, pkg.mod.__file__)"
+    code = "import pkg.mod; print(pkg.mod.VALUE, pkg.mod.__file__, pkg.mod.f.__code__.co_filename)"
     out = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, PYTHONPATH=str(built)),
                          check=True, capture_output=True, text=True).stdout.split()
     assert out[0] == "42" and out[1].endswith("mod.pyc"), out
+    # the code names its file as zipimport does for the source (tracebacks)
+    assert out[2] == os.path.join(str(built), "pkg", "mod.py"), out
     out = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, PYTHONPATH=str(plain)),
                          check=True, capture_output=True, text=True).stdout.split()
     assert out[1].endswith("mod.py"), out

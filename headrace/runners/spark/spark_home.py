@@ -34,6 +34,7 @@ from typing import Any, List, Optional
 _LOG = logging.getLogger(__name__)
 _DONE = "headrace-complete"  # written last into a finished home
 _MAGIC = importlib.util.MAGIC_NUMBER
+_FORMAT = "2"  # of what _build makes (2: the code names its file in the archive); in the key
 
 
 def cache_root() -> str:
@@ -67,7 +68,7 @@ def bytecode_home() -> Optional[str]:
     if home is None:
         return None
     lib = os.path.join(home, "python", "lib")
-    stamp = [home, _MAGIC.hex()]
+    stamp = [home, _MAGIC.hex(), _FORMAT]
     for name in sorted(_archives(lib)):
         st = os.stat(os.path.join(lib, name))
         stamp.append(f"{name}:{st.st_size}:{st.st_mtime_ns}")
@@ -91,20 +92,14 @@ def _build(home: str, target: str) -> None:
     os.makedirs(parent, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix=".building-", dir=parent)
     try:
-        for name in os.listdir(home):
-            if name != "python":
-                os.symlink(os.path.join(home, name), os.path.join(tmp, name))
-        os.makedirs(os.path.join(tmp, "python", "lib"))
-        for name in os.listdir(os.path.join(home, "python")):
-            if name != "lib":
-                os.symlink(os.path.join(home, "python", name), os.path.join(tmp, "python", name))
         lib = os.path.join(home, "python", "lib")
         archives = _archives(lib)
-        for name in os.listdir(lib):
-            if name in archives:
-                with_bytecode(os.path.join(lib, name), os.path.join(tmp, "python", "lib", name))
-            else:
-                os.symlink(os.path.join(lib, name), os.path.join(tmp, "python", "lib", name))
+        _link_all_but(home, tmp, ["python"])
+        _link_all_but(os.path.join(home, "python"), os.path.join(tmp, "python"), ["lib"])
+        _link_all_but(lib, os.path.join(tmp, "python", "lib"), archives)
+        for name in archives:   # the modules' paths as they will be, under `target`
+            with_bytecode(os.path.join(lib, name), os.path.join(tmp, "python", "lib", name),
+                          os.path.join(target, "python", "lib", name))
         with open(os.path.join(tmp, _DONE), "w") as f:
             f.write(f"built from {home}\n")
         try:
@@ -117,14 +112,25 @@ def _build(home: str, target: str) -> None:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
+def _link_all_but(source: str, dest: str, left_out: List[str]) -> None:
+    """Makes `dest` with a link to each entry of `source` but those `left_out`."""
+    os.makedirs(dest, exist_ok=True)
+    for name in os.listdir(source):
+        if name not in left_out:
+            os.symlink(os.path.join(source, name), os.path.join(dest, name))
+
+
 def _archives(lib: str) -> List[str]:
     """The Python archives Spark puts on its Python processes' path (pyspark's and py4j's)."""
     return [n for n in os.listdir(lib) if n.endswith(".zip") and n.startswith(("pyspark", "py4j"))]
 
 
-def with_bytecode(source: str, dest: str) -> None:
+def with_bytecode(source: str, dest: str, final: Optional[str] = None) -> None:
     """Copies the zip `source` to `dest`, adding beside each module (not PySpark's tests) its
-    bytecode for this Python, as an unchecked hash-based `.pyc`."""
+    bytecode for this Python, as an unchecked hash-based `.pyc`; its code names the module's
+    file as zipimport would (`final`, where the archive will be, default `dest`, then the
+    module's path in it), for tracebacks."""
+    where = final or dest
     with zipfile.ZipFile(source) as zin, \
             zipfile.ZipFile(dest, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as zout:
         for info in zin.infolist():
@@ -134,7 +140,7 @@ def with_bytecode(source: str, dest: str) -> None:
             if not name.endswith(".py") or "/tests/" in name or "/testing/" in name:
                 continue
             try:
-                code = compile(data, name, "exec", dont_inherit=True)
+                code = compile(data, os.path.join(where, name), "exec", dont_inherit=True)
             except (SyntaxError, ValueError):
                 continue  # zipimport compiles it itself, and reports the error, if imported
             pyc = zipfile.ZipInfo(name[:-3] + ".pyc", info.date_time)
