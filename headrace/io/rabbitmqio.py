@@ -380,8 +380,8 @@ class _ReadQueues(DoFn, RestrictionProvider):
         if params.socket_timeout is None or params.socket_timeout > 30:
             params.socket_timeout = 10
         params.blocked_connection_timeout = params.blocked_connection_timeout or 60
-        # the name the broker shows (rabbitmqctl list_connections user_provided_name, the
-        # management UI): which process of which pipeline holds the connection
+        # the name the broker shows (rabbitmqctl list_connections client_properties, the
+        # management UI): which process holds the connection
         params.client_properties = {"connection_name": f"headrace ReadFromRabbitMQ (pid {os.getpid()})"}
         return params
 

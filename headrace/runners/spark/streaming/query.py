@@ -114,9 +114,8 @@ def spark_hash(kind: int, key: bytes) -> int:
     """Spark SQL's `hash(kind, key)` (an int and a binary column; Spark's Murmur3_x86_32 with
     seed 42: `hashInt`, then `hashUnsafeBytes` seeded with it, its 4-byte words read
     little-endian and each tail byte mixed as a signed int), as a signed 32-bit int."""
-    h = _fmix(_mix_h1(42, _mix_k1(kind & _M)), 4)
+    h1 = _fmix(_mix_h1(42, _mix_k1(kind & _M)), 4)
     aligned = len(key) - len(key) % 4
-    h1 = h
     for i in range(0, aligned, 4):
         h1 = _mix_h1(h1, _mix_k1(int.from_bytes(key[i:i + 4], "little")))
     for b in key[aligned:]:
