@@ -8,9 +8,9 @@ Each `--branch` is one source read as its own branch of the one pipeline (one st
 query): a JSON object with `source` (redis, kafka, jetstream, rabbitmq or postgres),
 `endpoint` (Redis URL, Kafka bootstrap, NATS URL, AMQP URL, PostgreSQL DSN), `stream` (Redis
 key, Kafka topic, JetStream stream, RabbitMQ queue, PostgreSQL table), `table` (its
-PostgreSQL pane table) and, optionally, `batch_size` (else `--batch-size`) and `sink`
-(redis: a stream key on the same server; jetstream: a subject on the same server) for the
-branch's panes.
+PostgreSQL pane table), for postgres `end` (the poll position of the end row) and,
+optionally, `batch_size` (else `--batch-size`) and `sink` (redis: a stream key on the same
+server; jetstream: a subject on the same server) for the branch's panes.
 
 Each branch reads its source unbounded (at most `--claims` claims of `--batch-size` records
 per work and micro-batch) until it has been idle for `--idle` seconds, acknowledging what it
@@ -43,7 +43,6 @@ from headrace.options.pipeline_options import PipelineOptions  # noqa: E402
 from headrace.transforms import trigger, window  # noqa: E402
 
 SOURCES = ("redis", "kafka", "jetstream", "rabbitmq", "postgres")
-PG_END = 1 << 40   # the postgres source's end row (chaos.py PgSource)
 SINK_DUPLICATE_WINDOW = 600.0   # seconds; the chaos run's panes stream has a longer window
 
 
@@ -68,6 +67,8 @@ def parse_args(argv):
         if b.get("source") not in SOURCES or not all(b.get(k) for k in ("endpoint", "stream", "table")):
             ap.error(f"--branch {b!r}: needs source (one of {', '.join(SOURCES)}), endpoint, "
                      "stream and table")
+        if b["source"] == "postgres" and not isinstance(b.get("end"), int):
+            ap.error(f"--branch {b!r}: a postgres branch needs end (the end row's poll position)")
     return a
 
 
@@ -94,7 +95,7 @@ def read(p, a, b):
         from headrace.io.postgresio import ReadFromPostgres
         return (p | f"Read{name}" >> ReadFromPostgres(
                     table_name=b["stream"], dsn=b["endpoint"], poll_column="chunk",
-                    poll_interval=0.05, upper_bound=PG_END, timestamp_column="ts",
+                    poll_interval=0.05, upper_bound=b["end"], timestamp_column="ts",
                     watermark_delay=a.delay)
                 | f"DropEnd{name}" >> beam.Filter(lambda r: r["k"] != "")
                 | f"Parse{name}" >> beam.Map(lambda r: (r["k"], int(r["v"]))))

@@ -1,12 +1,11 @@
 """Exactly-once under faults: a windowed job into PostgreSQL, faulted at random, vs a fault-free run.
 
 One streaming job reading Redis, Kafka, JetStream, RabbitMQ and/or PostgreSQL (one branch per
-source) into PostgreSQL and the exactly-once sinks, killed and faulted at random points while generators
-write; each branch's panes compared with a fault-free run's.
+source) into PostgreSQL and the exactly-once sinks, killed and faulted at random points while
+generators write; each branch's panes compared with a fault-free run's.
 
     ./dev bench chaos [--source redis|kafka|jetstream|rabbitmq|postgres|LIST|all]
-                      [--driver-kills 100]
-                      [--other-faults 20] [--seed 1] [--quick] [--probe]
+                      [--driver-kills 100] [--other-faults 20] [--seed 1] [--quick] [--probe]
 
 `--source` takes one source, a comma-separated list, or `all` (all five);
 default redis. The job (`_chaos_job.py`, a subprocess) reads every listed source as its own
@@ -638,15 +637,14 @@ class PgSource(Source):
         for e in batch:   # a retried batch (after a failed insert) adds nothing twice
             buf[e.i] = e
             self.last[stream] = e
-        while True:
-            chunk = min(buf) // PG_CHUNK if buf else None
-            rows = [buf[i] for i in range(chunk * PG_CHUNK, (chunk + 1) * PG_CHUNK)
-                    if i in buf] if chunk is not None else []
-            if len(rows) < PG_CHUNK:
+        while buf:   # each complete chunk, in order
+            chunk = min(buf) // PG_CHUNK
+            ids = range(chunk * PG_CHUNK, (chunk + 1) * PG_CHUNK)
+            if not all(i in buf for i in ids):
                 return
-            self._insert(stream, chunk, rows)
-            for e in rows:
-                del buf[e.i]
+            self._insert(stream, chunk, [buf[i] for i in ids])
+            for i in ids:
+                del buf[i]
 
     def _insert(self, stream: str, chunk: int, rows: List[Event]) -> None:
         import psycopg
@@ -739,6 +737,8 @@ class Job:
                                                                       claims, batch_size)}
             if b.sink:
                 spec["sink"] = b.sink
+            if b.source.name == "postgres":
+                spec["end"] = PG_END   # the read's upper_bound: the position of the end row
             self.argv += ["--branch", json.dumps(spec)]
         self.ckpt = ckpt
         self.log_dir = log_dir
