@@ -134,6 +134,25 @@ def test_the_bytecode_home_links_pysparks_home_and_is_built_once(tmp_path, monke
     assert spark_home.bytecode_home() is None
 
 
+def test_a_new_home_removes_the_stale_ones_and_keeps_other_installations(tmp_path):
+    from headrace.runners.spark import spark_home
+    cache, pysparks = tmp_path / "cache", tmp_path / "venvs"
+    for venv in ("a", "b", "gone"):
+        (pysparks / venv / "python" / "lib").mkdir(parents=True)
+        (pysparks / venv / "python" / "lib" / "pyspark.zip").write_bytes(b"")
+    built = {"old-of-a": "a", "new-of-a": "a", "of-b": "b", "of-gone": "gone"}
+    for name, venv in built.items():
+        (cache / f"spark-home-{name}").mkdir(parents=True)
+        (cache / f"spark-home-{name}" / "headrace-complete").write_text(
+            f"built from {pysparks / venv}\n")
+    (cache / "spark-home-being-built").mkdir()   # no completion mark: left alone
+    (cache / "other").mkdir()
+    (pysparks / "gone" / "python" / "lib" / "pyspark.zip").unlink()
+    spark_home.prune(str(pysparks / "a"), str(cache / "spark-home-new-of-a"))
+    assert sorted(os.listdir(cache)) == ["other", "spark-home-being-built", "spark-home-new-of-a",
+                                         "spark-home-of-b"]
+
+
 def test_an_unwritable_cache_leaves_spark_its_own_home(tmp_path, monkeypatch):
     from headrace.runners.spark import spark_home
     monkeypatch.delenv("SPARK_HOME", raising=False)

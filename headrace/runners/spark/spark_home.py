@@ -82,7 +82,27 @@ def bytecode_home() -> Optional[str]:
         _LOG.info("headrace: no bytecode SPARK_HOME (%s); Spark's Python processes compile "
                   "PySpark from %s", exc, lib)
         return None
+    prune(home, target)
     return target
+
+
+def prune(home: str, kept: str) -> None:
+    """Removes the homes in the cache that no process will use again: those built from `home`
+    before its archives changed (all but `kept`), and those whose PySpark is gone (a removed
+    virtualenv). Homes of other PySpark installations that still exist are left alone."""
+    parent = os.path.dirname(kept)
+    for name in os.listdir(parent):
+        path = os.path.join(parent, name)
+        if not name.startswith("spark-home-") or path == kept:
+            continue
+        try:
+            with open(os.path.join(path, _DONE)) as f:
+                source = f.read().strip().removeprefix("built from ").strip()
+        except OSError:
+            continue  # being built, or not one of ours
+        if source == home or not os.path.isfile(os.path.join(source, "python", "lib",
+                                                                 "pyspark.zip")):
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def _build(home: str, target: str) -> None:
