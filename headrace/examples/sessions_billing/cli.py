@@ -343,7 +343,8 @@ def run_streaming(args: argparse.Namespace, extra: List[str]) -> StreamResult:
         where = feed.describe()   # (the Kafka cluster's address known once it is started)
     stop = threading.Event()
     failures: List[BaseException] = []
-    writer = threading.Thread(target=_catching(write, failures, stop), args=(stop,),
+    completed = threading.Event()   # set when the writer wrote the whole log before `stop`
+    writer = threading.Thread(target=_catching(write, failures, stop, completed), args=(stop,),
                               name="log-shipper", daemon=True)
     t0 = time.perf_counter()
     writer.start()
@@ -356,7 +357,7 @@ def run_streaming(args: argparse.Namespace, extra: List[str]) -> StreamResult:
     wall = time.perf_counter() - t0
     if failures:
         raise failures[0]
-    if feed is not None and not getattr(writer, "completed", False):
+    if feed is not None and not completed.is_set():
         raise PipelineExecutionError(
             f"sessions-billing demo: the job stopped reading {where} before the log's last burst "
             f"was written (its read ends after {args.stop_after_idle:.0f} s without new entries, and the "
@@ -384,14 +385,16 @@ def _paced(extra: List[str], workdir: str, name: str) -> Tuple[List[str], Any]:
     return extra, BatchPacer(os.path.join(checkpoint, "spark"))
 
 
-def _catching(fn: Any, failures: List[BaseException], stop: threading.Event) -> Any:
+def _catching(fn: Any, failures: List[BaseException], stop: threading.Event,
+              completed: threading.Event) -> Any:
     """`fn`, keeping what it raises in `failures` (the writer thread's error, raised after
-    the job), and marking the current thread `completed` if it returned before `stop` was set
-    (it wrote the whole log)."""
+    the job), and setting `completed` if it returned before `stop` was set (it wrote the whole
+    log)."""
     def run(*args: Any) -> None:
         try:
             fn(*args)
-            setattr(threading.current_thread(), "completed", not stop.is_set())
+            if not stop.is_set():
+                completed.set()
         except BaseException as exc:  # re-raised by run_streaming
             failures.append(exc)
     return run
