@@ -203,6 +203,24 @@ def test_spark_stages_are_named_after_the_steps(spark_pipeline, job_groups):
     assert sc.serializer is serializer and sc.getLocalProperty("callSite.short") == call_site
 
 
+def _job_count(group):
+    return len(_spark_context().statusTracker().getJobIdsForGroup(group))
+
+
+def test_a_side_input_read_by_several_steps_is_collected_once(spark_pipeline, job_groups):
+    with spark_pipeline() as p:
+        side = p | "Side" >> beam.Create([1, 2, 3]) | "Double" >> beam.Map(lambda x: 2 * x)
+        other = p | "Other" >> beam.Create([10]) | "Same" >> beam.Map(lambda x: x)
+        out = (p | "Main" >> beam.Create([0, 1])
+               | "A" >> beam.Map(lambda x, s, o: x + sum(s) + sum(o), beam.pvalue.AsList(side),
+                                 beam.pvalue.AsList(other))
+               | "B" >> beam.Map(lambda x, s: x + max(s), beam.pvalue.AsList(side)))
+        assert_that(out, equal_to([28, 29]))
+    # the two side inputs collected once each (at the same time), then the run's one job; not a
+    # job to compute `side` for its two readers, nor a collect per reader
+    assert _job_count(job_groups[-1]) == 3
+
+
 def test_the_runner_works_without_pyspark_internals(spark_pipeline, job_groups, monkeypatch):
     from headrace.runners.spark import pyspark_compat
     monkeypatch.setattr(pyspark_compat, "USE_INTERNALS", False)

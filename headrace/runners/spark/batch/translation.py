@@ -74,6 +74,7 @@ class BatchTranslation:
         self.persisted: List[Any] = []
         self.absorbed: Set[int] = set()  # ids of stages run in a splittable step's waves
         self.broadcasts: List[Any] = []
+        self.side_contents: Dict[PCollection, Dict[Any, list]] = {}   # collected once per run
         self.current_label = ""
         self.labels = pyspark_compat.StepLabels(self.sc)
 
@@ -102,10 +103,15 @@ class BatchTranslation:
         return rdd
 
     def _count_uses(self, units: List[planning.Unit]) -> None:
+        as_side: Set[PCollection] = set()   # a side input is collected once, however many read it
         for u in units:
             for pc in list(u.inputs) + [s.pvalue for s in u.side_inputs]:
-                self.uses[pc] = self.uses.get(pc, 0) + 1
                 self.consumers.setdefault(pc, []).append(u)
+                if pc in as_side:
+                    continue
+                if pc not in u.inputs:
+                    as_side.add(pc)
+                self.uses[pc] = self.uses.get(pc, 0) + 1
 
     def build(self) -> List[Any]:
         units = planning.plan(self.pipeline, "Spark runner", _KINDS, _WHY_NOT)
@@ -231,7 +237,8 @@ class BatchTranslation:
         """Collects side inputs and broadcasts them as {index: {window: [values]}}; also returns
         their portable stand-ins (`worker.sides.portable_views`) by id of the original view."""
         portable, views = portable_views(side_inputs)
-        sides = {i: self._collect_side(view.pvalue) for i, view in enumerate(views)}
+        self._collect_sides([view.pvalue for view in views])
+        sides = {i: self.side_contents[view.pvalue] for i, view in enumerate(views)}
         bcast = None
         if sides:
             bcast = self.sc.broadcast(sides)
@@ -343,6 +350,31 @@ class BatchTranslation:
             sides = self._map_sides(outs)
             rdd = upstream.mapPartitions(tasks.stage_fn(self.env, fused, bcast, index, sides))
             self._set_outputs(rdd, [(pc, index[pc._id]) for pc in outs], packed=True, keyed=tuple(sides))
+
+    def _collect_sides(self, pcs: List[PCollection]) -> None:
+        """Collects the side inputs among `pcs` not collected yet (`side_contents`), each in a
+        Spark job of its own, the jobs at once (threads that inherit the job group and labels)."""
+        todo = [pc for pc in dict.fromkeys(pcs) if pc not in self.side_contents]
+        if len(todo) == 1:
+            self.side_contents[todo[0]] = self._collect_side(todo[0])
+            return
+        from pyspark import InheritableThread
+        got: Dict[PCollection, Dict[Any, list]] = {}
+        errors: List[BaseException] = []
+
+        def collect(pc: PCollection) -> None:
+            try:
+                got[pc] = self._collect_side(pc)
+            except BaseException as exc:   # re-raised below, in the building thread
+                errors.append(exc)
+        threads = [InheritableThread(target=collect, args=(pc,)) for pc in todo]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if errors:
+            raise errors[0]
+        self.side_contents.update(got)
 
     def _collect_side(self, pc: PCollection) -> Dict[Any, list]:
         """Materialises a side input on the driver as {window: [values]} (to broadcast)."""
