@@ -221,6 +221,28 @@ def test_a_side_input_read_by_several_steps_is_collected_once(spark_pipeline, jo
     assert _job_count(job_groups[-1]) == 3
 
 
+def test_file_sinks_are_written_and_committed_in_the_runs_one_job(spark_pipeline, job_groups,
+                                                                  tmp_path):
+    with spark_pipeline() as p:
+        _ = (p | "Words" >> beam.Create([f"w{i}" for i in range(50)])
+             | "Text" >> beam.io.WriteToText(str(tmp_path / "text"), file_name_suffix=".txt"))
+        _ = (p | "Numbers" >> beam.Create(range(30))
+             | "Sharded" >> beam.io.WriteToText(str(tmp_path / "sharded"), num_shards=3))
+    files = sorted(os.listdir(tmp_path))
+    assert [f for f in files if f.startswith("sharded")] == [
+        f"sharded-0000{i}-of-00003" for i in range(3)]
+    assert not [f for f in files if f.startswith(".")]   # no temporary directory left
+
+    def lines(prefix):
+        return sorted(ln for f in files if f.startswith(prefix)
+                      for ln in (tmp_path / f).read_text().splitlines())
+    assert lines("text") == sorted(f"w{i}" for i in range(50))
+    assert lines("sharded") == sorted(str(i) for i in range(30))
+    # the writes run in the job that computes their input, and the driver commits the files
+    # from its tasks' results: no job of their own to collect the written files
+    assert _job_count(job_groups[-1]) == 1
+
+
 def test_the_runner_works_without_pyspark_internals(spark_pipeline, job_groups, monkeypatch):
     from headrace.runners.spark import pyspark_compat
     monkeypatch.setattr(pyspark_compat, "USE_INTERNALS", False)

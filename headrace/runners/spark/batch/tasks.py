@@ -131,3 +131,17 @@ def drain(it: Iterator[Any]) -> None:
     """Consumes a partition (the action that runs the pipeline's leaves)."""
     for _ in it:
         pass
+
+
+def drained(it: Iterator[Any]) -> Iterator[Any]:
+    """Consumes a partition and yields nothing (a leaf in a job that collects other results)."""
+    drain(it)
+    return iter(())
+
+
+def tagged_side_records(tag: int) -> Callable[[Iterator[WindowedValue]], Iterator[Tuple[int, Any, Any]]]:
+    """(tag, window, value) for each window of each element (`side_records`, tagged)."""
+    def run(it: Iterator[WindowedValue]) -> Iterator[Tuple[int, Any, Any]]:
+        for w, v in side_records(it):
+            yield (tag, w, v)
+    return run

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import shutil
 import tempfile
-from typing import Any, Dict, List, Optional, Set, Tuple
+from typing import Any, Dict, List, NamedTuple, Optional, Set, Tuple
 
 from headrace.io.iobase import BoundedSourceReader, Read, batched
 from headrace.metrics.metric import MetricResults, MetricsContainer
@@ -37,7 +37,8 @@ from headrace.runners.spark.batch.splittable import Downstream, SplittableBuild
 from headrace.runners.kit.sdf import SplittableSpec, SplittableStep, Work, read_spec, read_works
 from headrace.runners.spark.worker.failures import pipeline_error
 from headrace.runners.spark.worker.packing import FastPickleSerializer, unpack
-from headrace.runners.spark.worker.sides import portable_views
+from headrace.runners.kit.sources import to_windowed_value
+from headrace.runners.spark.worker.sides import portable_views, side_reader, stage_arguments
 from headrace.transforms.core import CombinePerKey, Create, Reshuffle
 
 _log = logging.getLogger(__name__)
@@ -75,6 +76,7 @@ class BatchTranslation:
         self.absorbed: Set[int] = set()  # ids of stages run in a splittable step's waves
         self.broadcasts: List[Any] = []
         self.side_contents: Dict[PCollection, Dict[Any, list]] = {}   # collected once per run
+        self.commits: List[_FileCommit] = []   # file sinks committed from the run's job's results
         self.current_label = ""
         self.labels = pyspark_compat.StepLabels(self.sc)
 
@@ -338,6 +340,10 @@ class BatchTranslation:
     def _build_stage(self, stage: planning.Stage) -> None:
         label = stage.label
         self._label(label)
+        commit = self._file_commit(stage)
+        if commit is not None:
+            self.commits.append(commit)
+            return
         bcast, portable = self._broadcast_sides(stage.side_inputs)
         fused = stage.fused(lambda view: portable[id(view)])
         outs = list(stage.outputs)
@@ -350,6 +356,42 @@ class BatchTranslation:
             sides = self._map_sides(outs)
             rdd = upstream.mapPartitions(tasks.stage_fn(self.env, fused, bcast, index, sides))
             self._set_outputs(rdd, [(pc, index[pc._id]) for pc in outs], packed=True, keyed=tuple(sides))
+
+    def _file_commit(self, stage: planning.Stage) -> Optional["_FileCommit"]:
+        """A file sink's finalize step (`filebasedsink._FinalizeDoFn`: renames the temporary files
+        its side input lists), when nothing else reads that list or the step's output: it runs on
+        the driver after the run's job, from the paths the job's tasks return, so the files are
+        written in the job that computes their input and no job of its own collects them (the
+        commit protocol of Spark's own writers: only a successful task attempt's result names its
+        files; the others are deleted with the temporary directory)."""
+        from headrace.io.filebasedsink import _FinalizeDoFn
+        if len(stage.nodes) != 1 or len(stage.side_pcolls) != 1:
+            return None
+        node = stage.nodes[0]
+        fn = getattr(node.transform, "fn", None)
+        trigger = stage.root.producer
+        paths = stage.side_pcolls[0]
+        if (not isinstance(fn, _FinalizeDoFn) or trigger is None
+                or not isinstance(trigger.transform, Create) or self.uses.get(paths) != 1
+                or any(pc.consumers for pc in stage.outputs) or paths not in self.rdds):
+            return None
+        portable, _ = portable_views(stage.side_inputs)
+        return _FileCommit(stage.label, stage.fused(lambda view: portable[id(view)]),
+                           list(trigger.transform.values), self.rdds[paths])
+
+    def _commit_files(self, results: Dict[int, Dict[Any, list]]) -> None:
+        """Runs each file sink's finalize step on the driver with the paths its tasks returned
+        (`results`: {commit index: {window: [paths]}}), as any stage runs a bundle."""
+        for i, c in enumerate(self.commits):
+            reader = side_reader({0: results.get(i, {})}, stage_arguments(c.stage))
+            committed, attempted = MetricsContainer(), MetricsContainer()
+            try:
+                c.stage.process_bundle([to_windowed_value(v) for v in c.values], reader,
+                                       self.env.max_attempts, committed, attempted)
+                c.stage.finalize_bundles()
+            finally:
+                c.stage.teardown()
+            self.env.report(committed, attempted)
 
     def _collect_sides(self, pcs: List[PCollection]) -> None:
         """Collects the side inputs among `pcs` not collected yet (`side_contents`), each in a
@@ -404,8 +446,16 @@ class BatchTranslation:
                 sc.setJobGroup(f"headrace-{id(self)}",
                                f"headrace pipeline ({len(self.pipeline.primitives())} steps)")
                 leaves = self.build()
-                self._label(f"run pipeline ({len(leaves)} outputs)")
-                if leaves:
+                self._label(f"run pipeline ({len(leaves) + len(self.commits)} outputs)")
+                if self.commits:   # the leaves drained, the file sinks' paths returned
+                    parts = [leaf.mapPartitions(tasks.drained) for leaf in leaves]
+                    parts += [c.paths.mapPartitions(tasks.tagged_side_records(i))
+                              for i, c in enumerate(self.commits)]
+                    results: Dict[int, Dict[Any, list]] = {}
+                    for i, w, path in self._run(lambda: sc.union(parts).collect()):
+                        results.setdefault(i, {}).setdefault(w, []).append(path)
+                    self._commit_files(results)
+                elif leaves:
                     job = leaves[0] if len(leaves) == 1 else sc.union(leaves)
                     self._run(lambda: job.foreachPartition(tasks.drain))
             finally:
@@ -416,6 +466,15 @@ class BatchTranslation:
                 self.labels.release()
                 shutil.rmtree(self.temp_dir, ignore_errors=True)
         return PipelineResult(PipelineState.DONE, MetricResults(self.committed.value, self.attempted.value))
+
+
+class _FileCommit(NamedTuple):
+    """A file sink's finalize step, run on the driver after the run's job (`_file_commit`)."""
+
+    label: str
+    stage: Any           # its FusedStage (the one _FinalizeDoFn step)
+    values: List[Any]    # the values of the Create that triggers it (one None)
+    paths: Any           # the RDD of the temporary files' paths the tasks wrote
 
 
 def _memory_and_disk() -> Any:
