@@ -30,6 +30,7 @@ from headrace.runners.kit.columnar import Columns, StagePlan
 from headrace.runners.kit.stage import FusedStage, StepSpec
 from headrace.transforms import window
 from headrace.transforms.trigger import AccumulationMode, AfterCount, Repeatedly
+from headrace.testing.util import assert_that, equal_to
 from tests._support import Journal, Once
 
 # ---- helpers ----------------------------------------------------------------------------------
@@ -382,3 +383,22 @@ def test_flatmap_results_are_treated_as_the_per_element_path_does(result):
         assert out.values == [1, 2] and out.ts == [0, 0]
     else:
         assert out.values == [1] and out.ts == [1_000_000]
+
+
+def test_a_function_with_tagged_outputs_is_called_once_per_element(tmp_path):
+    # a function that returns TaggedOutputs would abandon every bundle's columnar run and have
+    # its stage run twice: it runs through its ParDoRunner instead, the steps around it too
+    journal = Journal(tmp_path / "calls")
+
+    def split(x):
+        journal.write(x)
+        return beam.pvalue.TaggedOutput("odd", x) if x % 2 else x
+
+    with beam.Pipeline(options=PipelineOptions(["--runner=LocalRunner", "--bundle_size=4"])) as p:
+        parts = (p | beam.Create(list(range(20))) | "Double" >> beam.Map(lambda x: x * 2 + x % 3)
+                 | "Split" >> beam.Map(split).with_outputs("odd", main="even"))
+        assert_that(parts.even, equal_to([v for v in (x * 2 + x % 3 for x in range(20)) if v % 2 == 0]),
+                    label="even")
+        assert_that(parts.odd, equal_to([v for v in (x * 2 + x % 3 for x in range(20)) if v % 2]),
+                    label="odd")
+    assert sorted(e[0] for e in journal.read()) == sorted(x * 2 + x % 3 for x in range(20))

@@ -263,6 +263,13 @@ class StagePlan:
             outputs = tuple((tag, pc) for tag, pc in spec.outputs
                             if tag is None or tag != main_tag)
             main = next((pc for tag, pc in outputs if tag is None), None)
+            dead = (getattr(spec, "dead_letter", None) or {}).get("tag")
+            if kind is not None and (getattr(spec, "drop_unknown_tags", False)
+                                     or any(tag not in (None, dead) for tag, _ in outputs)):
+                # a function with tagged outputs returns TaggedOutputs, which a list operation
+                # would abandon the run for on every bundle (running its steps twice): it runs
+                # through its ParDoRunner instead
+                kind = None
             if kind is None:
                 ops.append((i, "dofn", spec.input, main, outputs))
             else:
