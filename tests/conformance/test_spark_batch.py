@@ -243,6 +243,41 @@ def test_file_sinks_are_written_and_committed_in_the_runs_one_job(spark_pipeline
     assert _job_count(job_groups[-1]) == 1
 
 
+class Noted(beam.DoFn):
+    """Notes each element it processes in the journal, and counts it."""
+
+    def __init__(self, journal):
+        self.journal = journal
+
+    def process(self, element):
+        beam.Metrics.counter("noted", "processed").inc()
+        self.journal.write(element)
+        yield element
+
+
+def test_a_branch_point_read_by_several_steps_runs_its_dofns_once(spark_pipeline, journal,
+                                                                   job_groups):
+    n = 300
+    p = spark_pipeline(bundle_size=7)
+    tagged = (p | beam.Create(list(range(n))) | "Noted" >> beam.ParDo(Noted(journal))
+              | "Split" >> beam.Map(lambda x: beam.pvalue.TaggedOutput("odd", x) if x % 2 else x
+                                    ).with_outputs("odd", main="even"))
+    noted = tagged.even | "Again" >> beam.Map(lambda x: x)
+    by3 = noted | "By3" >> beam.Map(lambda x: (x % 3, 1)) | "Count3" >> beam.CombinePerKey(sum)
+    by5 = noted | "By5" >> beam.Map(lambda x: (x % 5, x)) | "Group5" >> beam.GroupByKey()
+    odd = tagged.odd | "OddSum" >> beam.CombineGlobally(sum)
+    assert_that(by3, equal_to([(k, len([x for x in range(0, n, 2) if x % 3 == k]))
+                               for k in range(3)]), label="by3")
+    assert_that(by5 | "Sizes" >> beam.Map(lambda kv: (kv[0], len(kv[1]))),
+                equal_to([(k, len([x for x in range(0, n, 2) if x % 5 == k])) for k in range(5)]),
+                label="by5")
+    assert_that(odd, equal_to([sum(range(1, n, 2))]), label="odd")
+    result = p.run()
+    # each element processed once, though the stage's outputs and `noted` are read by several
+    assert sorted(e[0] for e in journal.read()) == list(range(n))
+    assert counter_value(result, "processed") == n
+
+
 def test_the_runner_works_without_pyspark_internals(spark_pipeline, job_groups, monkeypatch):
     from headrace.runners.spark import pyspark_compat
     monkeypatch.setattr(pyspark_compat, "USE_INTERNALS", False)

@@ -76,6 +76,8 @@ class BatchTranslation:
         self.absorbed: Set[int] = set()  # ids of stages run in a splittable step's waves
         self.broadcasts: List[Any] = []
         self.side_contents: Dict[PCollection, Dict[Any, list]] = {}   # collected once per run
+        master = str(self.sc.master)
+        self.one_executor = master.startswith("local") and not master.startswith("local-cluster")
         self.commits: List[_FileCommit] = []   # file sinks committed from the run's job's results
         self.current_label = ""
         self.labels = pyspark_compat.StepLabels(self.sc)
@@ -94,14 +96,19 @@ class BatchTranslation:
         self.rdds[pc] = rdd
 
     def _materialize(self, rdd: Any) -> Any:
-        """Persists an RDD that several consumers read and computes it now, in a job of its own.
+        """Persists an RDD that several consumers read; on a cluster, computes it now, in a job
+        of its own.
 
-        Persisting alone would not do: consumers running at the same time on different
-        executors would each miss the cache and compute it again (running its DoFns twice).
-        """
+        On a cluster, persisting alone would not do: consumers running at the same time on
+        different executors would each miss the cache and compute it again (running its DoFns
+        twice). With one executor (a `local[...]` master) it does: the block manager lets one
+        task compute a cached partition while the others that ask for it wait for it and read
+        it (`BlockInfoManager.lockNewBlockForWriting`: first writer wins), so the consumers run
+        in the job that needs them and no job of its own computes the branch point."""
         rdd = rdd.persist(_memory_and_disk())
         self.persisted.append(rdd)
-        self._run(lambda: rdd.foreachPartition(tasks.drain))
+        if not self.one_executor:
+            self._run(lambda: rdd.foreachPartition(tasks.drain))
         return rdd
 
     def _count_uses(self, units: List[planning.Unit]) -> None:
