@@ -48,31 +48,27 @@ from typing import Any, Dict, List, Optional, Tuple
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
+from headrace.io.flushes import FlushWriter  # noqa: E402  (the repository's, from its root)
+
 PHASES = ("latestOffset", "queryPlanning", "addBatch", "walCommit", "commitOffsets")
 SKIP = 3   # the first batches (start-up, the first job of each kind) are left out
 
 
-class _FileFlushes:
+class FileFlushes(FlushWriter):
     """A FlushWriter appending each flush to a file of its shard, marked by its number (exactly
     once: a marker already there writes nothing)."""
 
-    def __new__(cls, directory: str) -> Any:
-        from headrace.io.flushes import FlushWriter
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
 
-        class FileFlushes(FlushWriter):
-            def __init__(self, directory: str) -> None:
-                self.directory = directory
-
-            def write(self, shard: int, flush: int, elements: List[Any]) -> bool:
-                marker = os.path.join(self.directory, f"marker-{shard}-{flush}")
-                if os.path.exists(marker):
-                    return False
-                with open(os.path.join(self.directory, f"shard-{shard}"), "a") as fh:
-                    fh.writelines(f"{e!r}\n" for e in elements)
-                open(marker, "w").close()
-                return True
-
-        return FileFlushes(directory)
+    def write(self, shard: int, flush: int, elements: List[Any]) -> bool:
+        marker = os.path.join(self.directory, f"marker-{shard}-{flush}")
+        if os.path.exists(marker):
+            return False
+        with open(os.path.join(self.directory, f"shard-{shard}"), "a") as fh:
+            fh.writelines(f"{e!r}\n" for e in elements)
+        open(marker, "w").close()
+        return True
 
 
 def build(shape: str, p: Any, args: argparse.Namespace, out_dir: str) -> None:
@@ -94,7 +90,7 @@ def build(shape: str, p: Any, args: argparse.Namespace, out_dir: str) -> None:
                  FixedWindows(2), trigger=tr.AfterWatermark(early=tr.AfterCount(5)),
                  accumulation_mode=tr.AccumulationMode.ACCUMULATING)
              | "Sum" >> beam.CombinePerKey(sum)
-             | "Sink" >> WriteInFlushes(_FileFlushes(out_dir), num_shards=4))
+             | "Sink" >> WriteInFlushes(FileFlushes(out_dir), num_shards=4))
     else:
         from headrace.testing.test_stream import TestStream
         ts = TestStream()

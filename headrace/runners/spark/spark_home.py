@@ -32,7 +32,8 @@ import zipfile
 from typing import Any, List, Optional
 
 _LOG = logging.getLogger(__name__)
-_DONE = "headrace-complete"  # written last into a finished home
+_DONE = "headrace-complete"  # written last into a finished home: _BUILT_FROM and its source
+_BUILT_FROM = "built from "
 _MAGIC = importlib.util.MAGIC_NUMBER
 _FORMAT = "2"  # of what _build makes (2: the code names its file in the archive); in the key
 
@@ -97,7 +98,7 @@ def prune(home: str, kept: str) -> None:
             continue
         try:
             with open(os.path.join(path, _DONE)) as f:
-                source = f.read().strip().removeprefix("built from ").strip()
+                source = f.read().strip().removeprefix(_BUILT_FROM)
         except OSError:
             continue  # being built, or not one of ours
         if source == home or not os.path.isfile(os.path.join(source, "python", "lib",
@@ -121,7 +122,7 @@ def _build(home: str, target: str) -> None:
             with_bytecode(os.path.join(lib, name), os.path.join(tmp, "python", "lib", name),
                           os.path.join(target, "python", "lib", name))
         with open(os.path.join(tmp, _DONE), "w") as f:
-            f.write(f"built from {home}\n")
+            f.write(f"{_BUILT_FROM}{home}\n")
         try:
             os.rename(tmp, target)
         except OSError:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import shutil
 import tempfile
-from typing import Any, Dict, List, NamedTuple, Optional, Set, Tuple
+from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Set, Tuple
 
 from headrace.io.iobase import BoundedSourceReader, Read, batched
 from headrace.metrics.metric import MetricResults, MetricsContainer
@@ -383,14 +383,14 @@ class BatchTranslation:
                 or any(pc.consumers for pc in stage.outputs) or paths not in self.rdds):
             return None
         portable, _ = portable_views(stage.side_inputs)
-        return _FileCommit(stage.label, stage.fused(lambda view: portable[id(view)]),
+        return _FileCommit(stage.fused(lambda view: portable[id(view)]),
                            list(trigger.transform.values), self.rdds[paths])
 
-    def _commit_files(self, results: Dict[int, Dict[Any, list]]) -> None:
+    def _commit_files(self, paths: List[Dict[Any, list]]) -> None:
         """Runs each file sink's finalize step on the driver with the paths its tasks returned
-        (`results`: {commit index: {window: [paths]}}), as any stage runs a bundle."""
-        for i, c in enumerate(self.commits):
-            reader = side_reader({0: results.get(i, {})}, stage_arguments(c.stage))
+        (`paths[i]`: commit i's, {window: [paths]}), as any stage runs a bundle."""
+        for c, contents in zip(self.commits, paths):
+            reader = side_reader({0: contents}, stage_arguments(c.stage))
             committed, attempted = MetricsContainer(), MetricsContainer()
             try:
                 c.stage.process_bundle([to_windowed_value(v) for v in c.values], reader,
@@ -427,11 +427,7 @@ class BatchTranslation:
 
     def _collect_side(self, pc: PCollection) -> Dict[Any, list]:
         """Materialises a side input on the driver as {window: [values]} (to broadcast)."""
-        records = self._run(lambda: self.rdds[pc].mapPartitions(tasks.side_records).collect())
-        contents: Dict[Any, list] = {}
-        for w, v in records:
-            contents.setdefault(w, []).append(v)
-        return contents
+        return _by_window(self._run(lambda: self.rdds[pc].mapPartitions(tasks.side_records).collect()))
 
     # ---- running ---------------------------------------------------------------------
 
@@ -458,10 +454,9 @@ class BatchTranslation:
                     parts = [leaf.mapPartitions(tasks.drained) for leaf in leaves]
                     parts += [c.paths.mapPartitions(tasks.tagged_side_records(i))
                               for i, c in enumerate(self.commits)]
-                    results: Dict[int, Dict[Any, list]] = {}
-                    for i, w, path in self._run(lambda: sc.union(parts).collect()):
-                        results.setdefault(i, {}).setdefault(w, []).append(path)
-                    self._commit_files(results)
+                    got = self._run(lambda: sc.union(parts).collect())
+                    self._commit_files([_by_window((w, path) for tag, w, path in got if tag == i)
+                                        for i in range(len(self.commits))])
                 elif leaves:
                     job = leaves[0] if len(leaves) == 1 else sc.union(leaves)
                     self._run(lambda: job.foreachPartition(tasks.drain))
@@ -478,10 +473,17 @@ class BatchTranslation:
 class _FileCommit(NamedTuple):
     """A file sink's finalize step, run on the driver after the run's job (`_file_commit`)."""
 
-    label: str
     stage: Any           # its FusedStage (the one _FinalizeDoFn step)
     values: List[Any]    # the values of the Create that triggers it (one None)
     paths: Any           # the RDD of the temporary files' paths the tasks wrote
+
+
+def _by_window(records: Iterable[Tuple[Any, Any]]) -> Dict[Any, list]:
+    """(window, value) records as side-input contents, {window: [values]} in their order."""
+    contents: Dict[Any, list] = {}
+    for w, v in records:
+        contents.setdefault(w, []).append(v)
+    return contents
 
 
 def _memory_and_disk() -> Any:
