@@ -19,12 +19,16 @@ import uuid
 
 import pytest
 
-from tests._redis import free_port
+from tests._redis import free_ports
 
 BINARY = "/usr/sbin/rabbitmq-server"
 SCRIPT = "/usr/lib/rabbitmq/bin/rabbitmq-server"
 USER = "headrace"
 PASSWORD = "Rabbit-Planted-5e1d"
+
+
+class _PortTaken(RuntimeError):
+    """The node could not listen on a port chosen for it (eaddrinuse)."""
 
 
 class RabbitServer:
@@ -33,7 +37,20 @@ class RabbitServer:
 
     def __init__(self, tmp_dir) -> None:
         self.dir = str(tmp_dir)
-        self.port = free_port()
+        # a port taken between its choice and the node's listen (another test's server, or
+        # the node listening on "::" where a port is free on 127.0.0.1 only) ends the node
+        # at boot: it is started again on other ports
+        for attempt in range(3):
+            try:
+                self._start()
+                return
+            except _PortTaken:
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _start(self) -> None:
+        self.port, dist_port = free_ports(2)
         self.url = f"amqp://{USER}:{PASSWORD}@127.0.0.1:{self.port}/%2F"
         with open(os.path.join(self.dir, "rabbitmq.conf"), "w") as fh:
             fh.write(f"default_user = {USER}\ndefault_pass = {PASSWORD}\n"
@@ -42,7 +59,7 @@ class RabbitServer:
             fh.write("[].\n")
         self.env = env = dict(os.environ, HOME=self.dir,
                    RABBITMQ_NODENAME=f"headrace-{uuid.uuid4().hex[:8]}@localhost",
-                   RABBITMQ_NODE_PORT=str(self.port), RABBITMQ_DIST_PORT=str(free_port()),
+                   RABBITMQ_NODE_PORT=str(self.port), RABBITMQ_DIST_PORT=str(dist_port),
                    RABBITMQ_MNESIA_BASE=os.path.join(self.dir, "mnesia"),
                    RABBITMQ_LOG_BASE=os.path.join(self.dir, "log"),
                    RABBITMQ_CONFIG_FILE=os.path.join(self.dir, "rabbitmq"),
@@ -61,6 +78,8 @@ class RabbitServer:
                     self.stop()
                     with open(os.path.join(self.dir, "server.out"), errors="replace") as fh:
                         tail = fh.read()[-2000:]
+                    if "eaddrinuse" in tail:
+                        raise _PortTaken(tail)
                     raise RuntimeError(f"rabbitmq-server on port {self.port} did not start:\n{tail}")
                 time.sleep(0.25)
 

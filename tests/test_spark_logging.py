@@ -112,16 +112,18 @@ def _demo_report(stdout: str) -> bool:
 def test_the_streaming_demo_prints_only_headraces_lines(tmp_path):
     """`./dev demo --streaming`: stdout holds the report, stderr headrace's two lines (Spark's
     log, here --spark_log's file, and the query's checkpoint); Spark's lines, its Python
-    workers' included, are in the log."""
+    workers' included, are in the log. The report's numbers are the late-panes check of
+    tests/test_example_job.py on spark-local (the same arguments; one Spark run for both)."""
+    from headrace.examples import sessions_billing as sb
+    from tests.test_example_job import LATE_DEMO, too_late_drops
     proc = subprocess.run(
-        [sys.executable, "-m", "headrace.examples.sessions_billing", "--streaming", "--events=600",
-         "--users=20", "--files=12", "--interval=0.1", f"--workdir={tmp_path / 'work'}",
-         "--spark_master=local[2]", "--spark_conf=spark.ui.enabled=false", "--state_partitions=2",
+        [sys.executable, "-m", "headrace.examples.sessions_billing", *LATE_DEMO,
+         f"--workdir={tmp_path / 'work'}", "--spark_master=local[2]",
+         "--spark_conf=spark.ui.enabled=false", "--state_partitions=2",
          f"--spark_log={tmp_path / 'logs' / 'spark.log'}"],
         capture_output=True, text=True, timeout=600, env=_env(tmp_path))
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     assert _demo_report(proc.stdout), proc.stdout
-    assert "(equal)" in proc.stdout
     others = [line for line in proc.stderr.splitlines()
               if not LOG_LINE.match(line) and not line.startswith("headrace: streaming query checkpoint at ")]
     assert others == [], proc.stderr
@@ -129,6 +131,25 @@ def test_the_streaming_demo_prints_only_headraces_lines(tmp_path):
     log = _spark_log(proc.stderr)
     # what PySpark's streaming workers print (log4j's lines reach the log too: the test above)
     assert "TransformWithStateInPandas" in log
+    # the report: late and too-late lines, late panes, exactly the too-late elements dropped,
+    # the revenue of the windows' last panes equal to the log's without its too-late lines
+    report = proc.stdout
+    late = re.search(r"^  input +[\d,]+ lines arrived in 12 files in .*; (\d+) lines came 2 hours "
+                     r"late, (\d+) 6 hours late$", report, re.M)
+    assert late and int(late.group(1)) > 0 and int(late.group(2)) > 0, report
+    sessions = re.search(r"^  panes +sessions: [\d,]+ early, [\d,]+ on time, ([\d,]+) late$",
+                         report, re.M)
+    revenue = re.search(r"^ +hourly revenue: [\d,]+ early, ([\d,]+) on time, [\d,]+ late$",
+                        report, re.M)
+    assert sessions and int(sessions.group(1).replace(",", "")) > 0, report
+    assert revenue and int(revenue.group(1).replace(",", "")) > 0, report
+    dropped = re.search(r"^  dropped +(\d+) late elements", report, re.M)
+    assert dropped and int(dropped.group(1)) == too_late_drops(), report
+    malformed = re.search(r"^  malformed +(\d+) lines went to the dead-letter output$", report, re.M)
+    assert malformed and int(malformed.group(1)) == len(sb.MALFORMED_LINES), report
+    total = re.search(r"^  revenue +\$([\d,.]+) in the windows' last panes; the log without its "
+                      r"too-late lines: \$([\d,.]+) \(equal\)$", report, re.M)
+    assert total and total.group(1) == total.group(2) and total.group(1) != "0.00", report
 
 
 def test_headraces_log_configuration_comes_first_unless_the_user_names_one():
