@@ -41,8 +41,7 @@ killed and started again on the same store and port) and a closed client socket 
 nats-server restarted, the mock Kafka cluster, which has no such command, paused 0.5 s); every
 second closed-socket fault also terminates the job's PostgreSQL sessions for 3 s
 (`pg_terminate_backend`). `--quick` (the CI variant): 2 driver kills and 1 of each other kind
-(per server for the per-server kinds: 6 faults for one source, 14 for all five), and a
-tail of 100 events. A job that exits by itself
+(per server for the per-server kinds: 6 faults for one source, 14 for all five). A job that exits by itself
 with an error (a query failed, not a kill) is counted and restarted on its checkpoint after
 3 s, as an operator would.
 
@@ -1168,7 +1167,7 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
                          "source (stop) and socket")
     ap.add_argument("--quick", action="store_true",
                     help="2 driver kills and 1 of each other kind (per source server for "
-                         "source and socket), a tail of 100 events")
+                         "source and socket)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--probe", action="store_true",
                     help="only the determinism probe: one input, several batchings")
@@ -1196,8 +1195,9 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
                          "does not fall ever further behind)")
     ap.add_argument("--gap", type=float, nargs=2, default=(1.0, 4.0),
                     help="seconds between faults: uniform in [A, B]")
-    ap.add_argument("--tail-events", type=int, default=None,
-                    help="events written after the last fault (default 200; --quick 100)")
+    ap.add_argument("--tail-events", type=int, default=200,
+                    help="events written after the last fault (enough event time for the "
+                         "watermarks to pass the last windows before the job idles)")
     ap.add_argument("--max-events", type=int, default=200_000)
     ap.add_argument("--timeout", type=float, default=6 * 3600)
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory")
@@ -1205,8 +1205,6 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
     a.sources = a.source
     if a.quick:
         a.driver_kills, a.other_faults = 2, 1
-    if a.tail_events is None:
-        a.tail_events = 100 if a.quick else 200
     if a.rate is None:
         # a micro-batch reads at most claims x batch size (80) events per source in 2-5 s: one
         # source keeps up with 10 events/s; several share the one job's micro-batches: 5 each
