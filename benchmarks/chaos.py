@@ -41,9 +41,9 @@ killed and started again on the same store and port) and a closed client socket 
 nats-server restarted, the mock Kafka cluster, which has no such command, paused 0.5 s); every
 second closed-socket fault also terminates the job's PostgreSQL sessions for 3 s
 (`pg_terminate_backend`). `--quick` (the CI variant): 2 driver kills and 1 of each other kind
-(per server for the per-server kinds: 6 faults for one source, 14 for all five). A job that exits by itself
-with an error (a query failed, not a kill) is counted and restarted on its checkpoint after
-3 s, as an operator would.
+(per server for the per-server kinds: 6 faults for one source, 14 for all five). A job that
+exits by itself with an error (a query failed, not a kill) is counted and restarted on its
+checkpoint after 3 s, as an operator would.
 
 **Reference run.** The same events, written to a fresh stream (queue, topic) per source as
 soon as the generators are done, read by the job with no fault (it runs while the faulty job

@@ -9,11 +9,12 @@ import glob
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import tempfile
 import uuid
 from typing import List, Optional
+
+from tests._redis import free_port
 
 
 def server_bin() -> Optional[str]:
@@ -21,12 +22,6 @@ def server_bin() -> Optional[str]:
     found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"),
                    key=lambda p: int(p.split("/")[4]) if p.split("/")[4].isdigit() else 0)
     return os.path.dirname(found[-1]) if found else None
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class PrivateCluster:
@@ -40,7 +35,7 @@ class PrivateCluster:
         self.commit = "on" if durable else "off"
         self.root = tempfile.mkdtemp(prefix="headrace-pg-", dir="/tmp")
         self.data = os.path.join(self.root, "data")
-        self.port = _free_port()
+        self.port = free_port()
         self._as: List[str] = []
         if os.geteuid() == 0:
             user = pwd.getpwnam("postgres")

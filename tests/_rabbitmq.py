@@ -40,14 +40,13 @@ class RabbitServer:
         # a port taken between its choice and the node's listen (another test's server, or
         # the node listening on "::" where a port is free on 127.0.0.1 only) ends the node
         # at boot: it is started again on other ports
-        for attempt in range(3):
+        for _ in range(2):
             try:
                 self._start()
                 return
             except _PortTaken:
-                if attempt == 2:
-                    raise
-        raise AssertionError("unreachable")
+                pass
+        self._start()
 
     def _start(self) -> None:
         self.port, dist_port = free_ports(2)
@@ -78,9 +77,8 @@ class RabbitServer:
                     self.stop()
                     with open(os.path.join(self.dir, "server.out"), errors="replace") as fh:
                         tail = fh.read()[-2000:]
-                    if "eaddrinuse" in tail:
-                        raise _PortTaken(tail)
-                    raise RuntimeError(f"rabbitmq-server on port {self.port} did not start:\n{tail}")
+                    error = _PortTaken if "eaddrinuse" in tail else RuntimeError
+                    raise error(f"rabbitmq-server on port {self.port} did not start:\n{tail}")
                 time.sleep(0.25)
 
     def connection(self):

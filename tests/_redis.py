@@ -15,9 +15,8 @@ BINARY = shutil.which("redis-server") or "/usr/bin/redis-server"
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free port on 127.0.0.1."""
+    return free_ports(1)[0]
 
 
 def free_ports(n: int) -> list:

@@ -240,12 +240,12 @@ LATE_DEMO = ["--streaming", "--events", "3000", "--users", "40", "--files", "12"
              "0.05"]
 
 
-def too_late_drops(events=3000, users=40, files=12, seed=sb.DEFAULT_SEED):
-    """The late elements the demo of these arguments must drop: too-late lines are dropped at
-    the session step (every event) and the revenue step (ads)."""
+def too_late_drops(args):
+    """The late elements the streaming demo of the parsed arguments `args` must drop: too-late
+    lines are dropped at the session step (every event) and the revenue step (ads)."""
     too_late = []
-    for line in sb.data.stream_plan(sb.data.generate_lines(events, users, seed), files,
-                                    late_by=1, too_late_by=3).too_late:
+    for line in sb.data.stream_plan(sb.data.generate_lines(args.events, args.users, args.seed),
+                                    args.files, late_by=1, too_late_by=3).too_late:
         try:
             too_late.append(sb.parse_event(line))
         except Exception:
@@ -259,7 +259,7 @@ def test_the_streaming_demo_gives_late_panes_and_drops_exactly_the_too_late_line
     args, extra = sb.parse_args([*LATE_DEMO, "--workdir", str(tmp_path), *runner_flags])
     r = cli_module.run_streaming(args, extra)
     assert r.files == 12 and r.late_lines > 0 and r.too_late_lines > 0
-    assert r.dropped_late == too_late_drops()
+    assert r.dropped_late == too_late_drops(args)
     assert r.final_revenue_micros == r.expected_revenue_micros > 0
     assert r.panes["session"]["LATE"] > 0 and r.panes["revenue"]["ON_TIME"] > 0
     assert r.malformed == len(sb.MALFORMED_LINES)

@@ -144,7 +144,7 @@ def test_the_streaming_demo_prints_only_headraces_lines(tmp_path):
     assert sessions and int(sessions.group(1).replace(",", "")) > 0, report
     assert revenue and int(revenue.group(1).replace(",", "")) > 0, report
     dropped = re.search(r"^  dropped +(\d+) late elements", report, re.M)
-    assert dropped and int(dropped.group(1)) == too_late_drops(), report
+    assert dropped and int(dropped.group(1)) == too_late_drops(sb.parse_args(LATE_DEMO)[0]), report
     malformed = re.search(r"^  malformed +(\d+) lines went to the dead-letter output$", report, re.M)
     assert malformed and int(malformed.group(1)) == len(sb.MALFORMED_LINES), report
     total = re.search(r"^  revenue +\$([\d,.]+) in the windows' last panes; the log without its "

@@ -22,6 +22,7 @@ import headrace
 from headrace.errors import InvalidArgumentError
 from headrace.options.pipeline_options import PipelineOptions, SparkRunnerOptions
 from headrace.runners.spark import session as sessions
+from tests._redis import free_port
 from tests.conftest import RUNNERS
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(headrace.__file__)))
@@ -66,12 +67,6 @@ def test_a_spark_remote_that_is_no_spark_connect_url_is_refused(monkeypatch):
 
 # ---------------------------------------------------------------------------------------
 # pipelines over a Spark Connect server
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _start_server(port: int, log_path: str) -> subprocess.Popen:
@@ -125,7 +120,7 @@ def connect_results(tmp_path_factory):
         pytest.skip(f"PySpark's Spark Connect client is not installed (no {', '.join(missing)}): "
                     "pip install -e '.[test]'")
     work = tmp_path_factory.mktemp("connect")
-    port = _free_port()
+    port = free_port()
     log_path = str(work / "server.log")
     server = _start_server(port, log_path)
     try:
