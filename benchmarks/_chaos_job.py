@@ -8,16 +8,15 @@ Each `--branch` is one source read as its own branch of the one pipeline (one st
 query): a JSON object with `source` (redis, kafka, jetstream, rabbitmq or postgres),
 `endpoint` (Redis URL, Kafka bootstrap, NATS URL, AMQP URL, PostgreSQL DSN), `stream` (Redis
 key, Kafka topic, JetStream stream, RabbitMQ queue, PostgreSQL table), `table` (its
-PostgreSQL pane table), for postgres `end` (the poll position of the end row) and,
-optionally, `batch_size` (else `--batch-size`) and `sink` (redis: a stream key on the same
-server; jetstream: a subject on the same server) for the branch's panes.
+PostgreSQL pane table) and, optionally, `batch_size` (else `--batch-size`) and `sink` (redis:
+a stream key on the same server; jetstream: a subject on the same server) for the branch's
+panes.
 
 Each branch reads its source unbounded (at most `--claims` claims of `--batch-size` records
 per work and micro-batch) until it has been idle for `--idle` seconds, acknowledging what it
 committed (Redis: consumer group `chaos-group`; Kafka: the group's offsets committed in the
 bundle finalizer; JetStream: the durable consumer `chaos_durable`; RabbitMQ: `basic_ack`, and
-the record-id dedup by `message_id`; PostgreSQL: polled by its `chunk` column up to the end
-row, which is dropped); parses each event into (key, value) at its event time
+the record-id dedup by `message_id`; PostgreSQL: polled by its `chunk` column); parses each event into (key, value) at its event time
 (milliseconds in the record: Redis field `ts`, Kafka CreateTime, JetStream and RabbitMQ header
 `ts`); `FixedWindows(--window)` with `AfterWatermark(early=AfterCount(--early),
 late=AfterCount(1))`, accumulating, allowed lateness `--lateness`; `CombinePerKey(sum)`; writes
@@ -67,8 +66,6 @@ def parse_args(argv):
         if b.get("source") not in SOURCES or not all(b.get(k) for k in ("endpoint", "stream", "table")):
             ap.error(f"--branch {b!r}: needs source (one of {', '.join(SOURCES)}), endpoint, "
                      "stream and table")
-        if b["source"] == "postgres" and not isinstance(b.get("end"), int):
-            ap.error(f"--branch {b!r}: a postgres branch needs end (the end row's poll position)")
     return a
 
 
@@ -95,9 +92,8 @@ def read(p, a, b):
         from headrace.io.postgresio import ReadFromPostgres
         return (p | f"Read{name}" >> ReadFromPostgres(
                     table_name=b["stream"], dsn=b["endpoint"], poll_column="chunk",
-                    poll_interval=0.05, upper_bound=b["end"], timestamp_column="ts",
+                    poll_interval=0.05, stop_after_idle=a.idle, timestamp_column="ts",
                     watermark_delay=a.delay)
-                | f"DropEnd{name}" >> beam.Filter(lambda r: r["k"] != "")
                 | f"Parse{name}" >> beam.Map(lambda r: (r["k"], int(r["v"]))))
     if src == "jetstream":
         from headrace.io.jetstreamio import ReadFromJetStream

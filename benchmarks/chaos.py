@@ -118,7 +118,6 @@ RABBIT_RETRY_EVERY = 7                       # every 7th RabbitMQ event is publi
 REDIS_PASSWORD = "Chaos-Redis-Planted-3b8e"
 PG_PASSWORD = "Chaos-Pg-Planted-64d0"
 PG_CHUNK = 20          # the postgres source's events per poll position (one transaction each)
-PG_END = 1 << 40       # the poll position of its end row (ReadFromPostgres upper_bound)
 
 
 class Event(NamedTuple):
@@ -613,8 +612,10 @@ class PgSource(Source):
     numbers the events in chunks of PG_CHUNK (event i in chunk i // PG_CHUNK), each chunk
     inserted in one transaction, in order, once complete (so no row of a chunk the read has
     claimed comes later; a retried insert of a chunk is a no-op, the event index being the
-    key); at the end a row in chunk PG_END, the read's `upper_bound`, ends the read (the job
-    drops it). Stopped with `pg_ctl stop -m immediate` and started again; sockets closed by
+    key); the read ends after `--idle` seconds without a new row (`stop_after_idle`, as the
+    other sources' reads do: an end row read in the batch that read the last events would
+    move the watermark past their windows to the end at once, making their on-time panes the
+    last panes in one run and not in another). Stopped with `pg_ctl stop -m immediate` and started again; sockets closed by
     terminating its client sessions for 3 s."""
 
     name = "postgres"
@@ -624,7 +625,6 @@ class PgSource(Source):
         self.db = Postgres()
         self.endpoint = self.db.job_dsn
         self.buffer: Dict[str, Dict[int, Event]] = {}
-        self.last: Dict[str, Event] = {}
 
     def new_stream(self) -> str:
         name = f"chaos_src_{uuid.uuid4().hex[:8]}"
@@ -636,7 +636,6 @@ class PgSource(Source):
         buf = self.buffer.setdefault(stream, {})
         for e in batch:   # a retried batch (after a failed insert) adds nothing twice
             buf[e.i] = e
-            self.last[stream] = e
         while buf:   # each complete chunk, in order
             chunk = min(buf) // PG_CHUNK
             ids = range(chunk * PG_CHUNK, (chunk + 1) * PG_CHUNK)
@@ -655,18 +654,13 @@ class PgSource(Source):
                 [(e.i, chunk, e.key, e.value, e.ts_ms) for e in rows])
 
     def flush(self) -> None:
-        """Inserts the last, partial chunk and the end row (retried until the server takes
-        them)."""
+        """Inserts the last, partial chunk (retried until the server takes it)."""
         for stream, buf in self.buffer.items():
-            while True:
+            while buf:
                 try:
-                    if buf:
-                        rows = sorted(buf.values())
-                        self._insert(stream, rows[0].i // PG_CHUNK, rows)
-                        buf.clear()
-                    last = self.last[stream]
-                    self._insert(stream, PG_END, [Event(-1, "", last.ts_ms, 0, False)])
-                    break
+                    rows = sorted(buf.values())
+                    self._insert(stream, rows[0].i // PG_CHUNK, rows)
+                    buf.clear()
                 except Exception:
                     time.sleep(0.5)
 
@@ -737,8 +731,6 @@ class Job:
                                                                       claims, batch_size)}
             if b.sink:
                 spec["sink"] = b.sink
-            if b.source.name == "postgres":
-                spec["end"] = PG_END   # the read's upper_bound: the position of the end row
             self.argv += ["--branch", json.dumps(spec)]
         self.ckpt = ckpt
         self.log_dir = log_dir

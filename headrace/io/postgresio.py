@@ -15,8 +15,9 @@ With `poll_column`, the read is unbounded: the restriction is the growing range 
 column's positions; each call reads what is past the last claimed position and, once caught up,
 checkpoints for `poll_interval`; the watermark is the column (a time column), else
 `timestamp_column`, minus `watermark_delay`. With `upper_bound` it ends once a row at or past it
-was read. The column must grow with commit order (rows committed later with a smaller value are
-not read; a sequence filled by concurrent transactions does not guarantee that).
+was read; with `stop_after_idle` once no new row came for that many seconds. The column must
+grow with commit order (rows committed later with a smaller value are not read; a sequence
+filled by concurrent transactions does not guarantee that).
 
 psycopg 3 is imported where it is used (`pip install headrace[postgres]`).
 """
@@ -35,7 +36,7 @@ from headrace.errors import DataFormatError, InvalidArgumentError, PipelineConst
 from headrace.io.flushes import FlushWriter, WriteInFlushes, default_run_id
 from headrace.io.restriction_trackers import (OFFSET_INFINITY, GrowableOffsetRangeTracker, OffsetRange,
                                               OffsetRestrictionTracker, split_evenly)
-from headrace.io.watermark_estimators import ManualWatermarkEstimator
+from headrace.io.watermark_estimators import ReadProgressEstimator
 from headrace.model.time import MAX_TIMESTAMP_MICROS, MIN_TIMESTAMP_MICROS, duration_micros
 from headrace.model.windowed import TimestampedValue
 from headrace.pipeline.dofn import DoFn
@@ -596,10 +597,12 @@ class _PollRows(_ReadRanges):
     interval once caught up; the watermark follows the column (or the timestamp column)."""
 
     def __init__(self, cfg: _Conn, as_rows: bool, timestamp_column: Optional[str], source: str,
-                 poll_interval_us: int, watermark_delay_us: int) -> None:
+                 poll_interval_us: int, watermark_delay_us: int,
+                 stop_after_idle: Optional[float] = None) -> None:
         super().__init__(cfg, as_rows, timestamp_column, source)
         self.poll_interval_us = poll_interval_us
         self.watermark_delay_us = watermark_delay_us
+        self.stop_after_idle = stop_after_idle
 
     def initial_restriction(self, element: QuerySpec) -> OffsetRange:
         stop = OFFSET_INFINITY if element.upper >= OFFSET_INFINITY - 1 else element.upper + 1
@@ -620,7 +623,7 @@ class _PollRows(_ReadRanges):
     @DoFn.unbounded_per_element()
     def process(self, element: QuerySpec, tracker: Any = DoFn.RestrictionParam(),  # type: ignore[override]
                 estimator: Any = DoFn.WatermarkEstimatorParam(
-                    ManualWatermarkEstimator.default_provider())) -> Iterator[Any]:
+                    ReadProgressEstimator.default_provider())) -> Iterator[Any]:
         r = tracker.current_restriction()
         got: List[int] = []
 
@@ -630,6 +633,12 @@ class _PollRows(_ReadRanges):
         yield from self._read(element, tracker, r.start, r.stop, claimed, finish=False)
         if self._cut or (got and got[-1] >= element.upper):
             return  # the runner cut the rest off, or the read passed its upper bound: done
+        if got:
+            estimator.idle_since_us = None
+        elif estimator.idle_too_long(Timestamp.now().micros, self.stop_after_idle):
+            estimator.advance(MAX_TIMESTAMP_MICROS)
+            tracker.try_claim(r.stop)  # fails: the read is done
+            return
         tracker.defer_remainder(Duration(micros=0 if got else self.poll_interval_us))
 
     def _advance(self, estimator: Any, spec: QuerySpec, pos: int, rows: List[Any]) -> None:
@@ -640,10 +649,7 @@ class _PollRows(_ReadRanges):
             micros = max(valid) if valid else None
         if micros is None:
             return
-        wm = max(MIN_TIMESTAMP_MICROS, min(micros - self.watermark_delay_us, MAX_TIMESTAMP_MICROS))
-        current = estimator.current_watermark()
-        if current is None or wm > current.micros:
-            estimator.set_watermark(Timestamp(micros=wm))
+        estimator.advance(max(MIN_TIMESTAMP_MICROS, micros - self.watermark_delay_us))
 
 
 # ---- the transforms ------------------------------------------------------------------------------
@@ -708,7 +714,8 @@ class ReadFromPostgres(_PostgresRead):
     too, by the first and last ranges), read in parallel and split further by the runner.
     Unbounded, with `poll_column`: polls `WHERE poll_column > last` every `poll_interval`
     (a Duration or seconds), from `lower_bound` when given, until a row at or past
-    `upper_bound` when given; the watermark is the poll column (a time column), else the
+    `upper_bound` when given, or until no new row came for `stop_after_idle` seconds when
+    given; the watermark is the poll column (a time column), else the
     latest `timestamp_column`, minus `watermark_delay`. With `timestamp_column`, each row's event
     time is that column. `dsn` is a libpq connection string; `connect_kwargs` are psycopg's
     (sslmode, sslrootcert, ...). The query runs once when the pipeline is built, to check the
@@ -721,7 +728,8 @@ class ReadFromPostgres(_PostgresRead):
                  upper_bound: Any = None, poll_column: Optional[str] = None,
                  poll_interval: Any = 1, watermark_delay: Any = 0,
                  timestamp_column: Optional[str] = None, as_rows: bool = False,
-                 connect_kwargs: Optional[Dict[str, Any]] = None, validate: bool = True) -> None:
+                 connect_kwargs: Optional[Dict[str, Any]] = None, validate: bool = True,
+                 stop_after_idle: Optional[float] = None) -> None:
         super().__init__()
         where = "ReadFromPostgres"
         self.sql = _source_sql(where, query, table_name)
@@ -739,6 +747,12 @@ class ReadFromPostgres(_PostgresRead):
         self.bounds = (lower_bound, upper_bound)
         self.poll_interval_us = _seconds(where, "poll_interval", poll_interval)
         self.watermark_delay_us = _seconds(where, "watermark_delay", watermark_delay)
+        if stop_after_idle is not None:
+            if not self.poll_column:
+                raise InvalidArgumentError(f"{where}: stop_after_idle ends an unbounded read; give "
+                                           "poll_column too, or leave stop_after_idle out")
+        self.stop_after_idle = (None if stop_after_idle is None
+                                else _seconds(where, "stop_after_idle", stop_after_idle) / 1e6)
         self.as_rows = bool(as_rows)
         self.validate = bool(validate)
         self.source = table_name if table_name is not None else f"query {self.sql!r}"
@@ -763,7 +777,7 @@ class ReadFromPostgres(_PostgresRead):
     def _fn(self) -> _ReadRanges:
         if self.poll_column:
             return _PollRows(self.cfg, self.as_rows, self.timestamp_column, self.source,
-                             self.poll_interval_us, self.watermark_delay_us)
+                             self.poll_interval_us, self.watermark_delay_us, self.stop_after_idle)
         return _ReadRanges(self.cfg, self.as_rows, self.timestamp_column, self.source)
 
 

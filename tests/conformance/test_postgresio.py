@@ -215,6 +215,14 @@ def test_a_missing_table_fails_when_the_pipeline_is_built(pg):
         _ = p | ReadFromPostgres(table_name="no_such_table", dsn=pg)
 
 
+def test_stop_after_idle_is_for_polling_reads(pg):
+    with pytest.raises(InvalidArgumentError, match="stop_after_idle ends an unbounded read"):
+        ReadFromPostgres(table_name="t", dsn=pg, stop_after_idle=5, validate=False)
+    with pytest.raises(InvalidArgumentError, match="stop_after_idle must be a Duration or seconds"):
+        ReadFromPostgres(table_name="t", dsn=pg, poll_column="t", stop_after_idle=-1,
+                         validate=False)
+
+
 def test_a_password_never_appears_in_errors(pg):
     secret = "Pl4nted-s3cret"
     port = int(pg.rsplit(":", 1)[1].split("/")[0])
@@ -250,7 +258,10 @@ def test_a_row_that_does_not_convert_fails_the_read_without_the_dead_letter_outp
 # ---- the unbounded polling read -----------------------------------------------------------------
 
 
-def test_rows_inserted_while_polling_arrive_in_their_windows(make_pipeline, pg, runner):
+@pytest.mark.parametrize("end", ["upper_bound", "stop_after_idle"])
+def test_rows_inserted_while_polling_arrive_in_their_windows(make_pipeline, pg, runner, end):
+    """Rows inserted while the read polls; the read ends at its upper bound (a row at it), or
+    once no new row came for `stop_after_idle` seconds."""
     if runner == "spark-cluster":
         pytest.skip("the polling read runs on the local runner and Spark streaming on local[2]; "
                     "local-cluster adds only time here (the bounded reads run on it)")
@@ -270,8 +281,9 @@ def test_rows_inserted_while_polling_arrive_in_their_windows(make_pipeline, pg, 
             insert(rows[i:i + 10])
     thread = threading.Thread(target=writer, daemon=True)
     p = make_pipeline(trigger_interval=0.2)
+    ends = {"upper_bound": rows[-1][3]} if end == "upper_bound" else {"stop_after_idle": 1.5}
     sums = (p | ReadFromPostgres(table_name=name, dsn=pg, poll_column="t", poll_interval=0.1,
-                                 upper_bound=rows[-1][3], timestamp_column="t")
+                                 timestamp_column="t", **ends)
             | beam.Map(lambda r: (r["k"], r["v"]))
             | beam.WindowInto(window.FixedWindows(10))
             | beam.CombinePerKey(sum)
