@@ -12,19 +12,19 @@ PostgreSQL pane table) and, optionally, `batch_size` (else `--batch-size`) and `
 a stream key on the same server; jetstream: a subject on the same server) for the branch's
 panes.
 
-Each branch reads its source unbounded (at most `--claims` claims of `--batch-size` records
-per work and micro-batch) until it has been idle for `--idle` seconds, acknowledging what it
+Each branch reads its source unbounded (at most `--claims` claims of `--batch-size` records per
+work and micro-batch) until it has been idle for `--idle` seconds, acknowledging what it
 committed (Redis: consumer group `chaos-group`; Kafka: the group's offsets committed in the
 bundle finalizer; JetStream: the durable consumer `chaos_durable`; RabbitMQ: `basic_ack`, and
-the record-id dedup by `message_id`; PostgreSQL: polled by its `chunk` column); parses each event into (key, value) at its event time
-(milliseconds in the record: Redis field `ts`, Kafka CreateTime, JetStream and RabbitMQ header
-`ts`); `FixedWindows(--window)` with `AfterWatermark(early=AfterCount(--early),
-late=AfterCount(1))`, accumulating, allowed lateness `--lateness`; `CombinePerKey(sum)`; writes
-every pane as a row (key, window_start, pane_index, timing, value, is_last) to the branch's
-table T with `WriteToPostgres(mode='append')` (exactly-once), each window's pane of the highest
-index to T_latest (an idempotent upsert that keeps the highest pane_index), and, with a
-`sink`, every pane with `WriteToRedisStreams` or `WriteToJetStream` (exactly-once).
-"""
+the record-id dedup by `message_id`; PostgreSQL: polled by its `chunk` column); parses each
+event into (key, value) at its event time (milliseconds in the record: Redis field `ts`, Kafka
+CreateTime, JetStream and RabbitMQ header `ts`); `FixedWindows(--window)` with
+`AfterWatermark(early=AfterCount(--early), late=AfterCount(1))`, accumulating, allowed lateness
+`--lateness`; `CombinePerKey(sum)`; writes every pane as a row (key, window_start, pane_index,
+timing, value, is_last) to the branch's table T with `WriteToPostgres(mode='append')`
+(exactly-once), each window's pane of the highest index to T_latest (an idempotent upsert that
+keeps the highest pane_index), and, with a `sink`, every pane with `WriteToRedisStreams` or
+`WriteToJetStream` (exactly-once)."""
 
 from __future__ import annotations
 

@@ -615,8 +615,8 @@ class PgSource(Source):
     key); the read ends after `--idle` seconds without a new row (`stop_after_idle`, as the
     other sources' reads do: an end row read in the batch that read the last events would
     move the watermark past their windows to the end at once, making their on-time panes the
-    last panes in one run and not in another). Stopped with `pg_ctl stop -m immediate` and started again; sockets closed by
-    terminating its client sessions for 3 s."""
+    last panes in one run and not in another). Stopped with `pg_ctl stop -m immediate` and
+    started again; sockets closed by terminating its client sessions for 3 s."""
 
     name = "postgres"
     secrets = (PG_PASSWORD,)

@@ -1,4 +1,5 @@
-"""The `headrace` command: `headrace demo [job flags]` runs the example job, `headrace version`."""
+"""The `headrace` command: `headrace demo [job flags]` runs the example job, `headrace version`,
+`headrace jvm-archive` builds the Spark driver's class archive."""
 
 from __future__ import annotations
 
@@ -18,6 +19,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="generate event logs and run the sessions & billing example job "
                         "(`headrace demo --help` lists its flags)")
     sub.add_parser("version", help="print the versions of headrace, Python and PySpark")
+    sub.add_parser("jvm-archive", help="build the class archive that makes the Spark driver "
+                                       "JVM start faster (once per Java and PySpark version; "
+                                       "--force builds it again)")
     return parser
 
 
@@ -37,6 +41,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args and args[0] == "demo":
         from headrace.examples import sessions_billing
         return sessions_billing.main(args[1:], prog="headrace demo")
+    if args and args[0] == "jvm-archive":
+        from headrace.runners.spark import jvm_archive
+        return jvm_archive.main(args[1:])
     parser = _parser()
     ns = parser.parse_args(args)
     if ns.command == "version":

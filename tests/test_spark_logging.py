@@ -152,11 +152,58 @@ def test_the_streaming_demo_prints_only_headraces_lines(tmp_path):
     assert total and total.group(1) == total.group(2) and total.group(1) != "0.00", report
 
 
-def test_headraces_log_configuration_comes_first_unless_the_user_names_one():
+def test_headraces_log_configuration_comes_first_unless_the_user_names_one(monkeypatch):
     """--spark_conf spark.driver.extraJavaOptions keeps headrace's log4j configuration, unless it
     names a log4j configuration of its own."""
-    from headrace.runners.spark import logs
+    from headrace.runners.spark import jvm_archive, logs
+    monkeypatch.setenv(jvm_archive.ENV, "off")
     assert logs.java_options([]) == logs.LOG4J_OPTION
     assert logs.java_options([("spark.driver.extraJavaOptions", "-Da=1")]) == f"{logs.LOG4J_OPTION} -Da=1"
     own = "-Dlog4j2.configurationFile=/etc/mine.properties"
     assert logs.java_options([("spark.driver.extraJavaOptions", own)]) == own
+
+
+def test_the_jvm_class_archive_is_used_once_built_unless_turned_off(monkeypatch, tmp_path):
+    """A built archive (in headrace's cache, keyed by Java and PySpark) goes into the driver's
+    options with the JVM's messages about it turned off; HEADRACE_JVM_ARCHIVE=off, an option of
+    the user's naming an archive, or no archive built: not."""
+    from headrace.runners.spark import jvm_archive, logs
+    monkeypatch.setenv("HEADRACE_CACHE", str(tmp_path))
+    monkeypatch.delenv(jvm_archive.ENV, raising=False)
+    path = jvm_archive.archive_path()
+    assert path is not None and path.startswith(str(tmp_path))
+    assert logs.java_options([]) == logs.LOG4J_OPTION           # not built
+    with open(path, "wb") as f:                                  # never mapped: no JVM starts
+        f.write(b"built")
+    assert logs.java_options([]) == (f"{logs.LOG4J_OPTION} -XX:SharedArchiveFile={path} "
+                                     "-Xlog:cds*=off")
+    own = "-XX:SharedArchiveFile=/elsewhere.jsa"
+    assert logs.java_options([("spark.driver.extraJavaOptions", own)]) == f"{logs.LOG4J_OPTION} {own}"
+    monkeypatch.setenv(jvm_archive.ENV, "off")
+    assert logs.java_options([]) == logs.LOG4J_OPTION
+    # another Java (JAVA_HOME elsewhere) has another archive
+    monkeypatch.delenv(jvm_archive.ENV)
+    fake = tmp_path / "jdk" / "bin"
+    fake.mkdir(parents=True)
+    (fake / "java").write_text("")
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path / "jdk"))
+    assert jvm_archive.archive_path() not in (None, path)
+    assert logs.java_options([]) == logs.LOG4J_OPTION
+
+
+def test_a_failed_archive_build_leaves_no_archive(monkeypatch, tmp_path):
+    """The archive is renamed into place only after its JVM exited normally: a build whose
+    child fails leaves nothing a JVM could map (a partial archive crashes the JVM)."""
+    import subprocess
+
+    from headrace.runners.spark import jvm_archive
+    monkeypatch.setenv("HEADRACE_CACHE", str(tmp_path))
+
+    def failing(argv, **kwargs):
+        with open(argv[-1], "wb") as f:      # a partial archive
+            f.write(b"half")
+        return subprocess.CompletedProcess(argv, 1, stdout="the JVM died")
+    monkeypatch.setattr(jvm_archive.subprocess, "run", failing)
+    with pytest.raises(RuntimeError, match="(?s)failed.*exit 1.*the JVM died"):
+        jvm_archive.build()
+    assert [n for n in os.listdir(tmp_path) if n.endswith(".jsa") or ".building" in n] == []

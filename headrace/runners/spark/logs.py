@@ -50,12 +50,16 @@ def current_log() -> Optional[str]:
 
 def java_options(conf: List[Tuple[str, str]]) -> str:
     """`spark.driver.extraJavaOptions` for a Spark headrace starts: the --spark_conf value, with
-    headrace's log configuration first unless that value names a log4j configuration itself."""
+    headrace's log configuration first unless that value names a log4j configuration itself,
+    and the JVM class archive (`jvm_archive`) when one is built and the value names none."""
+    from headrace.runners.spark import jvm_archive
     given = [v for k, v in conf if k == "spark.driver.extraJavaOptions"]
-    if not given:
-        return LOG4J_OPTION
-    value = given[-1]
-    return value if "log4j2.configurationFile" in value else f"{LOG4J_OPTION} {value}"
+    value = given[-1] if given else ""
+    parts = [] if "log4j2.configurationFile" in value else [LOG4J_OPTION]
+    if "SharedArchiveFile" not in value and "ArchiveClassesAtExit" not in value:
+        parts.append(jvm_archive.java_options())
+    parts.append(value)
+    return " ".join(p for p in parts if p)
 
 
 def _new_log(chosen: Optional[str]) -> str:

@@ -1,0 +1,198 @@
+"""A class-data-sharing archive of Spark's classes for the driver JVM that headrace starts.
+
+A JVM that starts Spark loads, parses and verifies some 15,000 classes from Spark's jars; that
+was about half of the 7-14 s a `local[2]` SparkSession took to start here. Java's AppCDS
+(application class-data sharing, JEP 350's dynamic archives, in every Java 17 and 21) keeps
+those classes, already parsed and verified, in a file that a later JVM maps into memory: with
+one, the same start and first job took 7.3 s instead of 14.0 s (`benchmarks/README.md`, "A
+JVM class archive").
+
+`headrace jvm-archive` (or `build()`) makes the archive: it runs a small batch pipeline and a
+small streaming pipeline on Spark `local[2]` in a child process whose JVM writes the classes
+it loaded to a file when it exits (`-XX:ArchiveClassesAtExit`); the file is renamed into
+headrace's cache only after that JVM exited normally, so no JVM ever maps a partial one (a
+truncated archive crashes the JVM that maps it). It is about 150 MB and is made once per Java
+installation, PySpark version and Spark home (its key); building takes 30-60 s.
+
+When the archive for the current Java and PySpark exists, headrace starts its driver JVM with
+it (`-XX:SharedArchiveFile`); `HEADRACE_JVM_ARCHIVE=off` starts it without. A JVM whose class
+path differs from the archive's (`spark.driver.extraClassPath`) or whose Java was updated in
+place uses no archive and starts as it would have: the JVM checks the archive's class path and
+build, and its messages about that are turned off (`-Xlog:cds*=off`) since they would appear
+on the terminal. Only the driver uses it: executors of a cluster start with other class paths.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import time
+from importlib import metadata
+from typing import List, Optional
+
+from headrace.runners.spark import spark_home
+
+ENV = "HEADRACE_JVM_ARCHIVE"
+"""Set to `off` to start the driver JVM without the archive."""
+
+_FORMAT = "1"  # of the build's workload and options; in the key
+_QUIET = "-Xlog:cds*=off"  # the JVM's messages about an archive it cannot use (class path, build)
+
+
+def _java() -> Optional[str]:
+    """The java executable Spark's launcher runs (`$JAVA_HOME/bin/java`, else the one on the
+    PATH), its links resolved; None when there is none."""
+    home = os.environ.get("JAVA_HOME")
+    java = os.path.join(home, "bin", "java") if home else shutil.which("java")
+    if not java or not os.path.exists(java):
+        return None
+    return os.path.realpath(java)
+
+
+def archive_path() -> Optional[str]:
+    """Where the archive for the current Java, PySpark and Spark home is (or would be); None
+    when there is no Java or no PySpark."""
+    java = _java()
+    if java is None:
+        return None
+    try:
+        pyspark = metadata.version("pyspark")
+    except metadata.PackageNotFoundError:
+        return None
+    home = os.environ.get("SPARK_HOME") or spark_home.pyspark_home() or ""
+    stamp = [_FORMAT, java, pyspark, home]
+    release = os.path.join(os.path.dirname(os.path.dirname(java)), "release")
+    # a reinstalled PySpark gets a new bytecode home (spark_home), the driver's class path
+    for path in (java, release, os.path.join(home, "jars"),
+                 os.path.join(home, "python", "lib", "pyspark.zip")):
+        try:
+            st = os.stat(path)
+            stamp.append(f"{path}:{st.st_size}:{st.st_mtime_ns}")
+        except OSError:
+            pass
+    key = hashlib.sha256("|".join(stamp).encode()).hexdigest()[:16]
+    return os.path.join(spark_home.cache_root(), f"jvm-archive-{pyspark}-{key}.jsa")
+
+
+def java_options() -> str:
+    """The driver JVM's options for the archive: empty when it is off or not built."""
+    if os.environ.get(ENV, "").lower() in ("off", "0", "false", "no"):
+        return ""
+    path = archive_path()
+    if path is None or not os.path.isfile(path):
+        return ""
+    return f"-XX:SharedArchiveFile={path} {_QUIET}"
+
+
+def build(force: bool = False) -> str:
+    """Builds the archive (unless it exists, or with `force`) and returns its path; one process
+    builds it at a time, the others wait for it. Raises RuntimeError when the build fails."""
+    path = archive_path()
+    if path is None:
+        raise RuntimeError("no Java or no PySpark found: install Java 17 or 21 "
+                           "(apt-get install openjdk-17-jre-headless) and headrace's Spark extra")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path + ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if os.path.isfile(path) and not force:
+            return path
+        tmp = f"{path}.{os.getpid()}.building"
+        env = dict(os.environ, **{ENV: "off"})
+        env.pop("PYSPARK_GATEWAY_PORT", None)
+        child = subprocess.run(
+            [sys.executable, "-m", "headrace.runners.spark.jvm_archive", "--dump", tmp],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=900)
+        if child.returncode != 0 or not os.path.isfile(tmp):
+            _remove(tmp)
+            raise RuntimeError(f"building the JVM class archive failed (exit {child.returncode})"
+                               f":\n{child.stdout[-3000:]}")
+        os.replace(tmp, path)
+        _prune(path)
+    return path
+
+
+def _remove(path: str) -> None:
+    try:
+        os.remove(path)
+    except OSError:
+        pass
+
+
+def _prune(kept: str) -> None:
+    """Removes the cache's other archives of the same PySpark version (an older Java or Spark
+    home) and leftovers of builds that died."""
+    parent, name = os.path.split(kept)
+    prefix = name.rsplit("-", 1)[0] + "-"
+    for other in os.listdir(parent):
+        if other.startswith(prefix) and other not in (name, name + ".lock"):
+            _remove(os.path.join(parent, other))
+
+
+def _dump(target: str) -> int:
+    """The child's part: runs the workload on a Spark whose driver JVM writes its classes to
+    `target` when it exits, then closes that JVM and waits for it."""
+    import headrace as beam
+    from headrace.options.pipeline_options import PipelineOptions
+    from headrace.runners.spark import session
+    from headrace.testing.test_stream import TestStream
+    from headrace.transforms import trigger, window
+
+    options = ["--runner=SparkRunner", "--spark_master=local[2]",
+               "--spark_conf=spark.ui.enabled=false",
+               "--spark_conf=spark.sql.shuffle.partitions=2",
+               f"--spark_conf=spark.driver.extraJavaOptions=-XX:ArchiveClassesAtExit={target} "
+               f"{_QUIET}"]
+    with beam.Pipeline(options=PipelineOptions(options)) as p:
+        _ = (p | beam.Create([(f"k{i % 5}", i) for i in range(200)])
+             | beam.CombinePerKey(sum) | beam.GroupByKey() | beam.Map(str))
+    stream = (TestStream().advance_watermark_to(0)
+              .add_elements([window.TimestampedValue(("a", 1), 1), window.TimestampedValue(("b", 2), 2)])
+              .advance_watermark_to(20).add_elements([window.TimestampedValue(("a", 3), 3)])
+              .advance_watermark_to_infinity())
+    with beam.Pipeline(options=PipelineOptions(options + ["--streaming"])) as p:
+        _ = (p | stream | beam.WindowInto(window.FixedWindows(10),
+                                          trigger=trigger.AfterWatermark(late=trigger.AfterCount(1)),
+                                          accumulation_mode=trigger.AccumulationMode.ACCUMULATING,
+                                          allowed_lateness=60)
+             | beam.CombinePerKey(sum) | beam.Map(str))
+    session.stop_session()
+    from pyspark import SparkContext
+    gateway = SparkContext._gateway
+    proc = getattr(gateway, "proc", None)
+    if proc is None:
+        print("jvm-archive: PySpark did not keep its JVM's process; cannot wait for the dump")
+        return 1
+    proc.stdin.close()   # the gateway exits on end of input, writing the archive
+    rc = proc.wait(timeout=600)
+    print(f"jvm-archive: the JVM exited with {rc}")
+    return 0 if rc == 0 and os.path.isfile(target) else 1
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """`headrace jvm-archive [--force]`: builds the archive and says where it is."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["--dump"] and len(args) == 2:
+        return _dump(args[1])
+    force = "--force" in args
+    path = archive_path()
+    if path is not None and os.path.isfile(path) and not force:
+        print(f"headrace: the JVM class archive exists: {path}")
+        return 0
+    t0 = time.monotonic()
+    try:
+        path = build(force=force)
+    except RuntimeError as exc:
+        print(f"headrace: {exc}", file=sys.stderr)
+        return 1
+    size = os.path.getsize(path) / 1e6
+    print(f"headrace: built the JVM class archive in {time.monotonic() - t0:.0f} s: {path} "
+          f"({size:.0f} MB); Spark drivers headrace starts now use it ({ENV}=off: they do not)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
