@@ -1,18 +1,17 @@
 """A class-data-sharing archive of Spark's classes for the driver JVM that headrace starts.
 
-A JVM that starts Spark loads, parses and verifies some 15,000 classes from Spark's jars; that
-was about half of the 7-14 s a `local[2]` SparkSession took to start here. Java's AppCDS
-(application class-data sharing, JEP 350's dynamic archives, in every Java 17 and 21) keeps
-those classes, already parsed and verified, in a file that a later JVM maps into memory: with
-one, the same start and first job took 7.3 s instead of 14.0 s (`benchmarks/README.md`, "A
-JVM class archive").
+A JVM that starts Spark loads, parses and verifies thousands of classes from Spark's jars.
+Java's AppCDS (application class-data sharing; JEP 350's dynamic archives, in every Java 17 and
+21) keeps those classes, already parsed and verified, in a file that a later JVM maps into
+memory: a fresh process's Spark start and first small job on `local[2]` took 6.2 s with one
+and 9.9 s without (`benchmarks/README.md`, "A JVM class archive").
 
 `headrace jvm-archive` (or `build()`) makes the archive: it runs a small batch pipeline and a
 small streaming pipeline on Spark `local[2]` in a child process whose JVM writes the classes
 it loaded to a file when it exits (`-XX:ArchiveClassesAtExit`); the file is renamed into
 headrace's cache only after that JVM exited normally, so no JVM ever maps a partial one (a
 truncated archive crashes the JVM that maps it). It is about 150 MB and is made once per Java
-installation, PySpark version and Spark home (its key); building takes 30-60 s.
+installation, PySpark version and Spark home (its key); building took 43 s here.
 
 When the archive for the current Java and PySpark exists, headrace starts its driver JVM with
 it (`-XX:SharedArchiveFile`); `HEADRACE_JVM_ARCHIVE=off` starts it without. A JVM whose class
