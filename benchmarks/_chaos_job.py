@@ -4,13 +4,12 @@ killed, restarted on its checkpoint, faulted underneath.
     python _chaos_job.py --branch JSON [--branch JSON ...] --dsn DSN --checkpoint DIR
                          [--claims 3] [--batch-size 5] ...
 
-Each `--branch` is one source read as its own branch of the one pipeline (one streaming
-query): a JSON object with `source` (redis, kafka, jetstream, rabbitmq or postgres),
-`endpoint` (Redis URL, Kafka bootstrap, NATS URL, AMQP URL, PostgreSQL DSN), `stream` (Redis
-key, Kafka topic, JetStream stream, RabbitMQ queue, PostgreSQL table), `table` (its
-PostgreSQL pane table) and, optionally, `batch_size` (else `--batch-size`) and `sink` (redis:
-a stream key on the same server; jetstream: a subject on the same server) for the branch's
-panes.
+Each `--branch` is one source read as its own branch of the one pipeline (one streaming query):
+a JSON object with `source` (redis, kafka, jetstream, rabbitmq or postgres), `endpoint` (Redis
+URL, Kafka bootstrap, NATS URL, AMQP URL, PostgreSQL DSN), `stream` (Redis key, Kafka topic,
+JetStream stream, RabbitMQ queue, PostgreSQL table), `table` (its PostgreSQL pane table) and,
+optionally, `batch_size` (else `--batch-size`), `idle` (else `--idle`) and `sink` (redis: a
+stream key on the same server; jetstream: a subject on the same server) for the branch's panes.
 
 Each branch reads its source unbounded (at most `--claims` claims of `--batch-size` records per
 work and micro-batch) until it has been idle for `--idle` seconds, acknowledging what it
@@ -92,7 +91,7 @@ def read(p, a, b):
         from headrace.io.postgresio import ReadFromPostgres
         return (p | f"Read{name}" >> ReadFromPostgres(
                     table_name=b["stream"], dsn=b["endpoint"], poll_column="chunk",
-                    poll_interval=0.05, stop_after_idle=a.idle, timestamp_column="ts",
+                    poll_interval=0.05, stop_after_idle=b.get("idle", a.idle), timestamp_column="ts",
                     watermark_delay=a.delay)
                 | f"Parse{name}" >> beam.Map(lambda r: (r["k"], int(r["v"]))))
     if src == "jetstream":

@@ -118,6 +118,7 @@ RABBIT_RETRY_EVERY = 7                       # every 7th RabbitMQ event is publi
 REDIS_PASSWORD = "Chaos-Redis-Planted-3b8e"
 PG_PASSWORD = "Chaos-Pg-Planted-64d0"
 PG_CHUNK = 20          # the postgres source's events per poll position (one transaction each)
+STOP_SECONDS = (3, 6)  # a server stop's length: uniform in this range
 
 
 class Event(NamedTuple):
@@ -607,16 +608,17 @@ class RabbitSource(Source):
 
 
 class PgSource(Source):
-    """A second private PostgreSQL cluster (durable, the planted password in the job's DSN) as
-    a source read by `ReadFromPostgres` polling: a table per stream, whose poll column `chunk`
-    numbers the events in chunks of PG_CHUNK (event i in chunk i // PG_CHUNK), each chunk
-    inserted in one transaction, in order, once complete (so no row of a chunk the read has
-    claimed comes later; a retried insert of a chunk is a no-op, the event index being the
-    key); the read ends after `--idle` seconds without a new row (`stop_after_idle`, as the
-    other sources' reads do: an end row read in the batch that read the last events would
-    move the watermark past their windows to the end at once, making their on-time panes the
-    last panes in one run and not in another). Stopped with `pg_ctl stop -m immediate` and
-    started again; sockets closed by terminating its client sessions for 3 s."""
+    """A second private PostgreSQL cluster (durable, the planted password in the job's DSN) as a
+    source read by `ReadFromPostgres` polling: a table per stream, whose poll column `chunk` numbers
+    the events in chunks of PG_CHUNK (event i in chunk i // PG_CHUNK), each chunk inserted in
+    one transaction, in order, once complete (so no row of a chunk the read has claimed comes
+    later; a retried insert of a chunk is a no-op, the event index being the key); the read ends
+    after `--idle` seconds without a new row, plus the longest server stop and a chunk's
+    interval (`stop_after_idle`, as the other sources' reads end: an end row read in the batch
+    that read the last events would move the watermark past their windows to the end at once,
+    making their on-time panes the last panes in one run and not in another). Stopped with
+    `pg_ctl stop -m immediate` and started again; sockets closed by terminating its client
+    sessions for 3 s."""
 
     name = "postgres"
     secrets = (PG_PASSWORD,)
@@ -731,6 +733,11 @@ class Job:
                                                                       claims, batch_size)}
             if b.sink:
                 spec["sink"] = b.sink
+            if b.source.name == "postgres":
+                # its rows come a chunk at a time (PG_CHUNK / rate seconds apart), and a stop of
+                # its server delays the next chunk by up to the longest stop: its read must not
+                # call that gap the end
+                spec["idle"] = args.idle + STOP_SECONDS[1] + PG_CHUNK / args.rate
             self.argv += ["--branch", json.dumps(spec)]
         self.ckpt = ckpt
         self.log_dir = log_dir
@@ -923,7 +930,7 @@ class Injector:
                 self.sleep(0.05)
             return "no python worker found in 120 s"
         if kind in ("source", "postgres"):
-            pause = rng.uniform(3, 6)
+            pause = rng.uniform(*STOP_SECONDS)
             target: Any = self.pg if kind == "postgres" else self.sources[server or ""]
             target.stop_server()
             try:
