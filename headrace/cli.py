@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import sys
 from importlib import metadata
@@ -35,6 +36,47 @@ def version_text() -> str:
     return f"headrace {__version__} (Python {platform.python_version()}, pyspark {spark})"
 
 
+def _jvm_archive_workload(target: str) -> int:
+    """The child process of `jvm_archive.build`: runs a small batch and a small streaming
+    pipeline on a Spark whose driver JVM writes the classes it loaded to `target` when it exits,
+    then closes that JVM and waits for it."""
+    import headrace as beam
+    from headrace.options.pipeline_options import PipelineOptions
+    from headrace.runners.spark import jvm_archive, session
+    from headrace.testing.test_stream import TestStream
+    from headrace.transforms import trigger, window
+
+    options = ["--runner=SparkRunner", "--spark_master=local[2]",
+               "--spark_conf=spark.ui.enabled=false",
+               "--spark_conf=spark.sql.shuffle.partitions=2",
+               f"--spark_conf=spark.driver.extraJavaOptions=-XX:ArchiveClassesAtExit={target} "
+               f"{jvm_archive.QUIET}"]
+    with beam.Pipeline(options=PipelineOptions(options)) as p:
+        _ = (p | beam.Create([(f"k{i % 5}", i) for i in range(200)])
+             | beam.CombinePerKey(sum) | beam.GroupByKey() | beam.Map(str))
+    stream = (TestStream().advance_watermark_to(0)
+              .add_elements([window.TimestampedValue(("a", 1), 1), window.TimestampedValue(("b", 2), 2)])
+              .advance_watermark_to(20).add_elements([window.TimestampedValue(("a", 3), 3)])
+              .advance_watermark_to_infinity())
+    with beam.Pipeline(options=PipelineOptions(options + ["--streaming"])) as p:
+        _ = (p | stream | beam.WindowInto(window.FixedWindows(10),
+                                          trigger=trigger.AfterWatermark(late=trigger.AfterCount(1)),
+                                          accumulation_mode=trigger.AccumulationMode.ACCUMULATING,
+                                          allowed_lateness=60)
+             | beam.CombinePerKey(sum) | beam.Map(str))
+    session.stop_session()
+    from pyspark import SparkContext
+    gateway = SparkContext._gateway
+    proc = getattr(gateway, "proc", None)
+    if proc is None:
+        print("jvm-archive: PySpark did not keep its JVM's process; cannot wait for the dump")
+        return 1
+    proc.stdin.close()   # the gateway exits on end of input, writing the archive
+    rc = proc.wait(timeout=600)
+    print(f"jvm-archive: the JVM exited with {rc}")
+    return 0 if rc == 0 and os.path.isfile(target) else 1
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Runs the `headrace` command line; returns the exit code."""
     args: List[str] = list(sys.argv[1:] if argv is None else argv)
@@ -42,6 +84,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         from headrace.examples import sessions_billing
         return sessions_billing.main(args[1:], prog="headrace demo")
     if args and args[0] == "jvm-archive":
+        if args[1:2] == ["--dump"] and len(args) == 3:
+            return _jvm_archive_workload(args[2])
         from headrace.runners.spark import jvm_archive
         return jvm_archive.main(args[1:])
     parser = _parser()

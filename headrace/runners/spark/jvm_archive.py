@@ -7,11 +7,12 @@ memory: a fresh process's Spark start and first small job on `local[2]` took 6.2
 and 9.9 s without (`benchmarks/README.md`, "A JVM class archive").
 
 `headrace jvm-archive` (or `build()`) makes the archive: it runs a small batch pipeline and a
-small streaming pipeline on Spark `local[2]` in a child process whose JVM writes the classes
-it loaded to a file when it exits (`-XX:ArchiveClassesAtExit`); the file is renamed into
-headrace's cache only after that JVM exited normally, so no JVM ever maps a partial one (a
-truncated archive crashes the JVM that maps it). It is about 150 MB and is made once per Java
-installation, PySpark version and Spark home (its key); building took 43 s here.
+small streaming pipeline on Spark `local[2]` in a child process (`headrace.cli`'s workload)
+whose JVM writes the classes it loaded to a file when it exits (`-XX:ArchiveClassesAtExit`);
+the file is renamed into headrace's cache only after that JVM exited normally, so no JVM ever
+maps a partial one (a truncated archive crashes the JVM that maps it). It is about 180 MB and
+is made once per Java installation, PySpark version and Spark home (its key); building took
+43 s here.
 
 When the archive for the current Java and PySpark exists, headrace starts its driver JVM with
 it (`-XX:SharedArchiveFile`); `HEADRACE_JVM_ARCHIVE=off` starts it without. A JVM whose class
@@ -39,7 +40,8 @@ ENV = "HEADRACE_JVM_ARCHIVE"
 """Set to `off` to start the driver JVM without the archive."""
 
 _FORMAT = "1"  # of the build's workload and options; in the key
-_QUIET = "-Xlog:cds*=off"  # the JVM's messages about an archive it cannot use (class path, build)
+QUIET = "-Xlog:cds*=off"
+"""The JVM option that silences its messages about an archive it cannot use (class path, build)."""
 
 
 def _java() -> Optional[str]:
@@ -84,7 +86,7 @@ def java_options() -> str:
     path = archive_path()
     if path is None or not os.path.isfile(path):
         return ""
-    return f"-XX:SharedArchiveFile={path} {_QUIET}"
+    return f"-XX:SharedArchiveFile={path} {QUIET}"
 
 
 def build(force: bool = False) -> str:
@@ -103,7 +105,7 @@ def build(force: bool = False) -> str:
         env = dict(os.environ, **{ENV: "off"})
         env.pop("PYSPARK_GATEWAY_PORT", None)
         child = subprocess.run(
-            [sys.executable, "-m", "headrace.runners.spark.jvm_archive", "--dump", tmp],
+            [sys.executable, "-m", "headrace.cli", "jvm-archive", "--dump", tmp],
             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=900)
         if child.returncode != 0 or not os.path.isfile(tmp):
             _remove(tmp)
@@ -131,51 +133,9 @@ def _prune(kept: str) -> None:
             _remove(os.path.join(parent, other))
 
 
-def _dump(target: str) -> int:
-    """The child's part: runs the workload on a Spark whose driver JVM writes its classes to
-    `target` when it exits, then closes that JVM and waits for it."""
-    import headrace as beam
-    from headrace.options.pipeline_options import PipelineOptions
-    from headrace.runners.spark import session
-    from headrace.testing.test_stream import TestStream
-    from headrace.transforms import trigger, window
-
-    options = ["--runner=SparkRunner", "--spark_master=local[2]",
-               "--spark_conf=spark.ui.enabled=false",
-               "--spark_conf=spark.sql.shuffle.partitions=2",
-               f"--spark_conf=spark.driver.extraJavaOptions=-XX:ArchiveClassesAtExit={target} "
-               f"{_QUIET}"]
-    with beam.Pipeline(options=PipelineOptions(options)) as p:
-        _ = (p | beam.Create([(f"k{i % 5}", i) for i in range(200)])
-             | beam.CombinePerKey(sum) | beam.GroupByKey() | beam.Map(str))
-    stream = (TestStream().advance_watermark_to(0)
-              .add_elements([window.TimestampedValue(("a", 1), 1), window.TimestampedValue(("b", 2), 2)])
-              .advance_watermark_to(20).add_elements([window.TimestampedValue(("a", 3), 3)])
-              .advance_watermark_to_infinity())
-    with beam.Pipeline(options=PipelineOptions(options + ["--streaming"])) as p:
-        _ = (p | stream | beam.WindowInto(window.FixedWindows(10),
-                                          trigger=trigger.AfterWatermark(late=trigger.AfterCount(1)),
-                                          accumulation_mode=trigger.AccumulationMode.ACCUMULATING,
-                                          allowed_lateness=60)
-             | beam.CombinePerKey(sum) | beam.Map(str))
-    session.stop_session()
-    from pyspark import SparkContext
-    gateway = SparkContext._gateway
-    proc = getattr(gateway, "proc", None)
-    if proc is None:
-        print("jvm-archive: PySpark did not keep its JVM's process; cannot wait for the dump")
-        return 1
-    proc.stdin.close()   # the gateway exits on end of input, writing the archive
-    rc = proc.wait(timeout=600)
-    print(f"jvm-archive: the JVM exited with {rc}")
-    return 0 if rc == 0 and os.path.isfile(target) else 1
-
-
 def main(argv: Optional[List[str]] = None) -> int:
     """`headrace jvm-archive [--force]`: builds the archive and says where it is."""
     args = list(sys.argv[1:] if argv is None else argv)
-    if args[:1] == ["--dump"] and len(args) == 2:
-        return _dump(args[1])
     force = "--force" in args
     path = archive_path()
     if path is not None and os.path.isfile(path) and not force:
