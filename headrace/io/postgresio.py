@@ -635,9 +635,7 @@ class _PollRows(_ReadRanges):
             return  # the runner cut the rest off, or the read passed its upper bound: done
         if got:
             estimator.idle_since_us = None
-        elif estimator.idle_too_long(Timestamp.now().micros, self.stop_after_idle):
-            estimator.advance(MAX_TIMESTAMP_MICROS)
-            tracker.try_claim(r.stop)  # fails: the read is done
+        elif estimator.end_if_idle(tracker, r.stop, self.stop_after_idle):
             return
         tracker.defer_remainder(Duration(micros=0 if got else self.poll_interval_us))
 
@@ -747,10 +745,9 @@ class ReadFromPostgres(_PostgresRead):
         self.bounds = (lower_bound, upper_bound)
         self.poll_interval_us = _seconds(where, "poll_interval", poll_interval)
         self.watermark_delay_us = _seconds(where, "watermark_delay", watermark_delay)
-        if stop_after_idle is not None:
-            if not self.poll_column:
-                raise InvalidArgumentError(f"{where}: stop_after_idle ends an unbounded read; give "
-                                           "poll_column too, or leave stop_after_idle out")
+        if stop_after_idle is not None and not self.poll_column:
+            raise InvalidArgumentError(f"{where}: stop_after_idle ends an unbounded read; give "
+                                       "poll_column too, or leave stop_after_idle out")
         self.stop_after_idle = (None if stop_after_idle is None
                                 else _seconds(where, "stop_after_idle", stop_after_idle) / 1e6)
         self.as_rows = bool(as_rows)

@@ -82,7 +82,7 @@ from headrace.errors import InvalidArgumentError, PipelineExecutionError
 from headrace.io.redisio import mask_url
 from headrace.io.watermark_estimators import ReadProgressEstimator
 from headrace.metrics.metric import Metrics
-from headrace.model.time import MAX_TIMESTAMP_MICROS, Duration
+from headrace.model.time import Duration
 from headrace.model.windowed import TimestampedValue
 from headrace.pipeline.dofn import DoFn
 from headrace.pipeline.ptransform import PTransform
@@ -510,9 +510,7 @@ class _ReadQueues(DoFn, RestrictionProvider):
 
     def _caught_up(self, tracker: Any, state: ReadProgressEstimator) -> Iterator[Any]:
         cfg = self.config
-        if state.idle_too_long(Timestamp.now().micros, cfg.stop_after_idle):
-            state.advance(MAX_TIMESTAMP_MICROS)
-            tracker.try_claim(_END)
+        if state.end_if_idle(tracker, _END, cfg.stop_after_idle):
             return
         tracker.defer_remainder(Duration.of(cfg.poll_interval))
         yield from ()

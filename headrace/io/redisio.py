@@ -401,9 +401,7 @@ class _ReadStreams(DoFn, RestrictionProvider):
 
     def _caught_up(self, tracker: Any, state: ReadProgressEstimator) -> Iterator[Any]:
         cfg = self.config
-        if state.idle_too_long(Timestamp.now().micros, cfg.stop_after_idle):
-            state.advance(MAX_TIMESTAMP_MICROS)
-            tracker.try_claim(OFFSET_INFINITY)
+        if state.end_if_idle(tracker, OFFSET_INFINITY, cfg.stop_after_idle):
             return
         tracker.defer_remainder(Duration.of(cfg.poll_interval))
         yield from ()

@@ -143,6 +143,16 @@ class ReadProgressEstimator(ManualWatermarkEstimator):
             self.idle_since_us = now_us
         return limit_seconds is not None and now_us - self.idle_since_us >= limit_seconds * 1e6
 
+    def end_if_idle(self, tracker: Any, end: Any, limit_seconds: Optional[float]) -> bool:
+        """For a read that found nothing new just now: once it has been idle for
+        `limit_seconds` (None: never), moves the watermark to the end and ends the restriction
+        (a claim of `end`, which fails); says whether it did."""
+        if not self.idle_too_long(Timestamp.now().micros, limit_seconds):
+            return False
+        self.advance(MAX_TIMESTAMP_MICROS)
+        tracker.try_claim(end)
+        return True
+
     def advance(self, micros: int) -> None:
         """Moves the watermark up to `micros` (never back; capped at the maximum timestamp)."""
         current = self.current_watermark()
