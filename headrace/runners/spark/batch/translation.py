@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import shutil
 import tempfile
+import uuid
 from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Set, Tuple
 
 from headrace.io.iobase import BoundedSourceReader, Read, batched
@@ -446,7 +447,8 @@ class BatchTranslation:
         # user's own RDDs in the same session are untouched (see pyspark_compat).
         with pyspark_compat.record_serializer(sc, FastPickleSerializer):
             try:
-                sc.setJobGroup(f"headrace-{id(self)}",
+                # a group of its own (an id() is reused once its object is freed)
+                sc.setJobGroup(f"headrace-{uuid.uuid4().hex[:16]}",
                                f"headrace pipeline ({len(self.pipeline.primitives())} steps)")
                 leaves = self.build()
                 self._label(f"run pipeline ({len(leaves) + len(self.commits)} outputs)")
