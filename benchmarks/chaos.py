@@ -858,11 +858,16 @@ class Generator(threading.Thread):
         self.written = 0
         self.retries = 0
 
+        self.t0 = time.monotonic()
+
+    def speed_up(self, rate: float) -> None:
+        """Writes the rest at `rate` per second from now on."""
+        self.t0, self.rate = time.monotonic() - self.written / rate, rate
+
     def run(self) -> None:
-        step = max(1, int(self.rate / 10))
-        t0 = time.monotonic()
+        self.t0 = time.monotonic()
         while self.written < len(self.evs):
-            batch = self.evs[self.written:self.written + step]
+            batch = self.evs[self.written:self.written + max(1, int(self.rate / 10))]
             try:
                 self.source.write(self.stream, batch)
             except Exception:
@@ -870,7 +875,7 @@ class Generator(threading.Thread):
                 time.sleep(0.5)
                 continue
             self.written += len(batch)
-            wait = t0 + self.written / self.rate - time.monotonic()
+            wait = self.t0 + self.written / self.rate - time.monotonic()
             if wait > 0:
                 time.sleep(wait)
         self.source.flush()
@@ -978,6 +983,32 @@ class Background(threading.Thread):
         return self.value
 
 
+def settled_end(args: argparse.Namespace, evs: List[Event], n: int) -> int:
+    """The number of events to write, at least `n`: the first at which no window's end lies
+    near the last watermark the data gives (the largest event time minus `--delay`).
+
+    A window whose end that watermark passes fires its ON_TIME pane while the read goes on; a
+    window whose end it does not pass fires it only when the read ends (+infinity: the pane is
+    also the last). For a window whose end lies between the last events of the source's
+    partitions (Kafka's; each key is in one, and every key comes once in `--keys` events) it
+    depends on the order in which the partitions idle out, which the faults change: the data
+    end so that the watermark is at least that spread plus an eighth of a window past the
+    last end it passes, and an eighth of a window before the next one."""
+    win, delay = int(args.window * 1000), int(args.delay * 1000)
+    spread = args.keys * args.dt_ms
+    margin = win // 8
+    if spread + 2 * margin > win:
+        return n   # no phase is safe: a window shorter than the keys' cycle
+    top = max((e.ts_ms for e in evs[:n]), default=BASE_MS)
+    while n < len(evs):
+        phase = (top - BASE_MS - delay) % win
+        if spread + margin <= phase <= win - margin:
+            break
+        top = max(top, evs[n].ts_ms)
+        n += 1
+    return n
+
+
 def run_faulty(args: argparse.Namespace, sources: List[Source], pg: "Postgres",
                evs_for: Callable[[int], List[Event]], tmp: str) -> Dict[str, Any]:
     """The faulty run: generators and injector while the job runs; returns its figures, and
@@ -1005,9 +1036,10 @@ def run_faulty(args: argparse.Namespace, sources: List[Source], pg: "Postgres",
               f"{min(g.written for g in gens)} events written)", flush=True)
     # the tail: enough events after the last fault for late events and windows to settle; the
     # same events to every source
-    tail_to = min(len(evs), max(g.written for g in gens) + args.tail_events)
-    for g in gens:
+    tail_to = settled_end(args, evs, min(len(evs), max(g.written for g in gens) + args.tail_events))
+    for g in gens:   # no fault is left: the job may read as fast as its micro-batches allow
         g.evs = evs[:tail_to]
+        g.speed_up(args.rate * args.tail_speed_up)
     for g in gens:
         g.join()
     print(f"  [{time.monotonic() - t0:7.1f} s] generators done: {tail_to} events per source "
@@ -1197,6 +1229,8 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
     ap.add_argument("--tail-events", type=int, default=200,
                     help="events written after the last fault (enough event time for the "
                          "watermarks to pass the last windows before the job idles)")
+    ap.add_argument("--tail-speed-up", type=float, default=4.0,
+                    help="the tail is written this many times faster than --rate")
     ap.add_argument("--max-events", type=int, default=200_000)
     ap.add_argument("--timeout", type=float, default=6 * 3600)
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory")
