@@ -472,6 +472,12 @@ class SparkRunnerOptions(PipelineOptions):
         parser.add_argument("--max_records_per_batch", type=int, default=100_000,
                             help="streaming: at most this many records of each source that may "
                                  "grow are read in one micro-batch (default 100000)")
+        parser.add_argument("--test_stream_events_per_batch", type=int, default=1000, metavar="N",
+                            help="streaming: a micro-batch performs up to this many events of a "
+                                 "TestStream's script where the groupings after it take them step "
+                                 "by step with the same panes (docs/semantics.md, \"A chunk of "
+                                 "script events in one batch\"; default 1000; 1: one step per "
+                                 "batch, e.g. to see side effects in step order)")
         parser.add_argument("--sdf_max_claims_per_batch", type=int, default=10_000, metavar="N",
                             help="streaming: a splittable DoFn claims at most this many positions "
                                  "of one restriction per micro-batch, then the rest is "

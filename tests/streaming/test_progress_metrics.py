@@ -16,7 +16,7 @@ TV = beam.window.TimestampedValue
 def test_a_streaming_query_reports_its_batches_and_their_durations(make_pipeline, runner):
     if not runner.startswith("spark"):
         pytest.skip("the query's progress is the Spark streaming runner's")
-    p = make_pipeline()
+    p = make_pipeline(test_stream_events_per_batch=1)   # a micro-batch per step (or two)
     _ = (p | TestStream().add_elements([TV(("a", 1), 1), TV(("b", 2), 2)])
          .advance_watermark_to(20).add_elements([TV(("a", 3), 25)]).advance_watermark_to_infinity()
          | beam.WindowInto(window.FixedWindows(10)) | beam.CombinePerKey(sum))

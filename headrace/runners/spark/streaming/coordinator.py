@@ -56,12 +56,15 @@ watermark.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Set, Tuple, Union
 
 from headrace.model.time import MAX_TIMESTAMP_MICROS, MIN_TIMESTAMP_MICROS
 from headrace.runners.kit.plan import Kind
 from headrace.runners.kit.sources import unbounded_available, unbounded_watermark
 from headrace.runners.spark.streaming.offsets import Offset
+from headrace.runners.spark.streaming.scripts import (
+    HOLDING, SOURCES, ScriptChunks, Step, script_watermark,
+)
 from headrace.testing.test_stream import ElementEvent, ProcessingTimeEvent, WatermarkEvent
 
 MIN = MIN_TIMESTAMP_MICROS
@@ -97,13 +100,8 @@ class Node(NamedTuple):
     sides: Tuple[int, ...] = ()             # a side step's side-input PCollection ids
 
 
-# Node kinds: a SOURCE has all its elements in the first batch, then +infinity; an UNBOUNDED
-# source what it has, batch after batch; a TEST_STREAM one event per batch; a GROUPING (also a
-# stateful ParDo), a SIDE_STEP (a stage with side inputs, its main input held until they
-# are ready) and a SPLITTABLE step (its live works, `splittable`) hold their output watermark
-# by their keys' holds; the others (STAGE, FLATTEN, RESHUFFLE) pass watermarks on.
-_SOURCES = (Kind.SOURCE, Kind.UNBOUNDED, Kind.TEST_STREAM)
-_HOLDING = (Kind.GROUPING, Kind.SIDE_STEP, Kind.SPLITTABLE)
+_SOURCES = SOURCES
+_HOLDING = HOLDING
 
 
 class BatchState:
@@ -149,12 +147,16 @@ class Coordinator:
     errors name the step: `labels[i]`); `virtual_time` is True when
     processing time is a TestStream's virtual clock (else the wall clock at planning);
     `merge_elements` is True when no grouping's trigger waits for processing time, so a batch
-    may take an element event together with the watermark event after it (`_step_end`)."""
+    may take an element event together with the watermark event after it (`_step_end`);
+    `chunking` (plain groupings, end-only groupings) lets islands take up to `chunk_events`
+    events of their TestStream in one batch (`scripts.ScriptChunks.find`)."""
 
     def __init__(self, nodes: Sequence[Node], scripts: Sequence[Optional[List[Any]]],
                  n_groupings: int, merge_elements: Union[bool, Sequence[bool]] = False,
                  unbounded: Optional[Dict[int, Any]] = None, max_records: int = 100_000,
-                 labels: Optional[Dict[int, str]] = None) -> None:
+                 labels: Optional[Dict[int, str]] = None,
+                 chunking: Optional[Tuple[Set[int], Set[int]]] = None,
+                 chunk_events: int = 1000) -> None:
         self.nodes = tuple(nodes)
         self.unbounded = dict(unbounded or {})
         self.labels = dict(labels or {})   # source index -> step label (errors name the step)
@@ -171,6 +173,20 @@ class Coordinator:
         self._find_islands()
         self._merge = [all(pt_free[g] for g in gs) for gs in self._island_groupings]
         self.merge_elements = all(self._merge)
+        # the islands that take their TestStream a chunk of steps per batch (`scripts`)
+        self.chunks = ScriptChunks(self.nodes, self.scripts, self._source_island,
+                                   self.n_islands, set(self.unbounded), chunk_events)
+        if chunking is not None:
+            self.chunks.find(*chunking)
+
+    def chunked(self) -> Set[int]:
+        """The groupings that take a TestStream's steps a chunk at a time."""
+        return self.chunks.chunked()
+
+    def chunk_steps(self, start: Offset, end: Offset) -> Dict[int, List[Step]]:
+        """The steps of the batch from `start` to `end` for the groupings that take a chunk of
+        them (`scripts.ScriptChunks.steps`)."""
+        return self.chunks.steps(start, end)
 
     def _find_islands(self) -> None:
         """Splits the pipeline into islands: parts that share no PCollection (connected
@@ -339,9 +355,15 @@ class Coordinator:
         one step further (a TestStream's script is known, so the watermark of its next step is
         woken for in time)."""
         ahead = [p if i in self.unbounded
-                 else self._step_end(i, p, 0, None)[0] if s is not None else max(p, 1)
+                 else self._next_end(i, p, 0, None)[0] if s is not None else max(p, 1)
                  for i, (p, s) in enumerate(zip(pos, self.scripts))]
         return max(self.watermarks(ahead, None, out_wm)[0], default=MIN)
+
+    def _next_end(self, i: int, p: int, pt: int, state: Optional[BatchState]) -> Tuple[int, int]:
+        """(position, processing time) after the next advance of TestStream source i at position
+        `p`: a chunk of steps (`scripts.ScriptChunks`), else one step (`_step_end`)."""
+        chunk = self.chunks.end(i, p, pt)
+        return chunk if chunk is not None else self._step_end(i, p, pt, state)
 
     def _step_end(self, i: int, p: int, pt: int, state: Optional[BatchState]) -> Tuple[int, int]:
         """(position, processing time) after the next step of TestStream source i at position `p`.
@@ -371,7 +393,7 @@ class Coordinator:
             q += 1
         elif q == n:
             q += 1  # the final step
-        if q == n and all(_script_watermark(script, q, tag) == MAX for tag in self._tags[i]):
+        if q == n and all(script_watermark(script, q, tag) == MAX for tag in self._tags[i]):
             q += 1
         return q, pt
 
@@ -401,7 +423,7 @@ class Coordinator:
             script = self.scripts[i]
             assert script is not None
             if pos[i] <= len(script):  # len(script): the final "every output to +infinity"
-                pos[i], pts[k] = self._step_end(i, pos[i], pts[k], state)
+                pos[i], pts[k] = self._next_end(i, pos[i], pts[k], state)
                 rrs[k] = (rrs[k] + j + 1) % n
                 return True
         return False
@@ -425,7 +447,7 @@ class Coordinator:
                 assert script is not None
                 done = pos[node.ref]
                 for pc, tag in zip(node.outputs, node.tags):
-                    wms[pc] = _script_watermark(script, done, tag)
+                    wms[pc] = script_watermark(script, done, tag)
         return wms
 
     def watermarks(self, pos: Sequence[Any], state: Optional[BatchState], prev_out: Sequence[int],
@@ -469,21 +491,3 @@ class Coordinator:
             for pc in node.outputs:
                 wm[pc] = w
         return g_in, g_out, wm
-
-
-def _script_watermark(script: List[Any], done: int, tag: Optional[str]) -> int:
-    """The watermark of TestStream output `tag` after the first `done` events of `script`
-    (`done == len(script) + 1`: after the final step, which moves every output to +infinity)."""
-    if done > len(script):
-        return MAX
-    w = MIN
-    for e in script[:done]:
-        if isinstance(e, WatermarkEvent) and e.tag == tag:
-            w = max(w, e.new_watermark.micros)
-    return w
-
-
-def script_elements(script: List[Any], start: int, end: int) -> List[Tuple[Optional[str], List[Any]]]:
-    """The element events among events [start, end) of a TestStream script: (tag, values)."""
-    return [(e.tag, list(e.timestamped_values)) for e in script[start:min(end, len(script))]
-            if isinstance(e, ElementEvent)]

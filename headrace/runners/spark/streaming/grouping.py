@@ -104,6 +104,17 @@ class GroupingOperator(BucketOperator):
         pt = ctl.processing_times[g]
         out: List[WindowedValue] = []
         late: Optional[List[WindowedValue]] = [] if spec.late_pc is not None else None
+        steps = ctl.steps.get(g)
+        if steps is not None:   # a chunk of a TestStream's steps, one by one
+            with metrics_scope(metrics, spec.label), grouping_errors(spec.label):
+                rec, wakeup = _run_steps(core, rec, batches, steps, out, late)
+            if rec is None:
+                return
+            recs[kb] = rec
+            _settle(g, core, recs, kb, rec, ctl, wakeup)
+            _add_outputs(outs, ((spec.main_pc, out, 2 * ctl.batch + 1),
+                                (spec.late_pc, late, 2 * ctl.batch)))
+            return
         with metrics_scope(metrics, spec.label), grouping_errors(spec.label):
             if rec is not None and rec.seen < prev and not rec.state.is_empty():
                 core.on_watermark(rec.key, rec.state, prev, pt, out)
@@ -129,15 +140,9 @@ class GroupingOperator(BucketOperator):
         _settle(g, core, recs, kb, rec, ctl, wakeup)
         # Output made before the watermark moved and output made after are two bundles, as
         # they are two settle passes of the local runner (a batch may hold both, `coordinator`).
-        for pc, lst, bundle in ((spec.main_pc, out[:split], 2 * ctl.batch),
-                                (spec.main_pc, out[split:], 2 * ctl.batch + 1),
-                                (spec.late_pc, late, 2 * ctl.batch)):
-            if lst:
-                have = outs.get((pc, bundle))   # type: ignore[arg-type]
-                if have is None:
-                    outs[(pc, bundle)] = lst   # type: ignore[index]
-                else:
-                    have.extend(lst)
+        _add_outputs(outs, ((spec.main_pc, out[:split], 2 * ctl.batch),
+                            (spec.main_pc, out[split:], 2 * ctl.batch + 1),
+                            (spec.late_pc, late, 2 * ctl.batch)))
 
     def close(self) -> None:
         """Tears down the combiners and the cores' CombineFns."""
@@ -187,6 +192,44 @@ class GroupingOperator(BucketOperator):
                 still.append(p)
         rec.waiting = still
         return out
+
+
+def _add_outputs(outs: Outputs, lists: Any) -> None:
+    """Adds a key's output lists, each (PCollection id or None, elements, bundle), to the
+    bucket's outputs."""
+    for pc, lst, bundle in lists:
+        if lst:
+            have = outs.get((pc, bundle))
+            if have is None:
+                outs[(pc, bundle)] = lst
+            else:
+                have.extend(lst)
+
+
+def _run_steps(core: GroupingCore, rec: Optional[KeyRecord], batches: Batches,
+               steps: List[Tuple[int, int, int]], out: List[WindowedValue],
+               late: Optional[List[WindowedValue]]) -> Tuple[Optional[KeyRecord], int]:
+    """A key's part of a chunk of TestStream steps (`Coordinator.chunk_steps`), as the local
+    runner performs them: per step, its bundles of the key's elements at the watermark before
+    it, then the step's watermark and processing time, and the processing-time triggers due
+    at it (the first entry: where the key stood before the chunk). Its record after (None: it
+    had none and got no element) and its processing-time wakeup."""
+    order = sorted(batches)
+    i = 0
+    wakeup = rec.ptime if rec is not None else MAX
+    w = steps[0][1]
+    for end, wm, pt in steps:
+        j = i
+        while j < len(order) and order[j] < end:
+            j += 1
+        if j > i:
+            rec, wakeup = _add_elements(core, rec, {b: batches[b] for b in order[i:j]}, w, pt,
+                                        out, late)
+            i = j
+        if rec is not None:
+            wakeup = _advance(core, rec, wm, pt, out, wakeup)
+        w = wm
+    return rec, wakeup
 
 
 def _add_partials(core: GroupingCore, rec: Optional[KeyRecord], partials: Partials, prev: int,

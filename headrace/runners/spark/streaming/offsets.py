@@ -15,7 +15,7 @@ runs between (`Control.between`); the source sends it to every operator as the c
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict, List, NamedTuple
+from typing import Any, Dict, List, NamedTuple, Tuple
 
 from headrace.errors import PipelineExecutionError
 
@@ -93,6 +93,9 @@ class Control(NamedTuple):
     # the groupings' output watermarks in the batch before (what the next level's input
     # watermark was then)
     output_watermarks_before: List[int]
+    # the steps of a chunk of a TestStream's script, for the groupings that take them one by one
+    # (`coordinator.Coordinator.chunk_steps`): {grouping: [(bundle end, watermark, processing time)]}
+    steps: Dict[int, List[Tuple[int, int, int]]] = {}
 
     @classmethod
     def between(cls, start: Offset, end: Offset) -> "Control":

@@ -13,6 +13,7 @@ from typing import Any, Dict, List, Optional, Set, Tuple
 
 from headrace.io.iobase import BoundedSourceReader, Read, UnboundedSource
 from headrace.model import coders
+from headrace.model.window import GlobalWindows
 from headrace.pipeline.pipeline import Pipeline
 from headrace.pipeline.userstate import get_dofn_specs
 from headrace.runners.kit import plan as planning
@@ -60,15 +61,17 @@ class StreamPlan(SourcePlan):
 
 def build_plan(pipeline: Pipeline, bundle_size: int, max_attempts: int, partitions: int,
                ctl_keys: Tuple[bytes, ...], max_records: int = 100_000,
-               sdf_budget: Tuple[Optional[int], Optional[float]] = (None, None)) -> StreamPlan:
+               sdf_budget: Tuple[Optional[int], Optional[float]] = (None, None),
+               chunk_events: int = 1000) -> StreamPlan:
     """Plans `pipeline` as a streaming query (see the module doc); errors name the step.
     `sdf_budget`: a splittable DoFn's claims and seconds per work and micro-batch (None: no
-    limit)."""
+    limit); `chunk_events`: the most events of a TestStream's script one batch performs
+    (`Coordinator._find_chunks`; 1: one step per batch)."""
     units = planning.plan(pipeline, "Spark streaming runner", planning.ALL_KINDS, {})
     planner = _Planner(partitions, sdf_budget)
     for u in units:
         planner.add(u)
-    return planner.finish(units, bundle_size, max_attempts, ctl_keys, max_records)
+    return planner.finish(units, bundle_size, max_attempts, ctl_keys, max_records, chunk_events)
 
 
 #: The id of a bounded Read's source element (source index i: this + i), above any PCollection's.
@@ -319,17 +322,47 @@ class _Planner:
                     merge[g] = False   # its works resume at processing times
         return merge
 
+    def _chunking(self) -> Tuple[Set[int], Set[int]]:
+        """(the groupings that may take a TestStream's steps a chunk at a time: GroupByKeys and
+        CombinePerKeys without side inputs; those of them that fire only once their input is
+        over: a global window and a trigger that only the end of it makes ready), for
+        `Coordinator._find_chunks`."""
+        plain: Set[int] = set()
+        end_only: Set[int] = set()
+        for specs in self.g_specs.values():
+            for g, spec in specs.items():
+                if not isinstance(spec, GroupingSpec) or spec.sides:
+                    continue
+                plain.add(g)
+                trigger = spec.windowing.trigger
+                if (isinstance(spec.windowing.windowfn, GlobalWindows)
+                        and trigger.blind_before_end_of_window and trigger.processing_time_free):
+                    end_only.add(g)
+        return plain, end_only
+
+    def _unlift(self, groupings: Set[int]) -> None:
+        """Combines `groupings`' inputs per key and step rather than per batch: a chunk of
+        TestStream steps hands them their elements step by step (a lifted combine's map side
+        would merge a batch's inputs)."""
+        for lv, specs in self.g_specs.items():
+            for g in groupings & set(specs):
+                if specs[g].lifted:
+                    specs[g] = specs[g]._replace(lifted=False)
+                    self.lifts.get(lv - 1, {}).pop(g, None)
+
     def finish(self, units: List[planning.Unit], bundle_size: int, max_attempts: int,
-               ctl_keys: Tuple[bytes, ...], max_records: int) -> StreamPlan:
+               ctl_keys: Tuple[bytes, ...], max_records: int, chunk_events: int = 1000) -> StreamPlan:
         """The plan of the units added."""
         # the state layout is part of the shape: a checkpoint of another layout is refused
         shape = [(u.kind.value, u.label) for u in units] + [("state layout", STATE_LAYOUT)]
         top = max([0] + list(self.g_specs))
-        levels = self._levels(top, bundle_size, max_attempts, ctl_keys)
         sources = self.sources
         coordinator = Coordinator(self.nodes, [s[1] if s[0] is Kind.TEST_STREAM else None for s in sources],
                                   self.n_groupings, self._processing_time_free(), self.unbounded,
-                                  max_records, self.source_labels)
+                                  max_records, self.source_labels,
+                                  self._chunking() if chunk_events > 1 else None, chunk_events)
+        self._unlift(coordinator.chunked())
+        levels = self._levels(top, bundle_size, max_attempts, ctl_keys)
         groupings = [self.g_specs.get(lv, {}) for lv in range(top + 1)]
         plan = StreamPlan(coordinator, sources, levels, groupings, self.partitions, bundle_size, shape)
         plan.labels = self.source_labels

@@ -61,7 +61,8 @@ class SparkStreamingRunner:
         # the plan (and the steps pickled inside it) holds no credential: see headrace.utils.secrets
         with left_out(f"{zlib.crc32(checkpoint.encode()):08x}") as secrets:
             plan = build_plan(pipeline, max(1, int(lo.bundle_size)), max_attempts,
-                              n, keys, max(1, int(so.max_records_per_batch)), _sdf_budget(so))
+                              n, keys, max(1, int(so.max_records_per_batch)), _sdf_budget(so),
+                              max(1, int(so.test_stream_events_per_batch)))
             if old is not None:
                 check_restart(old, plan, checkpoint)
             files.write_plan(plan)

@@ -28,7 +28,7 @@ from headrace.runners.kit.sdf import expand_outputs, read_positions
 from headrace.runners.kit.sources import to_windowed_value, unbounded_cuts
 from headrace.runners.spark.streaming import rows
 from headrace.runners.spark.streaming.checkpoint import RunFiles
-from headrace.runners.spark.streaming.coordinator import script_elements
+from headrace.runners.spark.streaming.scripts import script_elements
 from headrace.runners.spark.streaming.offsets import Control, Offset
 from headrace.runners.spark.worker.failures import task_failure
 from headrace.runners.spark.worker.packing import pack
@@ -228,10 +228,11 @@ class SourcePlan:
                 for k, bundle in enumerate(batched(elements, self.bundle_size)):
                     yield pcs[None], (i << 32) | k, bundle
             else:
-                for k, (tag, tvs) in enumerate(script_elements(data, a, b)):
+                for q, tag, tvs in script_elements(data, a, b):
+                    # bundle ids by event index: a chunk's steps (`Coordinator.chunk_steps`)
                     wvs = [WindowedValue(tv.value, tv.timestamp_us, GLOBAL_WINDOWS_TUPLE) for tv in tvs]
                     if wvs:
-                        yield pcs[tag], (i << 32) | (a + k), wvs
+                        yield pcs[tag], (i << 32) | q, wvs
 
     def partition_rows(self, partition: Any) -> Iterator[Tuple[Any, ...]]:
         """The rows of one partition of a batch (`data_source_class`'s `_Part`): the control row
@@ -246,7 +247,8 @@ class SourcePlan:
             key = bundle.to_bytes(8, "big") if spread else b""
             return (rows.PASS, pc, key, bundle, 0, pack(values), clock)
 
-        ctl = rows.dumps(Control.between(start, end))
+        ctl = rows.dumps(Control.between(start, end)._replace(
+            steps=self.coordinator.chunk_steps(start, end)))
         if partition.split is not None:
             # a split read: the level function reads each range (`stages.level_fn`)
             j, ranges = partition.split
