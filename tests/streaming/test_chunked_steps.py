@@ -96,9 +96,9 @@ def test_a_side_input_or_a_stateful_step_on_the_script_keeps_it_step_by_step():
     assert _chunked(r) == []
 
 
-@pytest.mark.parametrize("runner", [r for r in ("spark-local",) if r in RUNNERS]
+@pytest.mark.parametrize("runner", [r for r in ("spark-local", "spark-cluster") if r in RUNNERS]
                          or [pytest.param("spark-local", marks=pytest.mark.skip(
-                             reason="spark-local is not in HEADRACE_TEST_RUNNERS"))])
+                             reason="no Spark runner in HEADRACE_TEST_RUNNERS"))])
 def test_a_long_script_with_processing_time_triggers_gives_the_local_runners_panes_in_few_batches(runner):
     board = _board()
     elements = 300   # about 630 events: about as many micro-batches step by step
