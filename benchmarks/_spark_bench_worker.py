@@ -32,7 +32,9 @@ from _spark_bench_common import (  # noqa: E402
     COUNTER_NAMESPACE, DIGEST_MOD, GAP_MS, HOUR_MS, PIPELINES, dataset_files,
 )
 
-CONTENDERS = ("dataframe", "rdd", "headrace", "beam")
+CONTENDERS = ("dataframe", "rdd", "headrace", "beam", "dataframe-connect", "headrace-connect")
+#: the contenders over Spark Connect (a server started in the worker's process, `remote(master)`)
+CONNECT = ("dataframe-connect", "headrace-connect")
 Checksum = Dict[str, int]
 Result = Tuple[float, float, Checksum]  # start-up seconds, job seconds, checksum
 
@@ -48,12 +50,17 @@ def spark_conf(args: argparse.Namespace) -> List[str]:
 def start_spark(args: argparse.Namespace):
     from pyspark.sql import SparkSession
 
-    builder = SparkSession.builder.master(args.master).appName(f"bench-{args.contender}-{args.pipeline}")
+    if args.contender in CONNECT:   # a Spark Connect server in this process, and its client
+        builder = SparkSession.builder.remote(args.master)
+    else:
+        builder = SparkSession.builder.master(args.master)
+    builder = builder.appName(f"bench-{args.contender}-{args.pipeline}")
     for kv in spark_conf(args):
         k, v = kv.split("=", 1)
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
+    if args.contender not in CONNECT:
+        spark.sparkContext.setLogLevel("ERROR")
     return spark
 
 
@@ -188,7 +195,13 @@ def run_headrace(args: argparse.Namespace) -> Result:
         t0 = time.perf_counter()
         start_spark(args)
         startup = time.perf_counter() - t0
-    options = PipelineOptions(runner="SparkRunner", spark_master=args.master, spark_conf=spark_conf(args))
+    if args.contender == "headrace-connect":   # a bounded pipeline over Spark Connect
+        options = PipelineOptions(runner="SparkRunner", spark_remote=args.master,
+                                  spark_conf=[kv for kv in spark_conf(args)
+                                              if kv.startswith("spark.sql.")])
+    else:
+        options = PipelineOptions(runner="SparkRunner", spark_master=args.master,
+                                  spark_conf=spark_conf(args))
     t1 = time.perf_counter()
     checksum = beam_style_pipeline(beam, ReadFromParquet, options, parquet_pattern(args.input), args.pipeline)
     return startup, time.perf_counter() - t1, checksum
@@ -210,11 +223,11 @@ def run_beam(args: argparse.Namespace) -> Result:
 
 
 def run(args: argparse.Namespace) -> Result:
-    if args.contender == "dataframe":
+    if args.contender in ("dataframe", "dataframe-connect"):
         return timed_spark_job(args, dataframe_job(args))
     if args.contender == "rdd":
         return timed_spark_job(args, rdd_job(args))
-    if args.contender == "headrace":
+    if args.contender in ("headrace", "headrace-connect"):
         return run_headrace(args)
     return run_beam(args)
 

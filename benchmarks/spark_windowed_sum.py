@@ -50,11 +50,12 @@ from _spark_bench_common import (  # noqa: E402
     PIPELINE_LABELS, PIPELINES, TreeMemorySampler, kill_tree, prepare_datasets, reference_checksums,
     add_run_flags, finish, wait_until_idle,
 )
-from _spark_bench_worker import CONTENDERS  # noqa: E402
+from _spark_bench_worker import CONNECT, CONTENDERS  # noqa: E402
 
 WORKER = os.path.join(HERE, "_spark_bench_worker.py")
 LABELS = {"dataframe": "PySpark DataFrame", "rdd": "PySpark RDD (lambdas)",
-          "headrace": "headrace SparkRunner", "beam": "Beam DirectRunner"}
+          "headrace": "headrace SparkRunner", "beam": "Beam DirectRunner",
+          "dataframe-connect": "DataFrame, Connect", "headrace-connect": "headrace, Connect"}
 MIB = 2 ** 20
 MEM_TOLERANCE = 1.25
 TARGET_VS_DATAFRAME = {"fixed": 0.5, "sessions": 1.0}
@@ -269,6 +270,16 @@ def targets(results: Dict[str, Dict[str, Dict[str, Any]]]) -> List[Dict[str, Any
                 if not hr["matches"]:
                     verdict += " (but headrace's checksum is wrong)"
             out.append({"target": name, "required": need, "measured": value, "verdict": verdict})
+        hc = recs.get("headrace-connect")
+        if hc is not None:   # issue 34: bounded pipelines over Spark Connect within 1.25x of classic
+            name = f"headrace {PIPELINE_LABELS[pipeline]} over Spark Connect >= 0.8x the classic runner"
+            if not measured(hc) or not measured(hr):
+                verdict, value = "n/a (not both measured)", None
+            else:
+                value = ratio(hc, hr)
+                verdict = ("PASS" if value >= 0.8 else "FAIL") + (
+                    "" if hc["matches"] else " (but its checksum is wrong)")
+            out.append({"target": name, "required": 0.8, "measured": value, "verdict": verdict})
     return out
 
 
@@ -284,8 +295,10 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     ap.add_argument("--shuffle-partitions", type=int, default=4, help="spark.sql.shuffle.partitions, and "
                     "the RDD contender's reduce partitions")
     ap.add_argument("--driver-memory", default="2g", help="spark.driver.memory")
-    ap.add_argument("--only", default=",".join(CONTENDERS),
-                    help="comma-separated contenders among: " + ", ".join(CONTENDERS))
+    ap.add_argument("--only", default=",".join(c for c in CONTENDERS if c not in CONNECT),
+                    help="comma-separated contenders among: " + ", ".join(CONTENDERS) + " (the "
+                         "last two over Spark Connect, a server started in the worker's process; "
+                         "default: the others)")
     ap.add_argument("--pipelines", default=",".join(PIPELINES), help="comma-separated: fixed, sessions")
     ap.add_argument("--skip-beam", action="store_true", help="do not run Apache Beam")
     ap.add_argument("--beam-python", default=default_beam_python(),
