@@ -176,7 +176,10 @@ class Coordinator:
         # the islands that take their TestStream a chunk of steps per batch (`scripts`)
         self.chunks = ScriptChunks(self.nodes, self.scripts, self._source_island,
                                    self.n_islands, set(self.unbounded), chunk_events)
-        if chunking is not None:
+        # groupings that fire only at the end of their input: a move of their input watermark
+        # short of +infinity needs no round (`_busy`)
+        self._end_only: Set[int] = set(chunking[1]) if chunking is not None else set()
+        if chunking is not None and chunk_events > 1:
             self.chunks.find(*chunking)
 
     def chunked(self) -> Set[int]:
@@ -333,7 +336,11 @@ class Coordinator:
         for g in range(self.n_groupings):
             k = self._g_island[g]
             due = state.min_ptime(g) <= pts[k] and g not in self._splittable   # `works_due`
-            if (in_wm[g] != start.input_watermarks[g] or due
+            # a grouping that fires only at the end of its input (global window, a trigger only
+            # its end makes ready) changes nothing when its watermark moves short of the end
+            moved = (in_wm[g] != start.input_watermarks[g]
+                     and (in_wm[g] == MAX or g not in self._end_only))
+            if (moved or due
                     or (g in self._side_steps and start.output_watermarks[g] != before[g])):
                 busy[k] = True
         for ref, ws in sides.items():

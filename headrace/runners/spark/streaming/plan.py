@@ -360,7 +360,7 @@ class _Planner:
         coordinator = Coordinator(self.nodes, [s[1] if s[0] is Kind.TEST_STREAM else None for s in sources],
                                   self.n_groupings, self._processing_time_free(), self.unbounded,
                                   max_records, self.source_labels,
-                                  self._chunking() if chunk_events > 1 else None, chunk_events)
+                                  self._chunking(), chunk_events)
         self._unlift(coordinator.chunked())
         levels = self._levels(top, bundle_size, max_attempts, ctl_keys)
         groupings = [self.g_specs.get(lv, {}) for lv in range(top + 1)]
