@@ -63,7 +63,7 @@ from headrace.runners.kit.plan import Kind
 from headrace.runners.kit.sources import unbounded_available, unbounded_watermark
 from headrace.runners.spark.streaming.offsets import Offset
 from headrace.runners.spark.streaming.scripts import (
-    HOLDING, SOURCES, ScriptChunks, Step, script_watermark,
+    HOLDING, SOURCES, ScriptChunks, Step,
 )
 from headrace.testing.test_stream import ElementEvent, ProcessingTimeEvent, WatermarkEvent
 
@@ -98,10 +98,6 @@ class Node(NamedTuple):
     outputs: Tuple[int, ...]    # output PCollection ids (a TestStream: in the order of `tags`)
     tags: Tuple[Optional[str], ...] = ()   # a TestStream's output tags
     sides: Tuple[int, ...] = ()             # a side step's side-input PCollection ids
-
-
-_SOURCES = SOURCES
-_HOLDING = HOLDING
 
 
 class BatchState:
@@ -148,8 +144,10 @@ class Coordinator:
     processing time is a TestStream's virtual clock (else the wall clock at planning);
     `merge_elements` is True when no grouping's trigger waits for processing time, so a batch
     may take an element event together with the watermark event after it (`_step_end`);
-    `chunking` (plain groupings, end-only groupings) lets islands take up to `chunk_events`
-    events of their TestStream in one batch (`scripts.ScriptChunks.find`)."""
+    `chunking` is (plain groupings, end-only groupings): with `chunk_events` above 1 it lets
+    islands take up to that many events of their TestStream in one batch
+    (`scripts.ScriptChunks.find`), and an end-only grouping's watermark moving short of
+    +infinity never makes a round (`_busy`)."""
 
     def __init__(self, nodes: Sequence[Node], scripts: Sequence[Optional[List[Any]]],
                  n_groupings: int, merge_elements: Union[bool, Sequence[bool]] = False,
@@ -217,9 +215,9 @@ class Coordinator:
             if not ids:
                 continue
             k = label.setdefault(find(ids[0]), len(label))
-            if node.kind in _SOURCES:
+            if node.kind in SOURCES:
                 source_island[node.ref] = k
-            elif node.kind in _HOLDING:
+            elif node.kind in HOLDING:
                 g_island[node.ref] = k
         self.n_islands = max(1, len(label))
         self._source_island = source_island
@@ -400,7 +398,7 @@ class Coordinator:
             q += 1
         elif q == n:
             q += 1  # the final step
-        if q == n and all(script_watermark(script, q, tag) == MAX for tag in self._tags[i]):
+        if q == n and all(self.chunks.watermark(i, tag, q) == MAX for tag in self._tags[i]):
             q += 1
         return q, pt
 
@@ -450,11 +448,8 @@ class Coordinator:
                 for pc in node.outputs:
                     wms[pc] = wm
             elif node.kind is Kind.TEST_STREAM:
-                script = self.scripts[node.ref]
-                assert script is not None
-                done = pos[node.ref]
                 for pc, tag in zip(node.outputs, node.tags):
-                    wms[pc] = script_watermark(script, done, tag)
+                    wms[pc] = self.chunks.watermark(node.ref, tag, pos[node.ref])
         return wms
 
     def watermarks(self, pos: Sequence[Any], state: Optional[BatchState], prev_out: Sequence[int],
@@ -485,10 +480,10 @@ class Coordinator:
         g_in = [MIN] * self.n_groupings
         g_out = list(prev_out)
         for node in self.nodes:
-            if node.kind in _SOURCES:
+            if node.kind in SOURCES:
                 continue
             w = min((wm[pc] for pc in node.inputs), default=MAX)
-            if node.kind in _HOLDING:
+            if node.kind in HOLDING:
                 g_in[node.ref] = w
                 hold = state.min_hold(node.ref) if state is not None else MAX
                 if prev_in is not None and prev_in[node.ref] < hold:

@@ -66,7 +66,7 @@ def build_plan(pipeline: Pipeline, bundle_size: int, max_attempts: int, partitio
     """Plans `pipeline` as a streaming query (see the module doc); errors name the step.
     `sdf_budget`: a splittable DoFn's claims and seconds per work and micro-batch (None: no
     limit); `chunk_events`: the most events of a TestStream's script one batch performs
-    (`Coordinator._find_chunks`; 1: one step per batch)."""
+    (`scripts.ScriptChunks.find`; 1: one step per batch)."""
     units = planning.plan(pipeline, "Spark streaming runner", planning.ALL_KINDS, {})
     planner = _Planner(partitions, sdf_budget)
     for u in units:
@@ -326,7 +326,7 @@ class _Planner:
         """(the groupings that may take a TestStream's steps a chunk at a time: GroupByKeys and
         CombinePerKeys without side inputs; those of them that fire only once their input is
         over: a global window and a trigger that only the end of it makes ready), for
-        `Coordinator._find_chunks`."""
+        `scripts.ScriptChunks.find` (and the end-only ones for `Coordinator._busy`)."""
         plain: Set[int] = set()
         end_only: Set[int] = set()
         for specs in self.g_specs.values():

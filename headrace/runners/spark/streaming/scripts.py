@@ -33,18 +33,6 @@ HOLDING = (Kind.GROUPING, Kind.SIDE_STEP, Kind.SPLITTABLE)
 Step = Tuple[int, int, int]
 
 
-def script_watermark(script: List[Any], done: int, tag: Optional[str]) -> int:
-    """The watermark of TestStream output `tag` after the first `done` events of `script`
-    (`done == len(script) + 1`: after the final step, which moves every output to +infinity)."""
-    if done > len(script):
-        return MAX
-    w = MIN
-    for e in script[:done]:
-        if isinstance(e, WatermarkEvent) and e.tag == tag:
-            w = max(w, e.new_watermark.micros)
-    return w
-
-
 def script_elements(script: List[Any], start: int, end: int
                     ) -> List[Tuple[int, Optional[str], List[Any]]]:
     """The element events among events [start, end) of a TestStream script: (index, tag,
@@ -178,8 +166,10 @@ class ScriptChunks:
             out.update(steps)
         return out
 
-    def _prefix_watermark(self, i: int, tag: Optional[str], done: int) -> int:
-        """`script_watermark` of TestStream source i, from a table made once per output."""
+    def watermark(self, i: int, tag: Optional[str], done: int) -> int:
+        """The watermark of output `tag` of TestStream source i after the first `done` events of
+        its script (`done == len(script) + 1`: after the final step, which moves every output to
+        +infinity), from a table made once per output."""
         script = self.scripts[i]
         assert script is not None
         if done > len(script):
@@ -207,7 +197,7 @@ class ScriptChunks:
                     wm[pc] = MAX if pos[node.ref] else MIN
             elif node.kind is Kind.TEST_STREAM and self.source_island[node.ref] == k:
                 for pc, tag in zip(node.outputs, node.tags):
-                    wm[pc] = self._prefix_watermark(node.ref, tag, pos[node.ref])
+                    wm[pc] = self.watermark(node.ref, tag, pos[node.ref])
             elif (node.kind not in HOLDING and node.kind not in SOURCES and node.inputs
                   and all(pc in wm for pc in node.inputs)):
                 w = min(wm[pc] for pc in node.inputs)
