@@ -99,10 +99,18 @@ def progress_batches(query: Any, events_of: Callable[[Dict[str, Any]], int]) -> 
     for p in sorted(query.recentProgress, key=lambda p: p.batchId):
         sources = p.sources
         src = sources[0] if sources else None
+        ops = p.stateOperators or []
         out.append({"id": p.batchId,
                     "events": events_of({"start": src.startOffset, "end": src.endOffset}) if src else 0,
                     "ms": int(p.durationMs.get("triggerExecution", 0)),
-                    "rows": int(p.numInputRows)})
+                    "rows": int(p.numInputRows),
+                    # the state's size after the batch, over every stateful operator: rows, the
+                    # RocksDB instances' memory and their SST files on disk (when reported)
+                    "state_rows": sum(int(op.numRowsTotal) for op in ops),
+                    "state_memory_bytes": sum(int(op.memoryUsedBytes) for op in ops),
+                    "state_sst_bytes": sum(int((op.customMetrics or {}).get("rocksdbSstFileSize", 0))
+                                           for op in ops),
+                    "watermark": (p.eventTime or {}).get("watermark")})
         if os.environ.get("STREAM_BENCH_DEBUG"):
             print(p.json, file=sys.stderr)
     return out

@@ -61,22 +61,49 @@ SPARK_CONTENDERS = ("headrace-spark", "rdd")
 
 # ---- the input ----------------------------------------------------------------------------------
 
-def prepare_input(data_dir: str, n: int, users: int, seed: int) -> str:
+def prepare_input(data_dir: str, n: int, users: int, seed: int, chunk: int = 0) -> str:
     """The demo's generated log of n events (plus its malformed lines), reused if complete;
-    returns the glob of its files."""
-    from headrace.examples.sessions_billing.data import generate_events
+    returns the glob of its files. With `chunk`, n events as independent logs of `chunk` events
+    each (`_write_chunk`), written by one process per CPU: an input too large to build in memory
+    (the generator sorts a whole day's events), e.g. 100 M events."""
+    from headrace.examples.sessions_billing.data import MALFORMED_LINES, generate_events
 
-    d = os.path.join(data_dir, f"events-{n}-users-{users}-seed-{seed}")
+    d = os.path.join(data_dir, f"events-{n}-users-{users}-seed-{seed}"
+                     + (f"-chunks-of-{chunk}" if chunk else ""))
     done = os.path.join(d, "_done.json")
     if not os.path.exists(done):
         t0 = time.perf_counter()
-        gen = generate_events(d, n, users, seed)
+        if chunk:
+            import multiprocessing
+
+            os.makedirs(d, exist_ok=True)
+            jobs = [(d, k, min(chunk, n - k * chunk), users, seed) for k in range(-(-n // chunk))]
+            with multiprocessing.Pool(os.cpu_count() or 1) as pool:
+                paths = pool.starmap(_write_chunk, jobs)
+            info = {"events": n, "malformed": len(jobs) * len(MALFORMED_LINES), "files": paths}
+        else:
+            gen = generate_events(d, n, users, seed)
+            info = {"events": gen.events, "malformed": gen.malformed, "files": gen.paths}
         with open(done, "w") as fh:
-            json.dump({"events": gen.events, "malformed": gen.malformed, "files": gen.paths}, fh)
+            json.dump(info, fh)
         print(f"generated {n:,} events in {time.perf_counter() - t0:.1f}s -> {d} (not timed)")
     else:
         print(f"reusing the {n:,}-event input in {d}")
     return os.path.join(d, "events-*.jsonl")
+
+
+def _write_chunk(d: str, k: int, n: int, users: int, seed: int) -> str:
+    """Chunk k of a chunked input: the generator's day of n events with seed + k (so the users'
+    visits of different chunks interleave in time, as in one larger log), one file."""
+    from headrace.examples.sessions_billing.data import generate_lines
+
+    path = os.path.join(d, f"events-{k:05d}.jsonl")
+    with open(path + ".tmp", "w", encoding="utf-8") as fh:
+        for line in generate_lines(n, users, seed + k):
+            fh.write(line)
+            fh.write("\n")
+    os.replace(path + ".tmp", path)
+    return path
 
 
 # ---- the outputs --------------------------------------------------------------------------------
@@ -202,6 +229,11 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     ap.add_argument("--beam-events", type=int, default=50_000,
                     help="events for Apache Beam (and for the headrace-local run compared with it)")
     ap.add_argument("--users", type=int, default=20_000, help="distinct users of the generated log")
+    ap.add_argument("--chunk-events", type=int, default=0,
+                    help="generate the input as independent logs of this many events each (seeds "
+                         "--seed, --seed + 1, ...), a file each, one process per CPU: for inputs "
+                         "too large to generate in memory, e.g. --events 100000000 --chunk-events "
+                         "1000000 (default 0: one log)")
     ap.add_argument("--seed", type=int, default=2015, help="the generator's seed")
     ap.add_argument("--master", default="local[2]", help="Spark master of the Spark contenders")
     ap.add_argument("--shuffle-partitions", type=int, default=4,
@@ -248,7 +280,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     rows: List[Dict[str, Any]] = []
     groups: Dict[str, Dict[str, Dict[str, Any]]] = {}
     if main_group:
-        pattern = prepare_input(args.data_dir, args.events, args.users, args.seed)
+        pattern = prepare_input(args.data_dir, args.events, args.users, args.seed, args.chunk_events)
         ref = "rdd" if "rdd" in main_group else main_group[0]
         print(f"\n{args.events:,} events; outputs compared with {LABELS[ref]}'s:")
         groups["main"] = run_group(args, main_group, args.events, pattern, ref)

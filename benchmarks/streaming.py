@@ -3,7 +3,7 @@
     python benchmarks/streaming.py [--events 2000000] [--keys 1000,10000] [--batch-events 100000]
         [--beam-events 50000] [--only headrace,native,tws,beam] [--pipelines fixed,sessions]
         [--skip-beam] [--master local[2]] [--shuffle-partitions 2] [--headrace-repo DIR]
-        [--wait-idle SECONDS] [--json PATH]
+        [--growth] [--wait-idle SECONDS] [--json PATH]
 
 One generated stream (_streaming_common.py: --events events over one event-time week, bursty per
 key, values 1..100, event times in order up to a forward jitter of under 2 s, so nothing is ever
@@ -56,8 +56,8 @@ sys.path.insert(0, HERE)
 from _bench_env import REPO, default_beam_python  # noqa: E402
 from _spark_bench_common import add_run_flags, finish, wait_until_idle  # noqa: E402
 from _streaming_common import (  # noqa: E402
-    ALLOWED_LATENESS_S, EARLY_FIRING_S, GAP_MS, JITTER_MS, PIPELINES, SLOTS, VISIT_EVENTS, WEEK_MS,
-    reference,
+    ALLOWED_LATENESS_S, EARLY_FIRING_S, GAP_MS, HOUR_MS, JITTER_MS, PIPELINES, SLOTS, VISIT_EVENTS,
+    WEEK_MS, reference,
 )
 from _streaming_worker import CONTENDERS  # noqa: E402
 from spark_windowed_sum import (  # noqa: E402
@@ -78,6 +78,10 @@ TARGET_SESSIONS_VS_NATIVE = 1.0
 TARGET_SESSIONS_EVENTS_PER_S = 100_000
 TARGET_SESSIONS_FLOOR_KEYS = 1000
 TARGET_VS_BEAM = 30.0
+# issue 34's growth targets for a long stream (--growth): after the first hour of event time, the
+# last quarter's batch time (p50) and state rows over the first quarter's
+TARGET_TIME_GROWTH = 1.15
+TARGET_STATE_GROWTH = 1.2
 
 
 # ---- one contender ------------------------------------------------------------------------------
@@ -113,6 +117,52 @@ def batch_stats(batches: List[Dict[str, Any]]) -> Dict[str, Any]:
                    steady_events=sum(b["events"] for b in steady), steady_s=sum(ms) / 1000)
         out["steady_events_per_s"] = out["steady_events"] / out["steady_s"] if out["steady_s"] else None
     return out
+
+
+def growth_stats(batches: List[Dict[str, Any]], n: int) -> Dict[str, Any]:
+    """Batch time and state size along a run, after its first hour of event time: the batches
+    with events that start past the stream's first hour (event i of n is at i/n of the week), cut
+    into four quarters; per quarter the p50 batch time and the mean state rows, RocksDB memory and
+    SST bytes after a batch; growth = last quarter / first quarter. Empty under 8 such batches."""
+    after, pos = [], 0
+    for b in batches:
+        if b["events"] > 0 and pos * WEEK_MS >= n * HOUR_MS:
+            after.append(b)
+        pos += b["events"]
+    if len(after) < 8:
+        return {}
+    q = len(after) // 4
+    quarters = [after[i * q:(i + 1) * q] for i in range(3)] + [after[3 * q:]]
+
+    def mean(bs: List[Dict[str, Any]], k: str) -> float:
+        return sum(b.get(k, 0) for b in bs) / len(bs)
+    rows = [{"batches": len(bs), "p50_ms": percentile([b["ms"] for b in bs], 50),
+             "state_rows": mean(bs, "state_rows"), "state_memory_mib": mean(bs, "state_memory_bytes") / 2**20,
+             "state_sst_mib": mean(bs, "state_sst_bytes") / 2**20} for bs in quarters]
+    first, last = rows[0], rows[-1]
+    return {"quarters": rows,
+            "time_growth": last["p50_ms"] / first["p50_ms"] if first["p50_ms"] else None,
+            "state_growth": last["state_rows"] / first["state_rows"] if first["state_rows"] else None}
+
+
+def growth_table(results: Dict[int, Dict[str, Dict[str, Dict[str, Any]]]]) -> str:
+    """Per Spark run with enough batches: its growth_stats, a line per quarter."""
+    rows = []
+    for keys, by_pipeline in results.items():
+        for pipeline, recs in by_pipeline.items():
+            for c, rec in recs.items():
+                g = rec.get("growth")
+                if not g:
+                    continue
+                for i, qr in enumerate(g["quarters"]):
+                    last = i == len(g["quarters"]) - 1
+                    rows.append([f"{keys:,}", pipeline, c if i == 0 else "", f"{i + 1}", f"{qr['batches']}",
+                                 f"{qr['p50_ms']:,.0f}", f"{qr['state_rows']:,.0f}",
+                                 f"{qr['state_memory_mib']:,.1f}", f"{qr['state_sst_mib']:,.1f}",
+                                 x(g["time_growth"]) if last else "", x(g["state_growth"]) if last else ""])
+    header = ["keys", "pipeline", "contender", "quarter", "batches", "p50 ms", "state rows",
+              "RocksDB MiB", "SST MiB", "time growth", "state growth"]
+    return fmt_table(rows, header, right=set(range(3, 11))) if rows else ""
 
 
 def check(rec: Dict[str, Any], ref: Dict[str, Any]) -> Dict[str, Any]:
@@ -164,6 +214,7 @@ def measure(args: argparse.Namespace, contender: str, pipeline: str, n: int, bat
         print(f"ERROR: {r['error']}")
         return rec
     rec.update(batch_stats(r["batches"]))
+    rec["growth"] = growth_stats(r["batches"], n)
     rec.update(check(rec, ref))
     rec["events_per_s"] = n / r["seconds"]
     steady = rec.get("steady_events_per_s")
@@ -255,6 +306,24 @@ def targets(results: Dict[int, Dict[str, Dict[str, Dict[str, Any]]]]) -> List[Di
     return out
 
 
+def growth_targets(results: Dict[int, Dict[str, Dict[str, Dict[str, Any]]]]) -> List[Dict[str, Any]]:
+    """--growth: headrace's batch time and state size flat after the first hour of event time."""
+    out = []
+    for keys, by_pipeline in results.items():
+        for pipeline, recs in by_pipeline.items():
+            g = (recs.get("headrace") or {}).get("growth")
+            for what, key, need in (("p50 batch time", "time_growth", TARGET_TIME_GROWTH),
+                                    ("state rows", "state_growth", TARGET_STATE_GROWTH)):
+                value = g.get(key) if g else None
+                verdict = ("n/a (fewer than 8 batches after the first hour, or headrace not run)"
+                           if value is None else "PASS" if value <= need else "FAIL")
+                out.append({"target": f"{keys:,} keys, {pipeline}: headrace's {what}, last quarter "
+                                      f"<= {need:g}x the first",
+                            "required": need, "measured": value,
+                            "shown": "-" if value is None else x(value), "verdict": verdict})
+    return out
+
+
 def print_notes(args: argparse.Namespace, results: Dict[int, Any], refs: Dict[Any, Dict[str, Any]]) -> None:
     print(f"""
 batches: micro-batches with events + the others (headrace's first, control-only batch; the native
@@ -319,6 +388,10 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
                     help="headrace's input: an UnboundedSource making the events with numpy, as "
                          "the native contender's Spark source does (default), or PeriodicImpulse "
                          "| Map(event), one event at a time in Python")
+    ap.add_argument("--growth", action="store_true",
+                    help="also check issue 34's growth targets: headrace's p50 batch time and state rows "
+                         "flat after the first hour of event time (for long streams, e.g. --events "
+                         "20000000 --keys 100000)")
     ap.add_argument("--only", default=",".join(CONTENDERS),
                     help="comma-separated contenders among: " + ", ".join(CONTENDERS))
     ap.add_argument("--pipelines", default=",".join(PIPELINES), help="comma-separated: fixed, sessions")
@@ -402,8 +475,15 @@ def main(argv: Optional[List[str]] = None) -> int:
         for pipeline, recs in by_pipeline.items():
             print(f"\n{keys:,} keys, {PIPELINE_TITLES[pipeline]}\n")
             print(pipeline_table(pipeline, recs))
+    grown = growth_table(results)
+    if grown:
+        print("\nafter the first hour of event time, by quarters of the batches (state: mean after a "
+              "batch, over every stateful operator):\n")
+        print(grown)
     print_notes(args, results, refs)
     checks = targets(results)
+    if args.growth:
+        checks += growth_targets(results)
     if checks:
         print("\ntargets (steady-state events/s; local[2] is the issue's setting):")
         width = max(len(t["target"]) for t in checks)

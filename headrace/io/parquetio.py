@@ -25,6 +25,12 @@ __all__ = ["ReadAllFromParquet", "ReadAllFromParquetBatched", "ReadFromParquet",
            "ReadFromParquetBatched", "WriteToParquet"]
 
 _SPLIT_BYTES = 64 * 1024 * 1024
+#: The largest part a Read splits a Parquet source into, in row groups' encoded bytes. A part is
+#: read whole, and its records are held until the part ends (whole-bundle retry), so this bounds
+#: a reading task's memory whatever the input's size: 16 MB encoded is about 40-60 MB of Arrow
+#: columns (dictionary-encoded strings expand). With 64 MB, a reading worker held about 750 MB
+#: at 100 M events of `spark_windowed_sum`'s input against 360 MB at 10 M (benchmarks/README.md).
+_PART_BYTES = 16 * 1024 * 1024
 _BATCH_ROWS = 65536
 _CODECS = ("none", "snappy", "gzip", "brotli", "lz4", "zstd")
 
@@ -63,7 +69,7 @@ class _ParquetSource(BoundedSource):
             self._check_columns(f, meta.schema.to_arrow_schema().names)
             groups.append((f, [(i, meta.row_group(i).total_byte_size) for i in range(meta.num_row_groups)]))
         total = sum(size for _, rgs in groups for _, size in rgs)
-        target = max(self.min_bundle_size, min(_SPLIT_BYTES, total // max(1, desired_parallelism) + 1))
+        target = max(self.min_bundle_size, min(_PART_BYTES, total // max(1, desired_parallelism) + 1))
         parts: List[Part] = []
         for f, rgs in groups:
             acc: List[int] = []
