@@ -93,8 +93,11 @@ def start_spark(args: argparse.Namespace) -> Any:
     return spark
 
 
-def progress_batches(query: Any, events_of: Callable[[Dict[str, Any]], int]) -> List[Dict[str, Any]]:
-    """Per micro-batch of a finished query: id, events of the stream, triggerExecution ms, rows."""
+def progress_batches(query: Any, events_of: Callable[[Dict[str, Any]], int],
+                     state: Optional[Dict[int, Tuple[int, int]]] = None) -> List[Dict[str, Any]]:
+    """Per micro-batch of a finished query: id, events of the stream, triggerExecution ms, rows,
+    the state's size after it (Spark's rows and RocksDB memory; with `state`, headrace's keys and
+    bytes held, sampled by `StateSampler`)."""
     out = []
     for p in sorted(query.recentProgress, key=lambda p: p.batchId):
         sources = p.sources
@@ -108,12 +111,56 @@ def progress_batches(query: Any, events_of: Callable[[Dict[str, Any]], int]) -> 
                     # RocksDB instances' memory and their SST files on disk (when reported)
                     "state_rows": sum(int(op.numRowsTotal) for op in ops),
                     "state_memory_bytes": sum(int(op.memoryUsedBytes) for op in ops),
-                    "state_sst_bytes": sum(int((op.customMetrics or {}).get("rocksdbSstFileSize", 0))
-                                           for op in ops),
                     "watermark": (p.eventTime or {}).get("watermark")})
+        if state is not None and p.batchId in state:
+            out[-1]["state_keys"], out[-1]["state_bytes"] = state[p.batchId]
         if os.environ.get("STREAM_BENCH_DEBUG"):
             print(p.json, file=sys.stderr)
     return out
+
+
+class StateSampler:
+    """Samples what a running headrace streaming query holds in state (its counters
+    `state_keys` and `state_bytes`, summed over its steps) every `interval` seconds, by the
+    batch last reported: `samples[batch id] = (keys, bytes)`."""
+
+    def __init__(self, result: Any, interval: float = 0.25) -> None:
+        import threading
+        self.result = result
+        self.interval = interval
+        self.samples: Dict[int, Tuple[int, int]] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        from headrace.metrics import MetricsFilter
+        while not self._stop.wait(self.interval):
+            self.sample(MetricsFilter)
+
+    def sample(self, metrics_filter: Any) -> None:
+        """One sample: the counters of the query's last batch, under that batch's id."""
+        try:
+            last = self.result.query.lastProgress
+            batch = None if last is None else int(
+                last["batchId"] if isinstance(last, dict) else last.batchId)
+            got = self.result.metrics().query(
+                metrics_filter().with_namespace("headrace.spark_streaming"))["counters"]
+        except Exception:   # the query is starting or stopping
+            return
+        if batch is None:
+            return
+        totals = {"state_keys": 0, "state_bytes": 0}
+        for c in got:
+            if c.key.metric.name in totals:
+                totals[c.key.metric.name] += c.committed
+        self.samples[batch] = (totals["state_keys"], totals["state_bytes"])
+
+    def stop(self) -> Dict[int, Tuple[int, int]]:
+        """Stops sampling; the samples."""
+        self._stop.set()
+        self._thread.join()
+        return self.samples
 
 
 def bench_stream(spark: Any, args: argparse.Namespace) -> Any:
@@ -425,8 +472,10 @@ def run_headrace(args: argparse.Namespace) -> Result:
     try:
         t1 = time.perf_counter()
         result = p.run()
+        sampler = StateSampler(result) if hasattr(result, "query") else None
         result.wait_until_finish()
         seconds = time.perf_counter() - t1
+        state = sampler.stop() if sampler is not None else None
         query = getattr(result, "query", None)
         if query is None:
             raise Skipped(f"the runner returned a {type(result).__name__} without .query (not the "
@@ -437,7 +486,7 @@ def run_headrace(args: argparse.Namespace) -> Result:
                 got = json.loads(offset) if offset else None
                 return int(got["pos"][0]) if got else 0
             return pos(o["end"]) - pos(o["start"])
-        batches = progress_batches(query, events_of)
+        batches = progress_batches(query, events_of, state)
         checksum, panes = counters(beam, result)
     finally:
         shutil.rmtree(checkpoint, ignore_errors=True)

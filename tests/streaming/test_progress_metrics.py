@@ -1,5 +1,6 @@
 """The Spark streaming runner's `metrics()` also reports the query's progress (Spark's own
-numbers), under the namespace `headrace.spark_streaming`."""
+numbers) and what its stateful steps hold in state, under the namespace
+`headrace.spark_streaming`."""
 
 from __future__ import annotations
 
@@ -30,3 +31,25 @@ def test_a_streaming_query_reports_its_batches_and_their_durations(make_pipeline
     assert dists["batch_duration_ms"].min > 0
     assert dists["input_rows_per_batch"].sum >= 3   # the elements, plus control rows
     assert gauges["state_rows"] >= 0
+
+
+def test_the_state_a_grouping_holds_is_counted_and_dropped_when_its_windows_expire(
+        make_pipeline, runner):
+    if not runner.startswith("spark"):
+        pytest.skip("the state counters are the Spark streaming runner's")
+    p = make_pipeline(test_stream_events_per_batch=1)
+    _ = (p | TestStream().add_elements([TV(("a", 1), 1), TV(("b", 2), 2), TV(("c", 3), 3)])
+         .advance_watermark_to(5).add_elements([TV(("a", 4), 4)]).advance_watermark_to_infinity()
+         | "Window" >> beam.WindowInto(window.FixedWindows(10), allowed_lateness=60)
+         | "Sum" >> beam.CombinePerKey(sum))
+    result = p.run()
+    result.wait_until_finish()
+    got = result.metrics().query(MetricsFilter().with_namespace("headrace.spark_streaming")
+                                 .with_name("state_keys"))["counters"]
+    steps = {c.key.step for c in got}
+    assert any(s.endswith("Sum") or "Sum/" in s for s in steps), steps
+    # counters of changes: three keys came and went, so each step's state ends empty
+    both = result.metrics().query(MetricsFilter().with_namespace("headrace.spark_streaming"))
+    totals = {(c.key.step, c.key.metric.name): c.committed for c in both["counters"]}
+    assert {name for _, name in totals} == {"state_keys", "state_bytes"}
+    assert all(v == 0 for v in totals.values()), totals

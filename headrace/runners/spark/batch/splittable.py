@@ -70,6 +70,27 @@ from headrace.runners.spark.worker.packing import pack, unpack
 PARTITIONS_PER_CORE = 2
 #: The index of the residuals' records in a wave's RDD.
 RESIDUALS = -1
+#: The largest summed restriction size of a bundle of several works (a file read's bytes: a
+#: bundle's outputs are held until it ends, so this bounds a task's memory however large its
+#: partition; a work larger than this is a bundle of its own). Restrictions counted in other
+#: units (records, offsets) rarely reach it.
+BUNDLE_SIZE_LIMIT = 64 * 1024 * 1024
+
+
+def batched_by_size(works: List[Work], count: int, size: float) -> Iterator[List[Work]]:
+    """`works` in order, in bundles of at most `count` works whose sizes sum to at most `size`
+    (a work larger than `size` alone)."""
+    bundle: List[Work] = []
+    total = 0.0
+    for w in works:
+        ws = max(w.size, 0.0)
+        if bundle and (len(bundle) >= count or total + ws > size):
+            yield bundle
+            bundle, total = [], 0.0
+        bundle.append(w)
+        total += ws
+    if bundle:
+        yield bundle
 
 
 class WaveSettings:
@@ -77,10 +98,13 @@ class WaveSettings:
     runner's split settings."""
 
     def __init__(self, total_size: float, cores: int, started: float, straggler: bool,
-                 test_split_probability: float, test_split_seed: int, once: bool = False) -> None:
+                 test_split_probability: float, test_split_seed: int, once: bool = False,
+                 whole_parts: bool = False) -> None:
         self.total_size = total_size
         #: the wave is the only one (`SplittableBuild.run_once`): a residual would be lost
         self.once = once
+        #: the works are a Read's parts, each read whole: one per bundle (`_WaveTask.bundles`)
+        self.whole_parts = whole_parts or once
         self.cores = cores
         self.started = started
         self.straggler = straggler
@@ -132,7 +156,7 @@ def wave_fn(env: TaskEnv, spec: SplittableSpec, index: Dict[int, int], settings:
     the records of that stage run over the outputs), then `(RESIDUALS, pack(works))`."""
     def run(partition: int, records: Iterator[List[Work]]) -> Iterator[Tuple[int, bytes]]:
         env.check_earlier_attempt()
-        task = _WaveTask(env, spec, settings.policy(partition), settings.once)
+        task = _WaveTask(env, spec, settings.policy(partition), settings.whole_parts)
         # a wave run once is computed by the tasks that read it: its records are not pickled
         packer = _same if settings.once else pack
         try:
@@ -215,11 +239,12 @@ class _StageInput:
 class _WaveTask:
     """One wave task's splittable step, split policy, metrics, finalizers and residuals."""
 
-    def __init__(self, env: TaskEnv, spec: SplittableSpec, policy: SplitPolicy, once: bool) -> None:
+    def __init__(self, env: TaskEnv, spec: SplittableSpec, policy: SplitPolicy,
+                 whole_parts: bool) -> None:
         self.env = env
         self.step = SplittableStep(spec)
         self.policy = policy
-        self.once = once   # the wave is run once (`WaveSettings.once`)
+        self.whole_parts = whole_parts   # a Read's parts (`WaveSettings.whole_parts`)
         self.committed, self.attempted = MetricsContainer(), MetricsContainer()
         self.finalizers: List[Any] = []
         self.residuals: List[Work] = []
@@ -231,9 +256,11 @@ class _WaveTask:
         for works in records:
             if policy.straggler is not None:
                 policy.straggler.assign(sum(max(w.size, 0.0) for w in works))
-            # a wave run once (a Read's parts, each of many records) holds one part's outputs
-            # at a time, not a whole bundle of parts
-            for bundle in batched(works, 1 if self.once else env.bundle_size):
+            # a bundle's outputs are held until it ends (whole-bundle retry), so a bundle is
+            # one of a Read's parts (each of many records: a task then holds one part's
+            # outputs, not its partition's), or works up to BUNDLE_SIZE_LIMIT of restriction size
+            for bundle in ([[w] for w in works] if self.whole_parts
+                           else batched_by_size(works, env.bundle_size, BUNDLE_SIZE_LIMIT)):
                 result = step.run_bundle(bundle, Timestamp.now().micros, policy, env.max_attempts,
                                          self.committed, self.attempted, finalize=False,
                                          blocks=True)
@@ -298,9 +325,12 @@ class SplittableBuild:
     each output PCollection's RDD (by PCollection id)."""
 
     def __init__(self, translation: Any, spec: SplittableSpec, straggler: bool,
-                 test_split: Tuple[float, int], downstream: Optional[Downstream] = None) -> None:
+                 test_split: Tuple[float, int], downstream: Optional[Downstream] = None,
+                 whole_parts: bool = False) -> None:
         self.t = translation
         self.spec = spec
+        #: the works are a Read's parts, each read whole (`WaveSettings.whole_parts`)
+        self.whole_parts = whole_parts
         self.downstream = downstream
         self.straggler = straggler
         self.test_split = test_split
@@ -358,7 +388,8 @@ class SplittableBuild:
         cores = t.parallelism
         parts = pack_by_size(works, cores * PARTITIONS_PER_CORE)
         settings = WaveSettings(sum(max(w.size, 0.0) for w in works), cores, time.time(),
-                                self.straggler, self.test_split[0], self.test_split[1])
+                                self.straggler, self.test_split[0], self.test_split[1],
+                                whole_parts=self.whole_parts)
         rdd = self._wave_rdd(works, parts, settings).persist(_memory_and_disk())
         rdd.setName(f"{self.spec.label} (wave {len(self.waves)})")
         t.persisted.append(rdd)

@@ -193,7 +193,7 @@ class BatchTranslation:
             self.absorbed.add(id(stage))
             outs = stage_outs
         build = SplittableBuild(self, spec or SplittableSpec.of(node), self.sdf_straggler,
-                                self.sdf_test_split, downstream)
+                                self.sdf_test_split, downstream, whole_parts=works is not None)
         if works is None:
             rdds = build.run(self.rdds[node.inputs[0]])
         elif self.sdf_test_split[0] > 0:  # runner splits leave residuals: waves

@@ -92,6 +92,9 @@ class KeyCell:
         self.ctl: Optional[Control] = None
         #: the current Spark grouping key's bytes (set by the processor before each call)
         self.key = b""
+        #: the size of the value `load` last read (0: none), and its keys if it was a Bucket
+        self.loaded_bytes = 0
+        self.loaded_keys = 0
 
     def at(self, key: Any) -> bytes:
         """Makes Spark's grouping key `key` (kind, key bytes) the current one; its key bytes."""
@@ -109,11 +112,20 @@ class KeyCell:
     def load(self) -> Any:
         """The current key's stored value, or None (one state call: `get` without `exists`)."""
         row = self.cell.get()
-        return coders.loads(bytes(row[0])) if row is not None else None
+        if row is None:
+            self.loaded_bytes = self.loaded_keys = 0
+            return None
+        data = bytes(row[0])
+        value = coders.loads(data)
+        self.loaded_bytes = len(data)
+        self.loaded_keys = len(value.records) if isinstance(value, Bucket) else 0
+        return value
 
-    def save(self, value: Any) -> None:
-        """Stores the current key's value."""
-        self.cell.update((coders.dumps(value),))
+    def save(self, value: Any) -> int:
+        """Stores the current key's value; its size in bytes."""
+        data = coders.dumps(value)
+        self.cell.update((data,))
+        return len(data)
 
     def clear(self) -> None:
         """Forgets the current key's value."""
@@ -144,9 +156,19 @@ def wakeup_clock(next_event: int, ptime: int, ctl: Control) -> Optional[int]:
     return timer
 
 
+#: the counters of the keys a bucket operator holds in state and of their stored bytes (the
+#: sum of each batch's changes: what the state holds now), per step, in `STATE_NAMESPACE`
+STATE_NAMESPACE = "headrace.spark_streaming"
+STATE_KEYS = "state_keys"
+STATE_BYTES = "state_bytes"
+
+
 class BucketOperator:
     """An operator keeping its keys in buckets: `run` visits one bucket, `visit` (each
-    operator's own) one key of it."""
+    operator's own) one key of it. `specs` (each operator's own): its steps by index, each with
+    a `label`."""
+
+    specs: Dict[int, Any]
 
     def __init__(self, cell: KeyCell) -> None:
         self.cell = cell
@@ -182,13 +204,13 @@ class BucketOperator:
             self.visit(g, ctl, recs, kb, None, outs, metrics)
         for (pc, bundle), lst in outs.items():
             yield (rows.PASS, pc, b"", bundle, 0, pack(lst))
-        if metrics.cells:
-            yield (rows.PASS, rows.REPORT_PC, b"", 0, 0, rows.dumps(("metrics", metrics)))
-        yield from self._save(g, bucket, stored is not None, expired)
+        yield from self._save(g, bucket, stored is not None, expired, metrics)
 
-    def _save(self, g: int, bucket: Bucket, was_stored: bool,
-              expired: Optional[int]) -> Iterator[rows.Row]:
-        """Moves the bucket's timer, reports its hold and processing-time wakeup, stores it."""
+    def _save(self, g: int, bucket: Bucket, was_stored: bool, expired: Optional[int],
+              metrics: Optional[MetricsContainer] = None) -> Iterator[rows.Row]:
+        """Moves the bucket's timer, reports its hold and processing-time wakeup, stores it,
+        and reports `metrics` (the visits' updates) with how its keys and stored bytes changed
+        since it was loaded (`STATE_KEYS`, `STATE_BYTES`)."""
         recs = bucket.records
         timer: Optional[int] = None
         hold = ptime = MAX
@@ -203,7 +225,17 @@ class BucketOperator:
         if ptime != bucket.ptime:
             yield (rows.PASS, rows.REPORT_PC, b"", 0, 0, rows.dumps(("pt", g, bucket.ptime, ptime)))
             bucket.ptime = ptime
+        size = 0
         if recs:
-            self.cell.save(bucket)
+            size = self.cell.save(bucket)
         elif was_stored:
             self.cell.clear()
+        before_bytes, before_keys = (self.cell.loaded_bytes, self.cell.loaded_keys) if was_stored \
+            else (0, 0)
+        if size != before_bytes or len(recs) != before_keys:
+            metrics = metrics if metrics is not None else MetricsContainer()
+            label = self.specs[g].label
+            metrics.update("counter", label, STATE_NAMESPACE, STATE_KEYS, len(recs) - before_keys)
+            metrics.update("counter", label, STATE_NAMESPACE, STATE_BYTES, size - before_bytes)
+        if metrics is not None and metrics.cells:
+            yield (rows.PASS, rows.REPORT_PC, b"", 0, 0, rows.dumps(("metrics", metrics)))
