@@ -120,13 +120,15 @@ def progress_batches(query: Any, events_of: Callable[[Dict[str, Any]], int],
 
 
 class StateSampler:
-    """Samples what a running headrace streaming query holds in state (its counters
-    `state_keys` and `state_bytes`, summed over its steps) every `interval` seconds, by the
-    batch last reported: `samples[batch id] = (keys, bytes)`."""
+    """Samples what a running headrace streaming query holds in state after each batch: its
+    counters `state_keys` and `state_bytes`, summed over its steps, from the driver's state
+    after the batch (`<checkpoint>/headrace/batches/<n>.pkl`, the last 10 kept; the runner's
+    `run` returns only once the query ended, so its result's `metrics()` cannot be read
+    meanwhile): `samples[batch id] = (keys, bytes)`."""
 
-    def __init__(self, result: Any, interval: float = 0.25) -> None:
+    def __init__(self, checkpoint: str, interval: float = 0.2) -> None:
         import threading
-        self.result = result
+        self.dir = os.path.join(checkpoint, "headrace", "batches")
         self.interval = interval
         self.samples: Dict[int, Tuple[int, int]] = {}
         self._stop = threading.Event()
@@ -134,32 +136,37 @@ class StateSampler:
         self._thread.start()
 
     def _run(self) -> None:
-        from headrace.metrics import MetricsFilter
         while not self._stop.wait(self.interval):
-            self.sample(MetricsFilter)
+            self.sample()
 
-    def sample(self, metrics_filter: Any) -> None:
-        """One sample: the counters of the query's last batch, under that batch's id."""
+    def sample(self) -> None:
+        """Reads the batches' states not read yet."""
+        import pickle
         try:
-            last = self.result.query.lastProgress
-            batch = None if last is None else int(
-                last["batchId"] if isinstance(last, dict) else last.batchId)
-            got = self.result.metrics().query(
-                metrics_filter().with_namespace("headrace.spark_streaming"))["counters"]
-        except Exception:   # the query is starting or stopping
+            names = os.listdir(self.dir)
+        except OSError:   # the query is starting
             return
-        if batch is None:
-            return
-        totals = {"state_keys": 0, "state_bytes": 0}
-        for c in got:
-            if c.key.metric.name in totals:
-                totals[c.key.metric.name] += c.committed
-        self.samples[batch] = (totals["state_keys"], totals["state_bytes"])
+        for name in names:
+            n = int(name.split(".")[0]) if name.endswith(".pkl") and name[0].isdigit() else None
+            if n is None or n in self.samples:
+                continue
+            try:
+                with open(os.path.join(self.dir, name), "rb") as fh:
+                    state = pickle.load(fh)
+            except (OSError, EOFError, pickle.UnpicklingError):   # being replaced, or dropped
+                continue
+            totals = {"state_keys": 0, "state_bytes": 0}
+            committed = state.metrics[0] if state.metrics else None
+            for (kind, _step, _ns, name_), value in (committed.cells.items() if committed else ()):
+                if kind == "counter" and name_ in totals:
+                    totals[name_] += value
+            self.samples[n] = (totals["state_keys"], totals["state_bytes"])
 
     def stop(self) -> Dict[int, Tuple[int, int]]:
-        """Stops sampling; the samples."""
+        """Stops sampling (after a last look); the samples."""
         self._stop.set()
         self._thread.join()
+        self.sample()
         return self.samples
 
 
@@ -471,11 +478,11 @@ def run_headrace(args: argparse.Namespace) -> Result:
          | "Checksum" >> beam.ParDo(checksum_fn(beam)))
     try:
         t1 = time.perf_counter()
+        sampler = StateSampler(checkpoint)
         result = p.run()
-        sampler = StateSampler(result) if hasattr(result, "query") else None
         result.wait_until_finish()
         seconds = time.perf_counter() - t1
-        state = sampler.stop() if sampler is not None else None
+        state = sampler.stop()
         query = getattr(result, "query", None)
         if query is None:
             raise Skipped(f"the runner returned a {type(result).__name__} without .query (not the "

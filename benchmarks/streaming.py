@@ -167,10 +167,10 @@ def growth_table(results: Dict[int, Dict[str, Dict[str, Dict[str, Any]]]]) -> st
                     rows.append([f"{keys:,}", pipeline, c if i == 0 else "", f"{i + 1}", f"{qr['batches']}",
                                  f"{qr['p50_ms']:,.0f}", f"{qr['state_rows']:,.0f}",
                                  f"{qr['state_memory_mib']:,.1f}", "-" if sk is None else f"{sk:,.0f}",
-                                 "-" if sb is None else f"{sb / 2**20:,.1f}",
+                                 "-" if sb is None else f"{sb / 2**10:,.1f}",
                                  x(g["time_growth"]) if last else "", x(g["state_growth"]) if last else ""])
     header = ["keys", "pipeline", "contender", "quarter", "batches", "p50 ms", "Spark state rows",
-              "RocksDB MiB", "keys held", "state MiB", "time growth", "state growth"]
+              "RocksDB MiB", "keys held", "state KiB", "time growth", "state growth"]
     return fmt_table(rows, header, right=set(range(3, 12))) if rows else ""
 
 
@@ -488,8 +488,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     grown = growth_table(results)
     if grown:
         print("\nafter the first hour of event time, by quarters of the batches (state: mean after a "
-              "batch, over every stateful\noperator; keys held and state MiB: headrace's counters "
-              "state_keys and state_bytes, the pickled\nbuckets' bytes; state growth: of state MiB "
+              "batch, over every stateful\noperator; keys held and state KiB: headrace's counters "
+              "state_keys and state_bytes, the pickled\nbuckets' bytes; state growth: of state KiB "
               "where measured, else of Spark's rows):\n")
         print(grown)
     print_notes(args, results, refs)
