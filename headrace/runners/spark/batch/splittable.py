@@ -259,7 +259,7 @@ class _WaveTask:
             # a bundle's outputs are held until it ends (whole-bundle retry), so a bundle is
             # one of a Read's parts (each of many records: a task then holds one part's
             # outputs, not its partition's), or works up to BUNDLE_SIZE_LIMIT of restriction size
-            for bundle in ([[w] for w in works] if self.whole_parts
+            for bundle in (batched(works, 1) if self.whole_parts
                            else batched_by_size(works, env.bundle_size, BUNDLE_SIZE_LIMIT)):
                 result = step.run_bundle(bundle, Timestamp.now().micros, policy, env.max_attempts,
                                          self.committed, self.attempted, finalize=False,

@@ -30,6 +30,7 @@ from headrace.model.windowed import WindowedValue
 from headrace.runners.spark.streaming import rows
 from headrace.runners.spark.streaming.coordinator import to_clock
 from headrace.runners.spark.streaming.offsets import Control
+from headrace.runners.spark.streaming.result import PROGRESS_NAMESPACE
 from headrace.runners.spark.worker.packing import pack
 
 MAX = MAX_TIMESTAMP_MICROS
@@ -157,8 +158,9 @@ def wakeup_clock(next_event: int, ptime: int, ctl: Control) -> Optional[int]:
 
 
 #: the counters of the keys a bucket operator holds in state and of their stored bytes (the
-#: sum of each batch's changes: what the state holds now), per step, in `STATE_NAMESPACE`
-STATE_NAMESPACE = "headrace.spark_streaming"
+#: sum of each batch's changes: what the state holds now), per step, in the namespace of the
+#: query's progress metrics (`result.PROGRESS_NAMESPACE`)
+STATE_NAMESPACE = PROGRESS_NAMESPACE
 STATE_KEYS = "state_keys"
 STATE_BYTES = "state_bytes"
 
