@@ -115,12 +115,31 @@ def generate_events(n: int, num_keys: int, seed: int):
     return key[order].astype(np.int32), value, ts[order]
 
 
+def generate_even_events(n: int, num_keys: int, seed: int):
+    """n events spread evenly: each key and each millisecond of the week equally likely (key code
+    int32, value int64, ts_ms int64, in random order), so every key has events in every hour."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    key = rng.integers(0, num_keys, n, dtype=np.int32)
+    ts = WEEK_START_MS + rng.integers(0, WEEK_MS, n, dtype=np.int64)
+    value = rng.integers(1, 101, n, dtype=np.int64)
+    return key, value, ts
+
+
+#: how the events are spread over the keys and the week: the generator of each
+SPREADS = {"bursty": generate_events, "even": generate_even_events}
+
+
 def key_names(num_keys: int) -> List[str]:
     return [f"key-{i:05d}" for i in range(num_keys)]
 
 
-def dataset_dir(data_dir: str, universe: int, num_keys: int, seed: int, n: int) -> str:
+def dataset_dir(data_dir: str, universe: int, num_keys: int, seed: int, n: int,
+                spread: str = "bursty") -> str:
     tag = f"universe-{universe}-keys-{num_keys}-seed-{seed}-gen{GENERATOR_VERSION}"
+    if spread != "bursty":
+        tag += f"-{spread}"
     return os.path.join(data_dir, tag, f"events-{n}")
 
 
@@ -176,24 +195,25 @@ def read_dataset(path: str, limit: Optional[int] = None):
 
 
 def prepare_datasets(data_dir: str, universe: int, num_keys: int, seed: int,
-                     sizes: List[int], log=print) -> Dict[int, str]:
+                     sizes: List[int], log=print, spread: str = "bursty") -> Dict[int, str]:
     """Ensures a dataset of each size (a prefix of the universe) exists; returns {size: directory}.
 
     Reuses complete datasets from an earlier run with the same parameters; generates the universe
     only if it, or a prefix that cannot be cut from it, is missing.
     """
     sizes = sorted(set(sizes) | {universe})
-    paths = {n: dataset_dir(data_dir, universe, num_keys, seed, n) for n in sizes}
+    paths = {n: dataset_dir(data_dir, universe, num_keys, seed, n, spread) for n in sizes}
     missing = [n for n in sizes if not is_complete(paths[n])]
     if not missing:
         log(f"reusing the input in {os.path.dirname(paths[universe])}")
         return paths
-    meta = {"universe": universe, "keys": num_keys, "seed": seed, "generator": GENERATOR_VERSION}
+    meta = {"universe": universe, "keys": num_keys, "seed": seed, "generator": GENERATOR_VERSION,
+            "spread": spread}
     t0 = time.perf_counter()
     if is_complete(paths[universe]):
         key, names, value, ts = read_dataset(paths[universe])
     else:
-        key, value, ts = generate_events(universe, num_keys, seed)
+        key, value, ts = SPREADS[spread](universe, num_keys, seed)
         names = key_names(num_keys)
     for n in missing:
         write_dataset(paths[n], key[:n], value[:n], ts[:n], names, meta)

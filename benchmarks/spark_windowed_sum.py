@@ -3,9 +3,11 @@
     python benchmarks/spark_windowed_sum.py [--events 10000000] [--keys 1000] [--beam-events 1000000]
         [--master local[2]] [--only dataframe,rdd,headrace,beam] [--pipelines fixed,sessions]
         [--skip-beam] [--data-dir DIR] [--repeat 1] [--mem-sizes 2000000,10000000] [--json PATH]
+        [--spread bursty|even] [--warmup 0]
 
 Input: Parquet files of bursty events (key, value 1..100, ts_ms) over one week, generated once with
-numpy and cached in --data-dir (see _spark_bench_common.py). Two pipelines, a sum per key in
+numpy and cached in --data-dir (see _spark_bench_common.py); `--spread even` spreads them evenly
+over the keys and the week instead. Two pipelines, a sum per key in
 FixedWindows(1 hour) and in Sessions(10 minutes), each computed by four contenders:
 
   dataframe  PySpark DataFrame: groupBy(key, window(...) or session_window(...)).agg(sum(value))
@@ -47,7 +49,7 @@ from _bench_env import (  # noqa: E402
     BEAM_VENV_HINT, REPO, beam_usable, default_beam_python, headrace_revision,
 )
 from _spark_bench_common import (  # noqa: E402
-    PIPELINE_LABELS, PIPELINES, TreeMemorySampler, kill_tree, prepare_datasets, reference_checksums,
+    PIPELINE_LABELS, PIPELINES, SPREADS, TreeMemorySampler, kill_tree, prepare_datasets, reference_checksums,
     add_run_flags, finish, wait_until_idle,
 )
 from _spark_bench_worker import CONNECT, CONTENDERS  # noqa: E402
@@ -165,6 +167,8 @@ def measure(args: argparse.Namespace, contender: str, pipeline: str, n: int, pat
            "--driver-memory", args.driver_memory]
     if args.runner_starts_spark:
         cmd.append("--runner-starts-spark")
+    if args.warmup and contender != "beam":
+        cmd += ["--warmup", str(args.warmup)]
     rec: Dict[str, Any] = {"contender": contender, "pipeline": pipeline, "events": n, "input": path,
                            "expected": expected, "runs": []}
     for i in range(args.repeat):
@@ -291,6 +295,12 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     ap.add_argument("--keys", type=int, default=1000, help="distinct keys")
     ap.add_argument("--beam-events", type=int, default=1_000_000, help="events for Apache Beam")
     ap.add_argument("--seed", type=int, default=20240501)
+    ap.add_argument("--spread", default="bursty", choices=sorted(SPREADS),
+                    help="bursty: each key's events in visits of a few minutes (the default); "
+                         "even: every key and millisecond of the week equally likely")
+    ap.add_argument("--warmup", type=int, default=0,
+                    help="untimed runs of each Spark contender's job in its session before the "
+                         "timed one (a warmed JVM)")
     ap.add_argument("--master", default="local[2]", help="Spark master of the Spark contenders")
     ap.add_argument("--shuffle-partitions", type=int, default=4, help="spark.sql.shuffle.partitions, and "
                     "the RDD contender's reduce partitions")
@@ -441,7 +451,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     sizes = {args.events} | (set() if beam_problem else {n_beam})
     sizes |= set(args.mem_size_list) if run_mem else set()
     print()
-    paths = prepare_datasets(args.data_dir, universe, args.keys, args.seed, sorted(sizes))
+    paths = prepare_datasets(args.data_dir, universe, args.keys, args.seed, sorted(sizes),
+                             spread=args.spread)
     t0 = time.perf_counter()
     refs = {n: reference_checksums(paths[n]) for n in sorted(sizes)}
     print(f"reference checksums (numpy) in {time.perf_counter() - t0:.1f}s, cached in _reference.json:")
