@@ -477,7 +477,8 @@ class SparkRunnerOptions(PipelineOptions):
                                  "TestStream's script where the groupings after it take them step "
                                  "by step with the same panes (docs/semantics.md, \"A chunk of "
                                  "script events in one batch\"; default 1000; 1: one step per "
-                                 "batch, e.g. to see side effects in step order)")
+                                 "batch, e.g. to see side effects in step order; a query resumed "
+                                 "from its checkpoint keeps the value it started with)")
         parser.add_argument("--sdf_max_claims_per_batch", type=int, default=10_000, metavar="N",
                             help="streaming: a splittable DoFn claims at most this many positions "
                                  "of one restriction per micro-batch, then the rest is "

@@ -35,6 +35,26 @@ def test_a_checkpoint_is_kept_at_its_location_and_refused_to_another_pipeline(
         other.run()
 
 
+def test_a_resumed_query_keeps_the_test_stream_chunking_its_state_was_written_with(
+        runner, make_pipeline, tmp_path, capfd):
+    """Whether a grouping after a TestStream keeps lifted accumulators or elements depends on
+    --test_stream_events_per_batch (1: lifted; more: the chunk's steps one by one), so a query
+    resumed from its checkpoint keeps the value it started with, and says so."""
+    if runner == "LocalRunner":
+        pytest.skip("checkpoints are the Spark streaming runner's")
+    where = tmp_path / "ckpt"
+    p = make_pipeline(checkpoint_location=str(where), test_stream_events_per_batch=1)
+    _sums(p)
+    assert p.run().wait_until_finish() == beam.PipelineState.DONE
+    assert "keeps --test_stream_events_per_batch" not in capfd.readouterr().err
+
+    again = make_pipeline(checkpoint_location=str(where), test_stream_events_per_batch=50)
+    _sums(again)
+    assert again.run().wait_until_finish() == beam.PipelineState.DONE
+    assert ("the resumed query keeps --test_stream_events_per_batch=1 (given 50)"
+            in capfd.readouterr().err)
+
+
 @pytest.mark.parametrize("stale", [
     b"cheadrace.runners.spark.streaming.gone_module\nStreamPlan\n.",   # a module that moved
     b"cheadrace.runners.spark.streaming.plan\nGoneStreamPlan\n.",      # a class that moved

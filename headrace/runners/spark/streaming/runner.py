@@ -56,13 +56,14 @@ class SparkStreamingRunner:
         old = files.read_plan() if os.path.exists(files.plan_path) else None
         # a resumed query keeps its partitions (Spark keeps them in the checkpoint)
         n = old.partitions if old is not None else queries.state_partitions(spark, so.state_partitions)
+        chunk_events = _chunk_events(old, max(1, int(so.test_stream_events_per_batch)))
         keys = queries.partition_keys(n)
         max_attempts = max(1, int(lo.max_bundle_attempts))
         # the plan (and the steps pickled inside it) holds no credential: see headrace.utils.secrets
         with left_out(f"{zlib.crc32(checkpoint.encode()):08x}") as secrets:
             plan = build_plan(pipeline, max(1, int(lo.bundle_size)), max_attempts,
                               n, keys, max(1, int(so.max_records_per_batch)), _sdf_budget(so),
-                              max(1, int(so.test_stream_events_per_batch)))
+                              chunk_events)
             if old is not None:
                 check_restart(old, plan, checkpoint)
             files.write_plan(plan)
@@ -78,6 +79,19 @@ class SparkStreamingRunner:
                                          bool(plan.coordinator.unbounded))
         result.wait_until_finish()
         return result
+
+
+def _chunk_events(old: Any, asked: int) -> int:
+    """The most TestStream events a micro-batch performs: `asked` (--test_stream_events_per_batch),
+    or, for a resumed query, what it started with (its groupings' stored state depends on it:
+    a grouping that takes a chunk's steps one by one keeps elements, not lifted accumulators)."""
+    if old is None:
+        return asked
+    kept = old.coordinator.chunks.events
+    if kept != asked:
+        print(f"headrace: the resumed query keeps --test_stream_events_per_batch={kept} "
+              f"(given {asked}): its state was written with it", file=sys.stderr)
+    return int(kept)
 
 
 def _sdf_budget(so: Any) -> Tuple[Optional[int], Optional[float]]:
