@@ -44,9 +44,9 @@ QUIET = "-Xlog:cds*=off"
 """The JVM option that silences its messages about an archive it cannot use (class path, build)."""
 
 
-def _java() -> Optional[str]:
-    """The java executable Spark's launcher runs (`$JAVA_HOME/bin/java`, else the one on the
-    PATH), its links resolved; None when there is none."""
+def java_executable() -> Optional[str]:
+    """The java executable Spark's launcher runs (`$JAVA_HOME/bin/java` when JAVA_HOME is set,
+    else the one on the PATH), its links resolved; None when there is none."""
     home = os.environ.get("JAVA_HOME")
     java = os.path.join(home, "bin", "java") if home else shutil.which("java")
     if not java or not os.path.exists(java):
@@ -57,7 +57,7 @@ def _java() -> Optional[str]:
 def archive_path() -> Optional[str]:
     """Where the archive for the current Java, PySpark and Spark home is (or would be); None
     when there is no Java or no PySpark."""
-    java = _java()
+    java = java_executable()
     if java is None:
         return None
     try:

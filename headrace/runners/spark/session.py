@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import sys
 import threading
 import warnings
@@ -95,14 +94,18 @@ def worker_python_path() -> str:
 
 
 def _check_java() -> None:
+    """Refuses to start Spark without the java its launcher would run (`jvm_archive.java_executable`)."""
+    from headrace.runners.spark.jvm_archive import java_executable
+
+    if java_executable() is not None:
+        return
     home = os.environ.get("JAVA_HOME")
-    if home and os.path.exists(os.path.join(home, "bin", "java")):
-        return
-    if shutil.which("java"):
-        return
+    where = (f"JAVA_HOME is {home}, which has no bin/java: point it at a Java 17 or 21 runtime, "
+             "or unset it to use the java on the PATH" if home else
+             "install one (on Debian/Ubuntu: apt-get install openjdk-17-jre-headless) or set "
+             "JAVA_HOME to it")
     raise PipelineExecutionError(
-        "the Spark runner needs a Java 17 or 21 runtime and none was found: install one (on "
-        "Debian/Ubuntu: apt-get install openjdk-17-jre-headless) or set JAVA_HOME to it")
+        f"the Spark runner needs a Java 17 or 21 runtime and none was found: {where}")
 
 
 def _startup_conf(so: Any, conf: List[Tuple[str, str]]) -> List[Tuple[str, str]]:
