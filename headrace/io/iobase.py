@@ -40,8 +40,8 @@ def batched(items: Iterable[Any], size: int) -> Iterator[List[Any]]:
 class BoundedSource(ABC):
     """A finite input: `split()` into independent parts, `read(part)` yields values or TimestampedValues.
 
-    An abstract base class: `split` and `read` are abstract; `read_batches` and `display_name`
-    have defaults.
+    An abstract base class: `split` and `read` are abstract; `read_batches`, `part_size` and
+    `display_name` have defaults.
     """
 
     @abstractmethod
@@ -57,6 +57,11 @@ class BoundedSource(ABC):
     def read_batches(self, part: Any, size: int) -> Iterable[List[Any]]:
         """Yields the records of one part in lists of about `size` (sources may batch natively)."""
         return batched(self.read(part), size)
+
+    def part_size(self, part: Any) -> float:
+        """The relative size of one of `split`'s parts (a file source's bytes): runners spread
+        parts over their tasks by it. Every part alike (1.0) unless a source says otherwise."""
+        return 1.0
 
     def display_name(self) -> str:
         """A short description for labels and errors."""
@@ -269,7 +274,7 @@ class BoundedSourceReader(DoFn, RestrictionProvider):
         return _SourcePartTracker(restriction)
 
     def restriction_size(self, element: BoundedSource, restriction: SourcePart) -> float:
-        return 1.0
+        return 1.0 if restriction.whole else float(element.part_size(restriction.part))
 
     def process(self, element: BoundedSource, tracker: Any = DoFn.RestrictionParam()
                 ) -> Iterator[Any]:

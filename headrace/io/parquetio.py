@@ -51,6 +51,7 @@ class _ParquetSource(BoundedSource):
         self.pattern = pattern
         self.min_bundle_size = min_bundle_size
         self.columns = list(columns) if columns is not None else None
+        self._part_bytes: Dict[Part, int] = {}   # each part of `split`: its row groups' bytes
         if validate:
             check_files_exist(transform, pattern, "data/*.parquet")
 
@@ -79,10 +80,16 @@ class _ParquetSource(BoundedSource):
                 size += rg_size
                 if size >= target:
                     parts.append((f, tuple(acc)))
+                    self._part_bytes[parts[-1]] = size
                     acc, size = [], 0
             if acc:
                 parts.append((f, tuple(acc)))
+                self._part_bytes[parts[-1]] = size
         return parts
+
+    def part_size(self, part: Part) -> float:
+        """A part's row groups' bytes (as the file's metadata gives them, when `split` made it)."""
+        return float(self._part_bytes.get(part, 1.0))
 
     def _check_columns(self, path: str, names: List[str]) -> None:
         missing = [c for c in self.columns or () if c.split(".")[0] not in names]

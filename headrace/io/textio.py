@@ -141,6 +141,11 @@ class _TextSource(BoundedSource):
             return [(path, 0, -1)]
         return [(path, start, min(size, start + target)) for start in range(0, size, target)]
 
+    def part_size(self, part: Tuple[str, int, int]) -> float:
+        """A part's bytes (a whole file's, compressed or not, when it is read whole)."""
+        path, start, end = part
+        return float(os.path.getsize(path) if end < 0 else end - start)
+
     def read(self, part: Tuple[str, int, int]) -> Iterable[Any]:
         for block in self._blocks(part):
             yield from block

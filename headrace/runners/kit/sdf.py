@@ -56,7 +56,7 @@ from headrace.pipeline.splittable import (
 )
 from headrace.runners.kit.columnar import Columns
 from headrace.runners.kit.dofn_runner import ParDoRunner
-from headrace.runners.kit.sources import range_failure, split_source
+from headrace.runners.kit.sources import part_size, range_failure, split_source
 from headrace.runners.kit.stage import StepSpec, retried_bundle, serialize_dofn, step_spec
 
 
@@ -702,6 +702,8 @@ def read_works(label: str, source: Any, parallelism: int, step: SplittableStep) 
     errors name the step), or an unbounded source's one restriction."""
     element = source_element(source)
     if isinstance(source, BoundedSource):
-        return [Work(element, SourcePart(part), None, MIN_TIMESTAMP_MICROS, MIN_TIMESTAMP_MICROS, 1.0)
+        # each part's size (a file source's bytes): the runners spread the parts by it
+        return [Work(element, SourcePart(part), None, MIN_TIMESTAMP_MICROS, MIN_TIMESTAMP_MICROS,
+                     part_size(label, source, part))
                 for part in split_source(label, source, parallelism)]
     return step.initial_works([element])

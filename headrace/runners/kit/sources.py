@@ -31,6 +31,16 @@ def split_source(label: str, source: BoundedSource, desired: int) -> List[Any]:
             step=label) from exc
 
 
+def part_size(label: str, source: BoundedSource, part: Any) -> float:
+    """A part's relative size (`BoundedSource.part_size`, at least 0); an error names the step."""
+    try:
+        return max(0.0, float(source.part_size(part)))
+    except Exception as exc:
+        raise PipelineExecutionError(
+            f"step {label!r}: the size of part {part!r} of {source.display_name()} failed: "
+            f"{type(exc).__name__}: {exc}", step=label) from exc
+
+
 def read_failure(label: str, part: Any, exc: BaseException) -> PipelineExecutionError:
     """The error for a Read step whose source failed reading `part`."""
     return PipelineExecutionError(
