@@ -36,11 +36,8 @@ class SparkRunner:
         """Executes the pipeline as Spark jobs (or one streaming query) and returns its result."""
         spark = self._spark if self._spark is not None else sessions.get_session(options)
         streaming = is_streaming(pipeline, options)
-        if streaming or sessions.is_connect(spark):
+        if streaming:
             from headrace.runners.spark.streaming.runner import SparkStreamingRunner
-            if not streaming:
-                _log.info("headrace: Spark Connect has no RDDs for batch jobs; the bounded pipeline "
-                          "runs as a Structured Streaming query that stops at the end of its input")
             return SparkStreamingRunner(spark).run_pipeline(pipeline, options)
         from headrace.runners.spark.batch.translation import BatchTranslation
         return BatchTranslation(spark, pipeline, options).run()

@@ -28,8 +28,10 @@ from headrace.runners.kit.partial import lift
 from headrace.runners.kit.side_inputs import SideInputCombiner, replace_views
 from headrace.runners.kit.stateful import StatefulSpec
 from headrace.runners.spark import pyspark_compat
+from headrace.runners.spark import session as sessions
 from headrace.runners.spark.batch import tasks
 from headrace.runners.spark.batch.env import MetricsParam, TaskEnv
+from headrace.runners.spark.batch.frames import FrameContext
 from headrace.runners.spark.batch.map_side import (KeySide, MapSide, PartialSide, StatefulSide,
                                                    map_side_fn, partition_of,
                                                    side_partial_combine_fn)
@@ -55,7 +57,8 @@ class BatchTranslation:
 
     def __init__(self, spark: Any, pipeline: Pipeline, options: Any) -> None:
         self.spark = spark
-        self.sc = spark.sparkContext
+        # Spark Connect has no SparkContext: the same plan over DataFrames (`frames`)
+        self.sc = FrameContext(spark) if sessions.is_connect(spark) else spark.sparkContext
         self.pipeline = pipeline
         so = options.view_as(SparkRunnerOptions)
         lo = options.view_as(LocalRunnerOptions)
@@ -408,7 +411,10 @@ class BatchTranslation:
         if len(todo) == 1:
             self.side_contents[todo[0]] = self._collect_side(todo[0])
             return
+        import threading
+
         from pyspark import InheritableThread
+        thread = threading.Thread if isinstance(self.sc, FrameContext) else InheritableThread
         got: Dict[PCollection, Dict[Any, list]] = {}
         errors: List[BaseException] = []
 
@@ -417,7 +423,7 @@ class BatchTranslation:
                 got[pc] = self._collect_side(pc)
             except BaseException as exc:   # re-raised below, in the building thread
                 errors.append(exc)
-        threads = [InheritableThread(target=collect, args=(pc,)) for pc in todo]
+        threads = [thread(target=collect, args=(pc,)) for pc in todo]
         for t in threads:
             t.start()
         for t in threads:

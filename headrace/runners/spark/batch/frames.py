@@ -1,0 +1,414 @@
+"""The batch runner over Spark Connect: the SparkContext and RDD operations it uses, made of
+DataFrame operations.
+
+Spark Connect serves DataFrames only (no SparkContext, no RDDs, no accumulators, no
+broadcasts), so on a Spark Connect session `translation.BatchTranslation` builds its plan on a
+`FrameContext`, whose `FrameRDD`s offer the few RDD methods the runner calls, as Spark's own
+DataFrame operations:
+
+* a chain of `mapPartitions` / `mapPartitionsWithIndex` / `filter` / `map` / `flatMap` is one
+  `DataFrame.mapInArrow` (functions composed in Python, as PySpark pipelines an RDD's); its
+  records cross Spark pickled, a chunk of them per row (`PLAIN`: `m int, b binary`);
+* `repartitionAndSortWithinPartitions` (a grouping's shuffle: records `((key bytes, time,
+  retraction[, map partition]), value)`) is one row per record (`KEYED`), `repartitionById` on
+  the partition `partition_of` gives and `sortWithinPartitions` on the key's columns, so Spark
+  sorts in the JVM; `partitionBy` is `repartitionById` as well;
+* `parallelize` is `spark.range` with one row per slice, the slices in the function's closure;
+  `union` is `unionByName`; `persist` / `unpersist` the DataFrame's; `collect` reads Arrow;
+* a broadcast is its value in the closures of the functions that read it (`Inline`);
+* an accumulator's updates travel as rows (`m = 1`) beside the data to the next action, which
+  gives them to the driver: every chain adds its partition's updates at its end, tagged with the
+  chain and the partition, and passes earlier chains' rows on; the driver keeps one per tag, so
+  a persisted partition read by two consumers, or computed again by a later job, counts once,
+  and a failed task attempt's rows never reach it (its output is discarded).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import pickle
+import re
+import threading
+import uuid
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
+
+import pyarrow as pa
+
+from headrace.runners.spark.worker.packing import pack
+
+PLAIN = "m int, b binary"
+KEYED = "m int, p int, k binary, t long, r boolean, q int, b binary"
+DATA, REPORT = 0, 1
+
+_CHUNK = 1024            # records pickled together in one PLAIN row
+_ROWS_PER_BATCH = 16     # PLAIN rows per Arrow batch a chain yields
+_KEYED_PER_BATCH = 4096  # KEYED rows per Arrow batch
+
+_REPORTS: List[Tuple[int, Any]] = []   # a worker's accumulator updates in the running chain
+
+
+class Inline:
+    """A broadcast's stand-in: the value itself, shipped in the closures that read it."""
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def destroy(self) -> None:
+        """Nothing to free (the value goes with the closures)."""
+
+
+class FrameAccumulator:
+    """An accumulator whose task updates come back as rows (see the module doc)."""
+
+    def __init__(self, ctx: "FrameContext", index: int, zero: Any, param: Any) -> None:
+        self.ctx: Optional[FrameContext] = ctx
+        self.index = index
+        self.zero = zero
+        self.param = param
+        self.local: List[Any] = []   # updates made on the driver
+
+    def __getstate__(self) -> Dict[str, Any]:
+        return {"ctx": None, "index": self.index, "zero": None, "param": None, "local": []}
+
+    def add(self, value: Any) -> None:
+        """Adds an update: on the driver at once, in a task with the chain's report."""
+        if self.ctx is None:
+            _REPORTS.append((self.index, value))
+        else:
+            self.local.append(value)
+
+    @property
+    def value(self) -> Any:
+        """Every update the driver got so far, merged."""
+        assert self.ctx is not None, "an accumulator's value is read on the driver"
+        total = self.param.zero(self.zero)
+        for v in self.local + self.ctx.updates(self.index):
+            total = self.param.addInPlace(total, v)
+        return total
+
+
+class FrameContext:
+    """The SparkContext surface the batch runner uses, over a (Spark Connect) SparkSession."""
+
+    def __init__(self, spark: Any) -> None:
+        self.spark = spark
+        self.master = str(spark.conf.get("spark.master", "") or "")
+        self._parallelism: Optional[int] = None
+        self._reports: Dict[Tuple[str, int], List[Tuple[int, Any]]] = {}
+        self._lock = threading.Lock()
+        self._accumulators = 0
+
+    # ---- the context ---------------------------------------------------------------------
+
+    @property
+    def defaultParallelism(self) -> int:
+        """Spark's default parallelism: from a local master's cores, else from `spark.range`'s
+        partitions (Spark gives a range the default parallelism)."""
+        if self._parallelism is None:
+            self._parallelism = _master_cores(self.master) or self._range_partitions()
+        return self._parallelism
+
+    def _range_partitions(self) -> int:
+        from pyspark.sql import functions as F
+        row = self.spark.range(0, 1 << 16).select(F.max(F.spark_partition_id())).collect()[0]
+        return int(row[0]) + 1
+
+    def accumulator(self, zero: Any, param: Any) -> FrameAccumulator:
+        """An accumulator whose task updates come back with the actions' rows."""
+        self._accumulators += 1
+        return FrameAccumulator(self, self._accumulators, zero, param)
+
+    def broadcast(self, value: Any) -> Inline:
+        """`value`, shipped in the closures of the functions that read it."""
+        return Inline(value)
+
+    def parallelize(self, items: List[Any], n: int) -> "FrameRDD":
+        """`items` in `n` partitions, sliced as PySpark's `parallelize` slices them."""
+        n = max(1, n)
+        size = len(items)
+        slices = [items[i * size // n:(i + 1) * size // n] for i in range(n)]
+        return FrameRDD(self, self.spark.range(0, n, 1, n), ("slices", slices), [])
+
+    def union(self, rdds: List["FrameRDD"]) -> "FrameRDD":
+        """The records of every RDD, their partitions one after the other."""
+        frames = [r.frame() for r in rdds]
+        df = frames[0]
+        for other in frames[1:]:
+            df = df.unionByName(other)
+        return FrameRDD(self, df, ("plain",), [])
+
+    def setJobGroup(self, group: str, description: str) -> None:
+        """Tags the session's next operations with the run's group (Spark Connect's job tags)."""
+        try:
+            self.spark.clearTags()
+            self.spark.addTag(group)
+        except Exception:   # an older client: untagged
+            pass
+
+    def getLocalProperty(self, key: str) -> Optional[str]:
+        """None: Spark Connect has no local properties (no step names on its stages)."""
+        return None
+
+    def setLocalProperty(self, key: str, value: Optional[str]) -> None:
+        """Nothing (see `getLocalProperty`)."""
+
+    # ---- actions -------------------------------------------------------------------------
+
+    def updates(self, index: int) -> List[Any]:
+        """Accumulator `index`'s task updates the actions have brought back."""
+        with self._lock:
+            return [v for reports in self._reports.values() for i, v in reports if i == index]
+
+    def collect(self, df: Any) -> List[Any]:
+        """Runs `df` (PLAIN rows) and returns its records; keeps its rows' accumulator updates."""
+        table = df.toArrow()
+        records: List[Any] = []
+        kinds = table.column("m").to_pylist()
+        blobs = table.column("b").to_pylist()
+        with self._lock:
+            for m, b in zip(kinds, blobs):
+                if m == DATA:
+                    records.extend(pickle.loads(b))
+                else:
+                    tag, reports = pickle.loads(b)
+                    self._reports.setdefault(tag, reports)
+        return records
+
+
+def _master_cores(master: str) -> Optional[int]:
+    """The cores of a local master (`local`, `local[N]`, `local[*]`, `local-cluster[W,C,M]`)."""
+    if master == "local":
+        return 1
+    m = re.fullmatch(r"local\[(\d+|\*)(?:,\s*\d+)?\]", master)
+    if m:
+        return (os.cpu_count() or 1) if m.group(1) == "*" else int(m.group(1))
+    m = re.fullmatch(r"local-cluster\[\s*(\d+)\s*,\s*(\d+)\s*,\s*\d+\s*\]", master)
+    if m:
+        return int(m.group(1)) * int(m.group(2))
+    return None
+
+
+# ---- RDDs ----------------------------------------------------------------------------------
+
+Fn = Callable[[int, Iterator[Any]], Iterator[Any]]
+
+
+class FrameRDD:
+    """The RDD surface the batch runner uses: a DataFrame of `source` rows, and the Python
+    partition functions still to run over its records (composed into one mapInArrow)."""
+
+    def __init__(self, ctx: FrameContext, df: Any, source: tuple, fns: List[Fn]) -> None:
+        self.ctx = ctx
+        self.df = df
+        self.source = source   # ("plain",) | ("keyed",) | ("slices", slices)
+        self.fns = fns
+        self._persisted = False
+
+    def _then(self, fn: Fn) -> "FrameRDD":
+        return FrameRDD(self.ctx, self.df, self.source, self.fns + [fn])
+
+    def mapPartitions(self, f: Callable[[Iterator[Any]], Iterable[Any]]) -> "FrameRDD":
+        """`f` over each partition's records."""
+        return self._then(lambda _, it: f(it))
+
+    def mapPartitionsWithIndex(self, f: Callable[[int, Iterator[Any]], Iterable[Any]]) -> "FrameRDD":
+        """`f` over each partition's index and records."""
+        return self._then(f)
+
+    def filter(self, f: Callable[[Any], bool]) -> "FrameRDD":
+        """The records `f` keeps."""
+        return self._then(lambda _, it: filter(f, it))
+
+    def map(self, f: Callable[[Any], Any]) -> "FrameRDD":
+        """`f` of each record."""
+        return self._then(lambda _, it: map(f, it))
+
+    def flatMap(self, f: Callable[[Any], Iterable[Any]]) -> "FrameRDD":
+        """The records of `f` of each record."""
+        return self._then(lambda _, it: itertools.chain.from_iterable(map(f, it)))
+
+    def values(self) -> "FrameRDD":
+        """The second item of each (key, value) record."""
+        return self.map(lambda kv: kv[1])
+
+    def setName(self, name: str) -> "FrameRDD":
+        """Nothing to name on Spark Connect; returns the RDD."""
+        return self
+
+    def frame(self) -> Any:
+        """The DataFrame of PLAIN rows of this RDD's records."""
+        if self.source[0] == "plain" and not self.fns:
+            return self.df
+        return self.df.mapInArrow(_Chain(self.source, self.fns, "plain"), PLAIN)
+
+    def persist(self, level: Any = None) -> "FrameRDD":
+        """The records computed once and kept (in memory and on disk) for every reader."""
+        df = self.frame()
+        df = df.persist(level) if level is not None else df.persist()
+        out = FrameRDD(self.ctx, df, ("plain",), [])
+        out._persisted = True
+        return out
+
+    def unpersist(self) -> None:
+        """Frees a persisted RDD's blocks."""
+        if self._persisted:
+            self.df.unpersist()
+
+    def repartitionAndSortWithinPartitions(self, n: int, partition_of: Callable[[Any], int]) -> "FrameRDD":
+        """A grouping's shuffle: records ((key bytes, time, retraction[, partition]), value) in
+        partition `partition_of(key) % n`, sorted by key in each."""
+        df = self.df.mapInArrow(_Chain(self.source, self.fns, "keyed", n, partition_of), KEYED)
+        df = df.repartitionById(n, "p").sortWithinPartitions("k", "t", "r", "q")
+        return FrameRDD(self.ctx, df, ("keyed",), [])
+
+    def partitionBy(self, n: int, partition_of: Callable[[Any], int]) -> "FrameRDD":
+        """(key, value) records in partition `partition_of(key) % n`."""
+        df = self.df.mapInArrow(_Chain(self.source, self.fns, "pairs", n, partition_of), KEYED)
+        return FrameRDD(self.ctx, df.repartitionById(n, "p"), ("keyed",), [])
+
+    def collect(self) -> List[Any]:
+        """Runs the RDD and returns its records."""
+        return self.ctx.collect(self.frame())
+
+    def foreachPartition(self, f: Callable[[Iterator[Any]], Any]) -> None:
+        """Runs `f` over each partition (the records themselves are not brought back)."""
+        def run(_: int, it: Iterator[Any]) -> Iterator[Any]:
+            f(it)
+            return iter(())
+        self.ctx.collect(self._then(run).frame())
+
+
+class _Chain:
+    """The function of one mapInArrow: decodes its input rows into records, runs the partition
+    functions over them, and encodes what they yield (PLAIN chunks, or KEYED rows one per
+    record); at the end, the accumulator rows it read and its own partition's updates."""
+
+    def __init__(self, source: tuple, fns: List[Fn], out: str, n: int = 1,
+                 partition_of: Optional[Callable[[Any], int]] = None) -> None:
+        self.source = source
+        self.fns = fns
+        self.out = out
+        self.n = n
+        self.partition_of = partition_of
+        self.tag = uuid.uuid4().hex
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pyspark import TaskContext
+        ctx = TaskContext.get()
+        part = ctx.partitionId() if ctx is not None else 0
+        del _REPORTS[:]
+        passed: List[bytes] = []
+        it: Iterator[Any] = _records(self.source, batches, passed)
+        for fn in self.fns:
+            it = iter(fn(part, it))
+        if self.out == "plain":
+            yield from _plain_batches(it)
+        else:
+            yield from _keyed_batches(it, self.n, self.partition_of, self.out == "pairs")
+        if _REPORTS:
+            passed.append(pickle.dumps(((self.tag, part), list(_REPORTS)), pickle.HIGHEST_PROTOCOL))
+            del _REPORTS[:]
+        if passed:
+            yield _report_batch(passed, self.out)
+
+
+def _records(source: tuple, batches: Iterator[pa.RecordBatch], passed: List[bytes]) -> Iterator[Any]:
+    """The records of a partition's input rows; accumulator rows go to `passed`."""
+    kind = source[0]
+    if kind == "slices":
+        slices = source[1]
+        for batch in batches:
+            for i in batch.column(0).to_pylist():
+                yield from slices[i]
+        return
+    for batch in batches:
+        kinds = batch.column(0).to_pylist()
+        blobs = batch.column(batch.num_columns - 1).to_pylist()
+        if kind == "plain":
+            for m, b in zip(kinds, blobs):
+                if m == DATA:
+                    yield from pickle.loads(b)
+                else:
+                    passed.append(b)
+            continue
+        # keyed: one record per row, its key rebuilt from the columns
+        keys = batch.column(2).to_pylist()
+        times = batch.column(3).to_pylist()
+        retractions = batch.column(4).to_pylist()
+        parts = batch.column(5).to_pylist()
+        for m, k, t, r, q, b in zip(kinds, keys, times, retractions, parts, blobs):
+            if m != DATA:
+                passed.append(b)
+            elif t is None:   # partitionBy's (key, value) pickled whole
+                yield pickle.loads(b)
+            elif q is None:
+                yield ((k, t, r), pickle.loads(b))
+            else:
+                yield ((k, t, r, q), pickle.loads(b))
+
+
+def _plain_batches(it: Iterator[Any]) -> Iterator[pa.RecordBatch]:
+    blobs: List[bytes] = []
+    while True:
+        chunk = list(itertools.islice(it, _CHUNK))
+        if not chunk:
+            break
+        blobs.append(pack(chunk))
+        if len(blobs) >= _ROWS_PER_BATCH:
+            yield _plain_batch(blobs)
+            blobs = []
+    if blobs:
+        yield _plain_batch(blobs)
+
+
+def _plain_batch(blobs: List[bytes], m: int = DATA) -> pa.RecordBatch:
+    return pa.RecordBatch.from_arrays(
+        [pa.array([m] * len(blobs), pa.int32()), pa.array(blobs, pa.binary())], names=["m", "b"])
+
+
+_KEYED_TYPES = [pa.int32(), pa.int32(), pa.binary(), pa.int64(), pa.bool_(), pa.int32(), pa.binary()]
+_KEYED_NAMES = ["m", "p", "k", "t", "r", "q", "b"]
+
+
+def _keyed_batches(it: Iterator[Any], n: int, partition_of: Any, pairs: bool) -> Iterator[pa.RecordBatch]:
+    dumps, proto = pickle.dumps, pickle.HIGHEST_PROTOCOL
+    while True:
+        chunk = list(itertools.islice(it, _KEYED_PER_BATCH))
+        if not chunk:
+            break
+        cols: List[List[Any]] = [[] for _ in _KEYED_NAMES]
+        m, p, k, t, r, q, b = cols
+        for key, value in chunk:
+            m.append(DATA)
+            p.append(partition_of(key) % n)
+            if pairs:
+                k.append(None)
+                t.append(None)
+                r.append(None)
+                q.append(None)
+                b.append(_dumps((key, value), dumps, proto))
+                continue
+            k.append(key[0])
+            t.append(key[1])
+            r.append(bool(key[2]))
+            q.append(key[3] if len(key) > 3 else None)
+            b.append(_dumps(value, dumps, proto))
+        yield pa.RecordBatch.from_arrays([pa.array(c, ty) for c, ty in zip(cols, _KEYED_TYPES)],
+                                         names=_KEYED_NAMES)
+
+
+def _dumps(obj: Any, dumps: Any, proto: int) -> bytes:
+    try:
+        return dumps(obj, proto)
+    except Exception:
+        return pack(obj)   # the C pickler's fallback (cloudpickle)
+
+
+def _report_batch(blobs: List[bytes], out: str) -> pa.RecordBatch:
+    if out == "plain":
+        return _plain_batch(blobs, REPORT)
+    n = len(blobs)
+    cols = [[REPORT] * n, [0] * n, [None] * n, [None] * n, [None] * n, [None] * n, blobs]
+    return pa.RecordBatch.from_arrays([pa.array(c, ty) for c, ty in zip(cols, _KEYED_TYPES)],
+                                      names=_KEYED_NAMES)
