@@ -1,6 +1,6 @@
 """The Spark runner's only uses of PySpark internals, each with a fallback on public API.
 
-Everything else in `headrace.runners.spark` uses PySpark's public API. The three hooks here
+Everything else in `headrace.runners.spark` uses PySpark's public API. The four hooks here
 were checked against PySpark 4.3.0 (and exist unchanged since PySpark 3.x); each is looked up
 with `getattr`, so if a PySpark release renames or drops it the runner degrades instead of
 failing. `USE_INTERNALS = False` forces every fallback (the tests run the runner that way).
@@ -33,6 +33,14 @@ failing. `USE_INTERNALS = False` forces every fallback (the tests run the runner
    to finish restores (in `finally`), under a lock, so concurrent pipelines in threads are
    safe. An RDD a user creates in another thread while a pipeline runs gets the fast
    serializer too, which reads and writes every picklable record as well.
+
+4. `DataFrame._cached_schema` (Spark Connect's DataFrame), for `known_schema`. Spark Connect's
+   `mapInArrow` asks the server for its input's columns (an analysis round trip, 0.2-0.6 s on
+   a cold server), unless the client already knows that DataFrame's schema, which it does for
+   a `mapInArrow`'s output and operations that keep the schema, not for `spark.range` or
+   `unionByName`; the batch runner over Spark Connect (`batch.frames`) knows every schema it
+   makes and tells the client. Breaks if the attribute is renamed or no longer consulted.
+   Fallback: the round trip (correct, slower).
 
 3. `SparkContext._active_spark_context`, for `running_context`: whether this process runs a
    SparkContext, in any thread (no public API says so). Fallback:
@@ -141,3 +149,11 @@ def running_context() -> Any:
     if session is None or type(session).__module__.startswith("pyspark.sql.connect"):
         return None  # a Spark Connect session has no SparkContext
     return session.sparkContext
+
+
+def known_schema(df: Any, schema: Any) -> Any:
+    """`df` (a Spark Connect DataFrame) told that its schema is `schema` (a StructType, exactly
+    what the server would answer), so that a `mapInArrow` over it needs no analysis round trip."""
+    if USE_INTERNALS and getattr(df, "_cached_schema", False) is None:
+        df._cached_schema = schema
+    return df

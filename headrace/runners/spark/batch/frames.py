@@ -9,10 +9,10 @@ DataFrame operations:
 * a chain of `mapPartitions` / `mapPartitionsWithIndex` / `filter` / `map` / `flatMap` is one
   `DataFrame.mapInArrow` (functions composed in Python, as PySpark pipelines an RDD's); its
   records cross Spark pickled, a chunk of them per row (`PLAIN`: `m int, b binary`);
-* `repartitionAndSortWithinPartitions` (a grouping's shuffle: records `((key bytes, time,
-  retraction[, map partition]), value)`) is one row per record (`KEYED`), `repartitionById` on
-  the partition `partition_of` gives and `sortWithinPartitions` on the key's columns, so Spark
-  sorts in the JVM; `partitionBy` is `repartitionById` as well;
+* `repartitionAndSortWithinPartitions` (a grouping's shuffle) and `partitionBy` are
+  `repartitionById` on the partition the partitioner gives, a chunk of records per row; the
+  reading chain sorts a partition's records by key as PySpark does (`pyspark.shuffle.
+  ExternalSorter`: in memory up to `spark.python.worker.memory`, spilled to disk beyond);
 * `parallelize` is `spark.range` with one row per slice, the slices in the function's closure;
   `union` is `unionByName`; `persist` / `unpersist` the DataFrame's; `collect` reads Arrow;
 * a broadcast is its value in the closures of the functions that read it (`Inline`);
@@ -35,15 +35,15 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tupl
 
 import pyarrow as pa
 
+from headrace.runners.spark import pyspark_compat
 from headrace.runners.spark.worker.packing import pack
 
-PLAIN = "m int, b binary"
-KEYED = "m int, p int, k binary, t long, r boolean, q int, b binary"
+PLAIN = ("m", "b")       # m: DATA or REPORT; b: a chunk of records, or a report, pickled
+KEYED = ("m", "p", "b")  # p: the partition the rows' records go to
 DATA, REPORT = 0, 1
 
 _CHUNK = 1024            # records pickled together in one PLAIN row
 _ROWS_PER_BATCH = 16     # PLAIN rows per Arrow batch a chain yields
-_KEYED_PER_BATCH = 4096  # KEYED rows per Arrow batch
 
 _REPORTS: List[Tuple[int, Any]] = []   # a worker's accumulator updates in the running chain
 
@@ -128,15 +128,25 @@ class FrameContext:
         n = max(1, n)
         size = len(items)
         slices = [items[i * size // n:(i + 1) * size // n] for i in range(n)]
-        return FrameRDD(self, self.spark.range(0, n, 1, n), ("slices", slices), [])
+        return FrameRDD(self, self.known(self.spark.range(0, n, 1, n), ("id",)), ("slices", slices), [])
 
     def union(self, rdds: List["FrameRDD"]) -> "FrameRDD":
         """The records of every RDD, their partitions one after the other."""
         frames = [r.frame() for r in rdds]
         df = frames[0]
         for other in frames[1:]:
-            df = df.unionByName(other)
+            df = self.known(df.unionByName(other), PLAIN)
         return FrameRDD(self, df, ("plain",), [])
+
+    def schema(self, columns: Tuple[str, ...]) -> Any:
+        """The StructType of rows of these columns (of `PLAIN`, `KEYED`, or a range's id)."""
+        from pyspark.sql.types import BinaryType, IntegerType, LongType, StructField, StructType
+        types = {"m": IntegerType(), "p": IntegerType(), "b": BinaryType(), "id": LongType()}
+        return StructType([StructField(c, types[c], c != "id") for c in columns])
+
+    def known(self, df: Any, columns: Tuple[str, ...]) -> Any:
+        """`df`, whose schema the client now knows (`pyspark_compat.known_schema`)."""
+        return pyspark_compat.known_schema(df, self.schema(columns))
 
     def setJobGroup(self, group: str, description: str) -> None:
         """Tags the session's next operations with the run's group (Spark Connect's job tags)."""
@@ -152,6 +162,16 @@ class FrameContext:
 
     def setLocalProperty(self, key: str, value: Optional[str]) -> None:
         """Nothing (see `getLocalProperty`)."""
+
+    def sort_memory(self) -> float:
+        """The memory a task's sort of a shuffled partition may use before it spills (bytes):
+        `spark.python.worker.memory`, as PySpark's sort of an RDD."""
+        from pyspark.util import _parse_memory
+        try:
+            setting = self.spark.conf.get("spark.python.worker.memory", "512m")
+        except Exception:
+            setting = "512m"
+        return _parse_memory(str(setting or "512m")) * 1024 * 1024 * 0.9
 
     # ---- actions -------------------------------------------------------------------------
 
@@ -201,7 +221,7 @@ class FrameRDD:
     def __init__(self, ctx: FrameContext, df: Any, source: tuple, fns: List[Fn]) -> None:
         self.ctx = ctx
         self.df = df
-        self.source = source   # ("plain",) | ("keyed",) | ("slices", slices)
+        self.source = source   # ("plain",) | ("keyed", sort memory or None) | ("slices", slices)
         self.fns = fns
         self._persisted = False
 
@@ -240,7 +260,7 @@ class FrameRDD:
         """The DataFrame of PLAIN rows of this RDD's records."""
         if self.source[0] == "plain" and not self.fns:
             return self.df
-        return self.df.mapInArrow(_Chain(self.source, self.fns, "plain"), PLAIN)
+        return self.df.mapInArrow(_Chain(self.source, self.fns, "plain"), self.ctx.schema(PLAIN))
 
     def persist(self, level: Any = None) -> "FrameRDD":
         """The records computed once and kept (in memory and on disk) for every reader."""
@@ -256,16 +276,17 @@ class FrameRDD:
             self.df.unpersist()
 
     def repartitionAndSortWithinPartitions(self, n: int, partition_of: Callable[[Any], int]) -> "FrameRDD":
-        """A grouping's shuffle: records ((key bytes, time, retraction[, partition]), value) in
-        partition `partition_of(key) % n`, sorted by key in each."""
-        df = self.df.mapInArrow(_Chain(self.source, self.fns, "keyed", n, partition_of), KEYED)
-        df = df.repartitionById(n, "p").sortWithinPartitions("k", "t", "r", "q")
-        return FrameRDD(self.ctx, df, ("keyed",), [])
+        """(key, value) records in partition `partition_of(key) % n`, sorted by key in each."""
+        return self._shuffled(n, partition_of, self.ctx.sort_memory())
 
     def partitionBy(self, n: int, partition_of: Callable[[Any], int]) -> "FrameRDD":
         """(key, value) records in partition `partition_of(key) % n`."""
-        df = self.df.mapInArrow(_Chain(self.source, self.fns, "pairs", n, partition_of), KEYED)
-        return FrameRDD(self.ctx, df.repartitionById(n, "p"), ("keyed",), [])
+        return self._shuffled(n, partition_of, None)
+
+    def _shuffled(self, n: int, partition_of: Callable[[Any], int], sort: Optional[float]) -> "FrameRDD":
+        df = self.df.mapInArrow(_Chain(self.source, self.fns, "keyed", n, partition_of),
+                                self.ctx.schema(KEYED))
+        return FrameRDD(self.ctx, df.repartitionById(n, "p"), ("keyed", sort), [])
 
     def collect(self) -> List[Any]:
         """Runs the RDD and returns its records."""
@@ -305,7 +326,7 @@ class _Chain:
         if self.out == "plain":
             yield from _plain_batches(it)
         else:
-            yield from _keyed_batches(it, self.n, self.partition_of, self.out == "pairs")
+            yield from _keyed_batches(it, self.n, self.partition_of)
         if _REPORTS:
             passed.append(pickle.dumps(((self.tag, part), list(_REPORTS)), pickle.HIGHEST_PROTOCOL))
             del _REPORTS[:]
@@ -314,7 +335,8 @@ class _Chain:
 
 
 def _records(source: tuple, batches: Iterator[pa.RecordBatch], passed: List[bytes]) -> Iterator[Any]:
-    """The records of a partition's input rows; accumulator rows go to `passed`."""
+    """The records of a partition's input rows (a shuffle's sorted by key when asked); the
+    accumulator rows go to `passed`."""
     kind = source[0]
     if kind == "slices":
         slices = source[1]
@@ -322,38 +344,59 @@ def _records(source: tuple, batches: Iterator[pa.RecordBatch], passed: List[byte
             for i in batch.column(0).to_pylist():
                 yield from slices[i]
         return
+    records = _chunks(batches, passed)
+    if kind == "keyed" and source[1] is not None:
+        from pyspark.shuffle import ExternalSorter
+        records = iter(ExternalSorter(source[1], _SPILL).sorted(records, key=_key))
+    yield from records
+
+
+def _chunks(batches: Iterator[pa.RecordBatch], passed: List[bytes]) -> Iterator[Any]:
     for batch in batches:
         kinds = batch.column(0).to_pylist()
         blobs = batch.column(batch.num_columns - 1).to_pylist()
-        if kind == "plain":
-            for m, b in zip(kinds, blobs):
-                if m == DATA:
-                    yield from pickle.loads(b)
-                else:
-                    passed.append(b)
-            continue
-        # keyed: one record per row, its key rebuilt from the columns
-        keys = batch.column(2).to_pylist()
-        times = batch.column(3).to_pylist()
-        retractions = batch.column(4).to_pylist()
-        parts = batch.column(5).to_pylist()
-        for m, k, t, r, q, b in zip(kinds, keys, times, retractions, parts, blobs):
-            if m != DATA:
-                passed.append(b)
-            elif t is None:   # partitionBy's (key, value) pickled whole
-                yield pickle.loads(b)
-            elif q is None:
-                yield ((k, t, r), pickle.loads(b))
+        for m, b in zip(kinds, blobs):
+            if m == DATA:
+                yield from pickle.loads(b)
             else:
-                yield ((k, t, r, q), pickle.loads(b))
+                passed.append(b)
+
+
+def _key(record: Tuple[Any, Any]) -> Any:
+    return record[0]
+
+
+class _Spill:
+    """The serializer of a sort's spilled records (`ExternalSorter`: batches of them)."""
+
+    def dump_stream(self, iterator: Iterator[Any], stream: Any) -> None:
+        for chunk in _batches_of(iterator, _CHUNK):
+            data = pack(chunk)
+            stream.write(len(data).to_bytes(8, "little"))
+            stream.write(data)
+
+    def load_stream(self, stream: Any) -> Iterator[Any]:
+        while True:
+            head = stream.read(8)
+            if len(head) < 8:
+                return
+            yield from pickle.loads(stream.read(int.from_bytes(head, "little")))
+
+
+_SPILL = _Spill()
+
+
+def _batches_of(it: Iterator[Any], n: int) -> Iterator[List[Any]]:
+    while True:
+        chunk = list(itertools.islice(it, n))
+        if not chunk:
+            return
+        yield chunk
 
 
 def _plain_batches(it: Iterator[Any]) -> Iterator[pa.RecordBatch]:
     blobs: List[bytes] = []
-    while True:
-        chunk = list(itertools.islice(it, _CHUNK))
-        if not chunk:
-            break
+    for chunk in _batches_of(it, _CHUNK):
         blobs.append(pack(chunk))
         if len(blobs) >= _ROWS_PER_BATCH:
             yield _plain_batch(blobs)
@@ -367,48 +410,38 @@ def _plain_batch(blobs: List[bytes], m: int = DATA) -> pa.RecordBatch:
         [pa.array([m] * len(blobs), pa.int32()), pa.array(blobs, pa.binary())], names=["m", "b"])
 
 
-_KEYED_TYPES = [pa.int32(), pa.int32(), pa.binary(), pa.int64(), pa.bool_(), pa.int32(), pa.binary()]
-_KEYED_NAMES = ["m", "p", "k", "t", "r", "q", "b"]
+def _keyed_batches(it: Iterator[Any], n: int, partition_of: Any) -> Iterator[pa.RecordBatch]:
+    """(key, value) records as KEYED rows: a chunk of one partition's records per row."""
+    pending: Dict[int, List[Any]] = {}
+    parts: List[int] = []
+    blobs: List[bytes] = []
+    for record in it:
+        p = partition_of(record[0]) % n
+        mine = pending.get(p)
+        if mine is None:
+            mine = pending[p] = []
+        mine.append(record)
+        if len(mine) >= _CHUNK:
+            parts.append(p)
+            blobs.append(pack(mine))
+            del pending[p]
+            if len(blobs) >= _ROWS_PER_BATCH:
+                yield _keyed_batch(parts, blobs)
+                parts, blobs = [], []
+    for p, mine in pending.items():
+        parts.append(p)
+        blobs.append(pack(mine))
+    if blobs:
+        yield _keyed_batch(parts, blobs)
 
 
-def _keyed_batches(it: Iterator[Any], n: int, partition_of: Any, pairs: bool) -> Iterator[pa.RecordBatch]:
-    dumps, proto = pickle.dumps, pickle.HIGHEST_PROTOCOL
-    while True:
-        chunk = list(itertools.islice(it, _KEYED_PER_BATCH))
-        if not chunk:
-            break
-        cols: List[List[Any]] = [[] for _ in _KEYED_NAMES]
-        m, p, k, t, r, q, b = cols
-        for key, value in chunk:
-            m.append(DATA)
-            p.append(partition_of(key) % n)
-            if pairs:
-                k.append(None)
-                t.append(None)
-                r.append(None)
-                q.append(None)
-                b.append(_dumps((key, value), dumps, proto))
-                continue
-            k.append(key[0])
-            t.append(key[1])
-            r.append(bool(key[2]))
-            q.append(key[3] if len(key) > 3 else None)
-            b.append(_dumps(value, dumps, proto))
-        yield pa.RecordBatch.from_arrays([pa.array(c, ty) for c, ty in zip(cols, _KEYED_TYPES)],
-                                         names=_KEYED_NAMES)
-
-
-def _dumps(obj: Any, dumps: Any, proto: int) -> bytes:
-    try:
-        return dumps(obj, proto)
-    except Exception:
-        return pack(obj)   # the C pickler's fallback (cloudpickle)
+def _keyed_batch(parts: List[int], blobs: List[bytes], m: int = DATA) -> pa.RecordBatch:
+    return pa.RecordBatch.from_arrays(
+        [pa.array([m] * len(blobs), pa.int32()), pa.array(parts, pa.int32()),
+         pa.array(blobs, pa.binary())], names=["m", "p", "b"])
 
 
 def _report_batch(blobs: List[bytes], out: str) -> pa.RecordBatch:
     if out == "plain":
         return _plain_batch(blobs, REPORT)
-    n = len(blobs)
-    cols = [[REPORT] * n, [0] * n, [None] * n, [None] * n, [None] * n, [None] * n, blobs]
-    return pa.RecordBatch.from_arrays([pa.array(c, ty) for c, ty in zip(cols, _KEYED_TYPES)],
-                                      names=_KEYED_NAMES)
+    return _keyed_batch([0] * len(blobs), blobs, REPORT)
