@@ -53,8 +53,15 @@ RUNNER_CONFIGS = {
     "spark-cluster": ("SparkRunner", {"spark_master": "local-cluster[2,1,1024]",
                                       "spark_conf": SPARK_CONF}),
 }
+# Spark Connect (a server started in the test process, `--spark_remote=local[2]`): not in the
+# default set, since PySpark allows no classic session in a process that uses Spark Connect;
+# `HEADRACE_TEST_RUNNERS=spark-connect` runs a pytest process of its own on it.
+CONNECT_CONFIGS = {
+    "spark-connect": ("SparkRunner", {"spark_remote": "local[2]", "spark_conf": SPARK_CONF}),
+}
 RUNNERS = [r for r in os.environ.get("HEADRACE_TEST_RUNNERS", ",".join(RUNNER_CONFIGS)).split(",")
            if r]
+RUNNER_CONFIGS.update(CONNECT_CONFIGS)
 _UNKNOWN = sorted(set(RUNNERS) - set(RUNNER_CONFIGS))
 if _UNKNOWN:
     raise pytest.UsageError(f"HEADRACE_TEST_RUNNERS names unknown runner(s) {_UNKNOWN}; "
@@ -255,6 +262,8 @@ def runner_flags(runner):
     flags = [f"--runner={name}"]
     if "spark_master" in extra:
         flags.append(f"--spark_master={extra['spark_master']}")
+    if "spark_remote" in extra:
+        flags.append(f"--spark_remote={extra['spark_remote']}")
     flags += [f"--spark_conf={c}" for c in extra.get("spark_conf", ())]
     return flags
 

@@ -431,8 +431,9 @@ class SparkRunnerOptions(PipelineOptions):
                             help="run on a Spark Connect server instead of starting Spark here: "
                                  "sc://HOST:PORT, or local[N] to start one in this process "
                                  "(default: the SPARK_REMOTE environment variable, as PySpark). "
-                                 "Pipelines run as Structured Streaming queries there, bounded ones "
-                                 "too (Spark Connect has no RDDs). Not with --spark_master; with "
+                                 "Bounded pipelines run there as batch jobs of DataFrame operations "
+                                 "(Spark Connect has no RDDs), unbounded ones as Structured Streaming "
+                                 "queries. Not with --spark_master; with "
                                  "sc://, --spark_conf may only change runtime Spark SQL settings and "
                                  "--spark_task_max_failures and --spark_app_name are the server's")
         parser.add_argument("--spark_conf", action="append", default=None, metavar="KEY=VALUE",

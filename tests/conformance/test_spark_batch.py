@@ -159,8 +159,11 @@ def _spark_context():
 
 
 @pytest.fixture
-def job_groups(spark_pipeline, monkeypatch):
+def job_groups(spark_pipeline, runner, monkeypatch):
     """The Spark job groups the runner opens, in order (SparkContext.setJobGroup spied on)."""
+    if runner == "spark-connect":
+        pytest.skip("reads a classic SparkContext's jobs and stages; Spark Connect has no "
+                    "SparkContext (its jobs are tagged, not grouped)")
     with spark_pipeline() as p:  # starts (or reuses) the session
         assert_that(p | beam.Create([1]), equal_to([1]))
     sc = _spark_context()
@@ -335,3 +338,20 @@ def test_a_failing_pipeline_restores_the_context(spark_pipeline):
     assert sc.serializer is serializer and sc.getLocalProperty("callSite.short") is None
     with spark_pipeline() as p:  # and the next pipeline runs as usual
         assert_that(_grouping_pipeline(p, 3), equal_to(_expected_sums(3)))
+
+
+def test_the_runner_over_spark_connect_works_without_pyspark_internals(spark_pipeline, runner,
+                                                                       monkeypatch):
+    """Over Spark Connect the batch runner tells the client the schemas it knows
+    (`pyspark_compat.known_schema`); without that hook it asks the server, with the same result."""
+    if runner != "spark-connect":
+        pytest.skip("tests the batch runner over Spark Connect (batch/frames.py)")
+    from headrace.runners.spark import pyspark_compat
+    monkeypatch.setattr(pyspark_compat, "USE_INTERNALS", False)
+    with spark_pipeline(bundle_size=3) as p:
+        assert_that(_grouping_pipeline(p, 7), equal_to(_expected_sums(7)))
+        side = p | "Two" >> beam.Create([1, 2])
+        summed = (p | "More" >> beam.Create(list(range(30)))
+                  | "Plus" >> beam.Map(lambda x, s: ("all", x + sum(s)), beam.pvalue.AsList(side))
+                  | "Total" >> beam.CombinePerKey(sum))
+        assert_that(summed, equal_to([("all", sum(range(30)) + 90)]), label="combined")

@@ -159,8 +159,8 @@ def test_test_stream_gives_the_local_runners_panes_over_spark_connect(connect_re
     assert detail["dropped"] == {"LocalRunner": 1, "SparkRunner": 1}
 
 
-def test_a_bounded_pipeline_runs_as_a_streaming_query_over_spark_connect(connect_results):
-    _outcome(connect_results, "bounded_pipeline")
+def test_a_bounded_pipeline_runs_as_batch_jobs_over_spark_connect(connect_results):
+    assert _outcome(connect_results, "bounded_pipeline") == {"result": "PipelineResult"}
 
 
 def test_a_failing_step_is_named_over_spark_connect(connect_results):
@@ -189,3 +189,33 @@ def test_the_streaming_demo_runs_over_spark_connect(connect_results):
 def test_a_splittable_dofn_resumes_its_checkpoints_over_spark_connect(connect_results):
     # connect_scenarios.splittable_dofn: works checkpointed with a real-time delay, resumed
     assert _outcome(connect_results, "splittable_dofn") == {"elements": 2}
+
+
+# The conformance modules that cover the batch runner's plan over Spark Connect (batch/frames.py:
+# stages, shuffles, branch points, side inputs, metrics, retries, file sinks, Parquet reads into
+# lifted combines, stateful steps); HEADRACE_TEST_RUNNERS=spark-connect runs any others.
+CONNECT_MODULES = ["test_spark_batch.py", "test_pipeline_shapes.py", "test_side_inputs.py",
+                   "test_metrics.py", "test_bundles_and_retries.py", "test_textio.py",
+                   "test_parquet_combine.py", "test_read_then_combine.py", "test_stateful_dofns.py"]
+
+
+def test_the_batch_runners_conformance_tests_pass_over_spark_connect():
+    """The conformance tests above on the `spark-connect` runner configuration (a Spark Connect
+    server in the test process), in a pytest process of their own: PySpark allows no classic
+    session next to Spark Connect, and this one has the shared classic sessions."""
+    if not any(r.startswith("spark") for r in RUNNERS):
+        pytest.skip("no Spark runner in HEADRACE_TEST_RUNNERS")
+    missing = sessions.connect_client_missing()
+    if missing:
+        pytest.skip(f"PySpark's Spark Connect client is not installed (no {', '.join(missing)}): "
+                    "pip install -e '.[test]'")
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("SPARK_REMOTE", "SPARK_LOCAL_REMOTE", "SPARK_CONNECT_MODE_ENABLED",
+                        "HEADRACE_TEST_SHARD", "PYTEST_ADDOPTS", "HEADRACE_FULL_MATRIX")}
+    env["HEADRACE_TEST_RUNNERS"] = "spark-connect"
+    modules = [os.path.join("tests", "conformance", m) for m in CONNECT_MODULES]
+    child = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *modules],
+                           cwd=REPO, env=env, capture_output=True, text=True, timeout=1800)
+    assert child.returncode == 0, (f"the conformance tests failed over Spark Connect (exit code "
+                                   f"{child.returncode}):\n{child.stdout[-6000:]}\n{child.stderr[-2000:]}")
+    assert " passed" in child.stdout and "spark-connect" not in child.stdout.split("passed")[-1]

@@ -80,11 +80,14 @@ def _new_log(chosen: Optional[str]) -> str:
     return path
 
 
-def start_jvm(conf: List[Tuple[str, str]], chosen: Optional[str], connect: bool = False) -> None:
+def start_jvm(conf: List[Tuple[str, str]], chosen: Optional[str], connect: bool = False,
+              python_path: Optional[str] = None) -> None:
     """Starts PySpark's JVM with `conf` (the session's Spark configuration, its master included)
     and its output going to the log (`chosen`, else a new file), unless a JVM already runs in
     this process; names the log on standard error. `connect`: for a Spark Connect server in
-    this process (`remote("local[N]")`), which PySpark starts with its own environment."""
+    this process (`remote("local[N]")`), which PySpark starts with its own environment, and
+    `python_path` the JVM's PYTHONPATH then (its Python workers take it: a Spark Connect UDF
+    carries no executor environment)."""
     global _LOG
     from pyspark import SparkConf, SparkContext
     from pyspark.java_gateway import launch_gateway
@@ -101,8 +104,11 @@ def start_jvm(conf: List[Tuple[str, str]], chosen: Optional[str], connect: bool 
         home = spark_home.bytecode_home()  # Spark's Python processes import PySpark's bytecode
         if home is not None:
             os.environ["SPARK_HOME"] = home  # for the JVM only: restored below
+        saved_path = os.environ.get("PYTHONPATH")
         if connect:  # as PySpark's own start of a local Spark Connect server does
             os.environ.setdefault("SPARK_CONNECT_AUTHENTICATE_TOKEN", str(uuid.uuid4()))
+            if python_path:
+                os.environ["PYTHONPATH"] = python_path  # for the JVM only: restored below
         try:
             with open(path, "ab") as log:
                 # stdout: log4j's one-line errors for the user (and nothing else Spark writes)
@@ -119,6 +125,10 @@ def start_jvm(conf: List[Tuple[str, str]], chosen: Optional[str], connect: bool 
                 os.environ["SPARK_REMOTE"] = saved
             if home is not None:
                 os.environ.pop("SPARK_HOME", None)
+            if saved_path is None:
+                os.environ.pop("PYTHONPATH", None)
+            else:
+                os.environ["PYTHONPATH"] = saved_path
         ensure(gateway=gateway)
         _LOG = path
     print(f"headrace: Spark's log (its warnings, and what its Python workers print) is {path}",

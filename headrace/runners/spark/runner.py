@@ -24,9 +24,9 @@ class SparkRunner:
     side inputs broadcast, metrics through accumulators.
 
     A pipeline with an unbounded source, or run with `--streaming`, runs as one Structured
-    Streaming query instead (`streaming.runner`). So does every pipeline on a Spark Connect
-    session (`spark` one, or `--spark_remote`): Spark Connect serves no RDDs, so a bounded
-    pipeline there runs as a query that reads its input and stops (AvailableNow).
+    Streaming query instead (`streaming.runner`). On a Spark Connect session (`spark` one, or
+    `--spark_remote`), which serves no RDDs, a bounded pipeline runs as the same batch jobs made
+    of DataFrame operations (`batch.frames`).
     """
 
     def __init__(self, spark: Any = None) -> None:

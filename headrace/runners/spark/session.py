@@ -238,7 +238,8 @@ def _connect_session(remote: str, so: Any, conf: List[Tuple[str, str]]) -> Any:
             _check_java()
             local = effective_master(remote, int(so.spark_task_max_failures))
             startup = _startup_conf(so, conf)
-            logs.start_jvm([("spark.master", local), *startup], so.spark_log, connect=True)
+            logs.start_jvm([("spark.master", local), *startup], so.spark_log, connect=True,
+                           python_path=worker_python_path())
             builder = SparkSession.builder.remote(local)
             for k, v in startup:
                 builder = builder.config(k, v)

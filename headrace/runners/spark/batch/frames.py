@@ -164,14 +164,15 @@ class FrameContext:
         """Nothing (see `getLocalProperty`)."""
 
     def sort_memory(self) -> float:
-        """The memory a task's sort of a shuffled partition may use before it spills (bytes):
-        `spark.python.worker.memory`, as PySpark's sort of an RDD."""
+        """The memory a task's sort of a shuffled partition may use before it spills (MiB, as
+        `ExternalSorter` takes it): 90% of `spark.python.worker.memory`, as PySpark's sort of
+        an RDD."""
         from pyspark.util import _parse_memory
         try:
             setting = self.spark.conf.get("spark.python.worker.memory", "512m")
         except Exception:
             setting = "512m"
-        return _parse_memory(str(setting or "512m")) * 1024 * 1024 * 0.9
+        return _parse_memory(str(setting or "512m")) * 0.9
 
     # ---- actions -------------------------------------------------------------------------
 
@@ -211,7 +212,7 @@ def _master_cores(master: str) -> Optional[int]:
 
 # ---- RDDs ----------------------------------------------------------------------------------
 
-Fn = Callable[[int, Iterator[Any]], Iterator[Any]]
+Fn = Callable[[int, Iterator[Any]], Iterable[Any]]
 
 
 class FrameRDD:
@@ -347,7 +348,7 @@ def _records(source: tuple, batches: Iterator[pa.RecordBatch], passed: List[byte
     records = _chunks(batches, passed)
     if kind == "keyed" and source[1] is not None:
         from pyspark.shuffle import ExternalSorter
-        records = iter(ExternalSorter(source[1], _SPILL).sorted(records, key=_key))
+        records = iter(ExternalSorter(source[1]).sorted(records, key=_key))
     yield from records
 
 
@@ -364,26 +365,6 @@ def _chunks(batches: Iterator[pa.RecordBatch], passed: List[bytes]) -> Iterator[
 
 def _key(record: Tuple[Any, Any]) -> Any:
     return record[0]
-
-
-class _Spill:
-    """The serializer of a sort's spilled records (`ExternalSorter`: batches of them)."""
-
-    def dump_stream(self, iterator: Iterator[Any], stream: Any) -> None:
-        for chunk in _batches_of(iterator, _CHUNK):
-            data = pack(chunk)
-            stream.write(len(data).to_bytes(8, "little"))
-            stream.write(data)
-
-    def load_stream(self, stream: Any) -> Iterator[Any]:
-        while True:
-            head = stream.read(8)
-            if len(head) < 8:
-                return
-            yield from pickle.loads(stream.read(int.from_bytes(head, "little")))
-
-
-_SPILL = _Spill()
 
 
 def _batches_of(it: Iterator[Any], n: int) -> Iterator[List[Any]]:

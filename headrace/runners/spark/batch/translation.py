@@ -6,7 +6,8 @@ balanced by size (`splittable`), groupings are a shuffle of key bytes
 sorted by event time (`map_side` before it, `reduce_side` after it), side inputs are collected
 and broadcast, Flatten is a union, Reshuffle a real shuffle, and metrics come back through
 accumulators (`env.TaskEnv`). `headrace.runners.spark.runner.SparkRunner` chooses it for a
-bounded pipeline on a classic (non-Connect) SparkSession.
+bounded pipeline. On a Spark Connect session, which has no RDDs, the same plan is built on
+`frames.FrameContext`, whose RDDs are DataFrame operations (`mapInArrow`, `repartitionById`).
 """
 
 from __future__ import annotations
