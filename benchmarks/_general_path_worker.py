@@ -1,6 +1,6 @@
 """One contender of general_path.py, run in its own process so its memory can be measured.
 
-    python benchmarks/_general_path_worker.py --contender headrace-spark|rdd|headrace-local \\
+    python benchmarks/_general_path_worker.py --contender headrace-spark|rdd|headrace-local|headrace-connect \\
         --input 'DIR/events-*.jsonl' --output OUT_DIR [--master local[2]] [--shuffle-partitions 4]
     .venv-beam/bin/python benchmarks/_general_path_worker.py --contender beam --input ... --output ...
 
@@ -27,6 +27,8 @@ sys.path.insert(1, os.path.dirname(HERE))  # the repo root, in case headrace is 
 from _general_path_job import build_pipeline, rdd_job  # noqa: E402
 
 CONTENDERS = ("headrace-spark", "rdd", "headrace-local", "beam")
+#: not run unless asked for (--only): the pipeline over Spark Connect
+OPTIONAL = ("headrace-connect",)
 
 
 def spark_args(args: argparse.Namespace) -> argparse.Namespace:
@@ -72,6 +74,24 @@ def run_headrace_spark(args: argparse.Namespace) -> Tuple[float, float]:
     return startup, run_beam_model(beam, options, args)
 
 
+def run_headrace_connect(args: argparse.Namespace) -> Tuple[float, float]:
+    """headrace's SparkRunner over Spark Connect: a Spark Connect server started in this process
+    with the RDD job's settings (`remote(master)`, timed as start-up), the pipeline run on it
+    with --spark_remote (runtime settings only)."""
+    import headrace as beam
+    from headrace.options.pipeline_options import PipelineOptions
+
+    from _spark_bench_worker import spark_conf, start_spark
+
+    t0 = time.perf_counter()
+    start_spark(spark_args(args))   # the contender's name makes it a Spark Connect session
+    startup = time.perf_counter() - t0
+    options = PipelineOptions(runner="SparkRunner", spark_remote=args.master,
+                              spark_conf=[kv for kv in spark_conf(spark_args(args))
+                                          if kv.startswith("spark.sql.")])
+    return startup, run_beam_model(beam, options, args)
+
+
 def run_headrace_local(args: argparse.Namespace) -> Tuple[float, float]:
     import headrace as beam
     from headrace.options.pipeline_options import PipelineOptions
@@ -91,12 +111,12 @@ def run_beam(args: argparse.Namespace) -> Tuple[float, float]:
 
 
 RUNS = {"headrace-spark": run_headrace_spark, "rdd": run_rdd, "headrace-local": run_headrace_local,
-        "beam": run_beam}
+        "beam": run_beam, "headrace-connect": run_headrace_connect}
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--contender", required=True, choices=CONTENDERS)
+    ap.add_argument("--contender", required=True, choices=CONTENDERS + OPTIONAL)
     ap.add_argument("--input", required=True, help="a glob of JSON-lines files")
     ap.add_argument("--output", required=True, help="an empty directory for the outputs")
     ap.add_argument("--master", default="local[2]")

@@ -1,7 +1,7 @@
 """The general path (user Python functions): headrace's SparkRunner vs a hand-written PySpark RDD job.
 
     python benchmarks/general_path.py [--events 1000000] [--beam-events 50000] [--master local[2]]
-        [--repeat 3] [--only headrace-spark,rdd,headrace-local,beam] [--skip-beam]
+        [--repeat 3] [--only headrace-spark,rdd,headrace-local,beam,headrace-connect] [--skip-beam]
         [--wait-idle SECONDS] [--json PATH]
 
 The job (benchmarks/_general_path_job.py, written once as plain Python functions that every
@@ -18,6 +18,8 @@ files, cached in --data-dir. Contenders:
                   (try/except dead letter), groupByKey + sort for sessions, reduceByKey, top,
                   saveAsTextFile; the parsed lines, sessions, user totals and revenue are cached
   headrace-local  the pipeline on headrace's LocalRunner
+  headrace-connect  (only with --only) the pipeline on headrace's SparkRunner over Spark Connect
+                  (a Spark Connect server started in the worker's process on --master)
   beam            the pipeline on Apache Beam's Python DirectRunner, in Beam's own virtualenv, on a
                   smaller input (--beam-events); compared with headrace-local on that same input
 
@@ -47,7 +49,7 @@ sys.path.insert(0, HERE)
 
 from _bench_env import default_beam_python  # noqa: E402
 from _general_path_job import OUTPUTS, normalised  # noqa: E402
-from _general_path_worker import CONTENDERS  # noqa: E402
+from _general_path_worker import CONTENDERS, OPTIONAL  # noqa: E402
 from _spark_bench_common import add_run_flags, finish, wait_until_idle  # noqa: E402
 from spark_windowed_sum import (  # noqa: E402
     BUSY_SHARE, check_beam, fmt_table, machine_description, run_worker, worker_env, x,
@@ -55,8 +57,8 @@ from spark_windowed_sum import (  # noqa: E402
 
 WORKER = os.path.join(HERE, "_general_path_worker.py")
 LABELS = {"headrace-spark": "headrace SparkRunner", "rdd": "PySpark RDD job (by hand)",
+          "headrace-connect": "headrace, Spark Connect",
           "headrace-local": "headrace LocalRunner", "beam": "Beam DirectRunner"}
-SPARK_CONTENDERS = ("headrace-spark", "rdd")
 
 
 # ---- the input ----------------------------------------------------------------------------------
@@ -241,7 +243,7 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     ap.add_argument("--driver-memory", default="2g", help="spark.driver.memory")
     ap.add_argument("--repeat", type=int, default=3, help="runs per contender; the median time is shown")
     ap.add_argument("--only", default=",".join(CONTENDERS),
-                    help="comma-separated contenders among: " + ", ".join(CONTENDERS))
+                    help="comma-separated contenders among: " + ", ".join(CONTENDERS + OPTIONAL))
     ap.add_argument("--skip-beam", action="store_true", help="do not run Apache Beam")
     ap.add_argument("--beam-python", default=default_beam_python(),
                     help="python of a virtualenv with apache-beam (default: $BEAM_PYTHON or "
@@ -253,8 +255,8 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     args = ap.parse_args(argv)
     args.contenders = [c for c in args.only.split(",") if c]
     for c in args.contenders:
-        if c not in CONTENDERS:
-            ap.error(f"unknown contender {c!r}; choose from {', '.join(CONTENDERS)}")
+        if c not in CONTENDERS + OPTIONAL:
+            ap.error(f"unknown contender {c!r}; choose from {', '.join(CONTENDERS + OPTIONAL)}")
     if args.repeat < 1:
         ap.error("--repeat must be at least 1")
     return args
