@@ -15,10 +15,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 import time
 import traceback
-from typing import Tuple
+from typing import Callable, Tuple
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -38,11 +39,24 @@ def spark_args(args: argparse.Namespace) -> argparse.Namespace:
                               driver_memory=args.driver_memory)
 
 
+def warmups(args: argparse.Namespace, job: Callable[[str], None]) -> None:
+    """--warmup untimed runs of `job` first (in the same session: a warmed JVM and Python
+    workers), each writing to a directory of its own that is then removed."""
+    for i in range(args.warmup):
+        out = f"{args.output.rstrip(os.sep)}-warmup-{i}"
+        shutil.rmtree(out, ignore_errors=True)
+        try:
+            job(out)
+        finally:
+            shutil.rmtree(out, ignore_errors=True)
+
+
 def run_rdd(args: argparse.Namespace) -> Tuple[float, float]:
     from _spark_bench_worker import start_spark
 
     t0 = time.perf_counter()
     spark = start_spark(spark_args(args))
+    warmups(args, lambda out: rdd_job(spark.sparkContext, args.input, out, args.shuffle_partitions))
     t1 = time.perf_counter()
     rdd_job(spark.sparkContext, args.input, args.output, args.shuffle_partitions)
     t2 = time.perf_counter()
@@ -51,10 +65,13 @@ def run_rdd(args: argparse.Namespace) -> Tuple[float, float]:
 
 
 def run_beam_model(beam, options, args: argparse.Namespace) -> float:
+    def job(out: str) -> None:
+        p = beam.Pipeline(options=options)
+        build_pipeline(beam, p, args.input, out)
+        p.run().wait_until_finish()
+    warmups(args, job)
     t0 = time.perf_counter()
-    p = beam.Pipeline(options=options)
-    build_pipeline(beam, p, args.input, args.output)
-    p.run().wait_until_finish()
+    job(args.output)
     return time.perf_counter() - t0
 
 
@@ -122,6 +139,7 @@ def main(argv=None) -> int:
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--shuffle-partitions", type=int, default=4)
     ap.add_argument("--driver-memory", default="2g")
+    ap.add_argument("--warmup", type=int, default=0, help="untimed runs in the same session first")
     args = ap.parse_args(argv)
     try:
         startup, seconds = RUNS[args.contender](args)

@@ -2,7 +2,7 @@
 
     python benchmarks/general_path.py [--events 1000000] [--beam-events 50000] [--master local[2]]
         [--repeat 3] [--only headrace-spark,rdd,headrace-local,beam,headrace-connect] [--skip-beam]
-        [--wait-idle SECONDS] [--json PATH]
+        [--warmup 0] [--wait-idle SECONDS] [--json PATH]
 
 The job (benchmarks/_general_path_job.py, written once as plain Python functions that every
 contender calls) is shaped like the sessions & billing demo: parse JSON log lines, malformed ones
@@ -59,6 +59,7 @@ WORKER = os.path.join(HERE, "_general_path_worker.py")
 LABELS = {"headrace-spark": "headrace SparkRunner", "rdd": "PySpark RDD job (by hand)",
           "headrace-connect": "headrace, Spark Connect",
           "headrace-local": "headrace LocalRunner", "beam": "Beam DirectRunner"}
+SPARK_CONTENDERS = ("headrace-spark", "rdd", "headrace-connect")
 
 
 # ---- the input ----------------------------------------------------------------------------------
@@ -133,7 +134,8 @@ def worker_cmd(args: argparse.Namespace, contender: str, pattern: str, out: str)
     python = args.beam_python if contender == "beam" else sys.executable
     return [python, WORKER, "--contender", contender, "--input", pattern, "--output", out,
             "--master", args.master, "--shuffle-partitions", str(args.shuffle_partitions),
-            "--driver-memory", args.driver_memory]
+            "--driver-memory", args.driver_memory, "--warmup",
+            str(args.warmup if contender in SPARK_CONTENDERS else 0)]
 
 
 def run_group(args: argparse.Namespace, contenders: List[str], n: int, pattern: str,
@@ -242,6 +244,9 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
                     help="spark.sql.shuffle.partitions, and the RDD job's reduce partitions")
     ap.add_argument("--driver-memory", default="2g", help="spark.driver.memory")
     ap.add_argument("--repeat", type=int, default=3, help="runs per contender; the median time is shown")
+    ap.add_argument("--warmup", type=int, default=0,
+                    help="untimed runs of the job in each Spark contender's session before the timed "
+                         "one (a warmed JVM and Python workers; CPU s and peak MiB then include them)")
     ap.add_argument("--only", default=",".join(CONTENDERS),
                     help="comma-separated contenders among: " + ", ".join(CONTENDERS + OPTIONAL))
     ap.add_argument("--skip-beam", action="store_true", help="do not run Apache Beam")
