@@ -355,3 +355,27 @@ def test_the_runner_over_spark_connect_works_without_pyspark_internals(spark_pip
                   | "Plus" >> beam.Map(lambda x, s: ("all", x + sum(s)), beam.pvalue.AsList(side))
                   | "Total" >> beam.CombinePerKey(sum))
         assert_that(summed, equal_to([("all", sum(range(30)) + 90)]), label="combined")
+
+
+def test_a_run_over_spark_connect_tags_its_jobs_and_leaves_the_users_tags(spark_pipeline, runner,
+                                                                          monkeypatch):
+    """Over Spark Connect the run's jobs carry a tag of their own (Spark Connect has no job
+    groups), taken off again when it ends; a tag the user set stays."""
+    if runner != "spark-connect":
+        pytest.skip("tests the batch runner over Spark Connect (batch/frames.py)")
+    from pyspark.sql import SparkSession
+    from headrace.runners.spark.batch import frames
+    spark = SparkSession.getActiveSession()
+    spark.addTag("users-own-tag")
+    seen = []
+    real = frames.FrameContext.collect
+
+    def spy(self, df):
+        seen.append(set(self.spark.getTags()))
+        return real(self, df)
+    monkeypatch.setattr(frames.FrameContext, "collect", spy)
+    with spark_pipeline() as p:
+        assert_that(_grouping_pipeline(p, 7), equal_to(_expected_sums(7)))
+    assert seen and all("users-own-tag" in tags and len(tags) == 2 for tags in seen), seen
+    assert spark.getTags() == {"users-own-tag"}
+    spark.removeTag("users-own-tag")

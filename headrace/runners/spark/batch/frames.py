@@ -98,6 +98,7 @@ class FrameContext:
         self._reports: Dict[Tuple[str, int], List[Tuple[int, Any]]] = {}
         self._lock = threading.Lock()
         self._accumulators = 0
+        self._tag: Optional[str] = None
 
     # ---- the context ---------------------------------------------------------------------
 
@@ -149,12 +150,16 @@ class FrameContext:
         return pyspark_compat.known_schema(df, self.schema(columns))
 
     def setJobGroup(self, group: str, description: str) -> None:
-        """Tags the session's next operations with the run's group (Spark Connect's job tags)."""
-        try:
-            self.spark.clearTags()
-            self.spark.addTag(group)
-        except Exception:   # an older client: untagged
-            pass
+        """Tags this thread's next operations with the run's group (Spark Connect's job tags:
+        `spark.interruptTag(group)` cancels the run's jobs); `close` removes the tag."""
+        self._tag = group
+        self.spark.addTag(group)
+
+    def close(self) -> None:
+        """Removes the run's tag from this thread's operations (the user's own tags stay)."""
+        tag, self._tag = self._tag, None
+        if tag is not None:
+            self.spark.removeTag(tag)
 
     def getLocalProperty(self, key: str) -> Optional[str]:
         """None: Spark Connect has no local properties (no step names on its stages)."""

@@ -475,6 +475,8 @@ class BatchTranslation:
                 for b in self.broadcasts:
                     b.destroy()
                 self.labels.release()
+                if isinstance(sc, FrameContext):
+                    sc.close()
                 shutil.rmtree(self.temp_dir, ignore_errors=True)
         return PipelineResult(PipelineState.DONE, MetricResults(self.committed.value, self.attempted.value))
 
