@@ -1,7 +1,9 @@
 """One contender of general_path.py, run in its own process so its memory can be measured.
 
-    python benchmarks/_general_path_worker.py --contender headrace-spark|rdd|headrace-local|headrace-connect \\
+    python benchmarks/_general_path_worker.py \\
+        --contender headrace-spark|rdd|headrace-local|headrace-connect \\
         --input 'DIR/events-*.jsonl' --output OUT_DIR [--master local[2]] [--shuffle-partitions 4]
+        [--warmup 0]
     .venv-beam/bin/python benchmarks/_general_path_worker.py --contender beam --input ... --output ...
 
 Prints one line `RESULT {json}` on stdout: startup_s (SparkSession start-up, or 0) and seconds (the

@@ -365,6 +365,8 @@ def test_a_run_over_spark_connect_tags_its_jobs_and_leaves_the_users_tags(spark_
         pytest.skip("tests the batch runner over Spark Connect (batch/frames.py)")
     from pyspark.sql import SparkSession
     from headrace.runners.spark.batch import frames
+    with spark_pipeline() as p:  # starts (or reuses) the session
+        assert_that(p | beam.Create([1]), equal_to([1]))
     spark = SparkSession.getActiveSession()
     spark.addTag("users-own-tag")
     seen = []
