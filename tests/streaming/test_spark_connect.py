@@ -110,15 +110,21 @@ def _await_server(server: subprocess.Popen, port: int, log_path: str, timeout: f
     pytest.fail(f"the Spark Connect server did not start (exit code {server.poll()}); its log:\n{tail}")
 
 
-@pytest.fixture(scope="module")
-def connect_results(tmp_path_factory):
-    """Every scenario of `connect_scenarios`, run once against one local Spark Connect server."""
+def _skip_without_connect() -> None:
+    """Skips a test that runs Spark Connect when no Spark runner is under test or PySpark's
+    Spark Connect client is not installed."""
     if not any(r.startswith("spark") for r in RUNNERS):
         pytest.skip("no Spark runner in HEADRACE_TEST_RUNNERS")
     missing = sessions.connect_client_missing()
     if missing:
         pytest.skip(f"PySpark's Spark Connect client is not installed (no {', '.join(missing)}): "
                     "pip install -e '.[test]'")
+
+
+@pytest.fixture(scope="module")
+def connect_results(tmp_path_factory):
+    """Every scenario of `connect_scenarios`, run once against one local Spark Connect server."""
+    _skip_without_connect()
     work = tmp_path_factory.mktemp("connect")
     port = free_port()
     log_path = str(work / "server.log")
@@ -203,12 +209,7 @@ def test_the_batch_runners_conformance_tests_pass_over_spark_connect():
     """The conformance tests above on the `spark-connect` runner configuration (a Spark Connect
     server in the test process), in a pytest process of their own: PySpark allows no classic
     session next to Spark Connect, and this one has the shared classic sessions."""
-    if not any(r.startswith("spark") for r in RUNNERS):
-        pytest.skip("no Spark runner in HEADRACE_TEST_RUNNERS")
-    missing = sessions.connect_client_missing()
-    if missing:
-        pytest.skip(f"PySpark's Spark Connect client is not installed (no {', '.join(missing)}): "
-                    "pip install -e '.[test]'")
+    _skip_without_connect()
     env = {k: v for k, v in os.environ.items()
            if k not in ("SPARK_REMOTE", "SPARK_LOCAL_REMOTE", "SPARK_CONNECT_MODE_ENABLED",
                         "HEADRACE_TEST_SHARD", "PYTEST_ADDOPTS", "HEADRACE_FULL_MATRIX")}
