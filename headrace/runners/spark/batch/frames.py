@@ -91,6 +91,9 @@ class FrameAccumulator:
 class FrameContext:
     """The SparkContext surface the batch runner uses, over a (Spark Connect) SparkSession."""
 
+    #: the threads of a run's concurrent jobs (PySpark's InheritableThread is for a SparkContext)
+    Thread = threading.Thread
+
     def __init__(self, spark: Any) -> None:
         self.spark = spark
         self.master = str(spark.conf.get("spark.master", "") or "")

@@ -6,8 +6,7 @@ balanced by size (`splittable`), groupings are a shuffle of key bytes
 sorted by event time (`map_side` before it, `reduce_side` after it), side inputs are collected
 and broadcast, Flatten is a union, Reshuffle a real shuffle, and metrics come back through
 accumulators (`env.TaskEnv`). `headrace.runners.spark.runner.SparkRunner` chooses it for a
-bounded pipeline. On a Spark Connect session, which has no RDDs, the same plan is built on
-`frames.FrameContext`, whose RDDs are DataFrame operations (`mapInArrow`, `repartitionById`).
+bounded pipeline; on a Spark Connect session (no RDDs) on `frames.FrameContext`, of DataFrames.
 """
 
 from __future__ import annotations
@@ -412,10 +411,8 @@ class BatchTranslation:
         if len(todo) == 1:
             self.side_contents[todo[0]] = self._collect_side(todo[0])
             return
-        import threading
-
         from pyspark import InheritableThread
-        thread = threading.Thread if isinstance(self.sc, FrameContext) else InheritableThread
+        thread = FrameContext.Thread if isinstance(self.sc, FrameContext) else InheritableThread
         got: Dict[PCollection, Dict[Any, list]] = {}
         errors: List[BaseException] = []
 
