@@ -30,9 +30,10 @@ from __future__ import annotations
 import os
 from itertools import chain, compress, repeat, starmap
 from types import GeneratorType
-from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 from headrace.metrics.metric import CURRENT
+from headrace.model.window import IntervalWindow, Sessions
 from headrace.model.windowed import PANE_INFO_UNKNOWN, PaneInfo, TimestampedValue, WindowedValue
 from headrace.pipeline.dofn import _CallableWrapperDoFn
 from headrace.pipeline.pvalue import TaggedOutput
@@ -58,7 +59,7 @@ class Columns(NamedTuple):
 
     values: List[Any]
     ts: List[int]
-    windows: List[Tuple[Any, ...]]
+    windows: Sequence[Tuple[Any, ...]]   # a list, or `ProtoSessions`
     panes: Optional[List[PaneInfo]] = None
     retractions: Optional[List[bool]] = None
 
@@ -107,10 +108,43 @@ class Columns(NamedTuple):
 
 # ---- one step over a whole bundle -------------------------------------------------------------
 
-def window_columns(assign: Callable[[Any, int, Tuple[Any, ...]], Tuple[Any, ...]], cols: Columns) -> Columns:
-    """WindowInto: `assign` is the WindowFn's `_assign(value, timestamp_us, windows)`."""
-    return Columns(cols.values, cols.ts, list(map(assign, cols.values, cols.ts, cols.windows)),
+def window_columns(windowfn: Any, cols: Columns) -> Columns:
+    """WindowInto: each element's windows from the WindowFn's `_assign(value, timestamp_us,
+    windows)`; for `Sessions` over elements in one window each, a `ProtoSessions` column."""
+    if type(windowfn) is Sessions and all(len(w) == 1 for w in cols.windows):
+        return Columns(cols.values, cols.ts, ProtoSessions(cols.ts, windowfn.gap_size_us),
+                       cols.panes, cols.retractions)
+    return Columns(cols.values, cols.ts, list(map(windowfn._assign, cols.values, cols.ts, cols.windows)),
                    cols.panes, cols.retractions)
+
+
+class ProtoSessions(Sequence[Tuple[Any, ...]]):
+    """The window column of a bundle after WindowInto(Sessions(gap)) over elements in one
+    window each: element i's one window is the proto-session [ts[i], ts[i] + gap), made only
+    when read (a lifted combine reads the bounds from `ts` and `gap_us` without it)."""
+
+    __slots__ = ("ts", "gap_us")
+
+    def __init__(self, ts: List[int], gap_us: int) -> None:
+        self.ts = ts
+        self.gap_us = gap_us
+
+    def __len__(self) -> int:
+        return len(self.ts)
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return ProtoSessions(self.ts[i], self.gap_us)
+        t = self.ts[i]
+        return (IntervalWindow._of(t, t + self.gap_us),)
+
+    def __iter__(self) -> Iterator[Tuple[Any, ...]]:
+        of, gap = IntervalWindow._of, self.gap_us
+        for t in self.ts:
+            yield (of(t, t + gap),)
+
+    def __reduce__(self) -> Tuple[Any, ...]:
+        return (ProtoSessions, (self.ts, self.gap_us))
 
 
 def map_columns(fn: Callable[..., Any], cols: Columns, star: bool = False) -> Columns:
@@ -157,7 +191,7 @@ def flatmap_columns(fn: Callable[..., Any], cols: Columns, star: bool = False) -
     return _outputs(list(chain.from_iterable(lists)), meta)
 
 
-def _repeat(column: List[Any], counts: List[int]) -> List[Any]:
+def _repeat(column: Sequence[Any], counts: List[int]) -> List[Any]:
     return list(chain.from_iterable(map(repeat, column, counts)))
 
 
@@ -302,7 +336,7 @@ class StagePlan:
             if not cols.values:
                 out = cols
             elif kind == "window":
-                out = window_columns(r.windowfn._assign, cols)
+                out = window_columns(r.windowfn, cols)
             elif kind == "map":
                 out = map_columns(r.fn, cols)
             elif kind == "maptuple":

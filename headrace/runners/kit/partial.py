@@ -212,12 +212,21 @@ class PartialCombiner:
         return v, entry
 
     def _add_all_sessions(self, triples: Iterable[Tuple[Any, int, Tuple[BoundedWindow, ...]]]) -> None:
+        self.add_spans((kv, w.start_us, w.end_us, ts)  # type: ignore[attr-defined]
+                       for kv, ts, wins in triples for w in wins)
+
+    def add_proto_sessions(self, values: Iterable[Any], ts: Iterable[int], gap_us: int) -> None:
+        """Accumulates a batch of (kv, timestamp), each in its proto-session [timestamp,
+        timestamp + gap) (a `columnar.ProtoSessions` column, read without its windows)."""
+        self.add_spans((kv, t, t + gap_us, t) for kv, t in zip(values, ts))
+
+    def add_spans(self, spans: Iterable[Tuple[Any, int, int, int]]) -> None:
+        """Accumulates (kv, window start, window end, timestamp) of a merging (Sessions) combine."""
         entry_of = self._entry
-        for kv, ts, wins in triples:
+        for kv, start, end, ts in spans:
             v, entry = entry_of(kv)
             pending = entry[1]
-            for w in wins:
-                pending.append((w.start_us, w.end_us, ts, v, False, 1))  # type: ignore[attr-defined]
+            pending.append((start, end, ts, v, False, 1))
             if len(pending) > _MERGE_EVERY and len(pending) > len(entry[2]):
                 self._sweep(entry)
 

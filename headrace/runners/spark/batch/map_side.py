@@ -20,7 +20,7 @@ from headrace.runners.kit.partial import PartialCombiner
 from headrace.runners.kit.side_inputs import SideInputCombiner
 from headrace.runners.kit.stateful import keyed_elements
 from headrace.runners.spark.batch.env import TaskEnv, guarded
-from headrace.runners.kit.columnar import Columns
+from headrace.runners.kit.columnar import Columns, ProtoSessions
 from headrace.runners.spark.fastpath import (VectorBundle, vector_combiner)
 from headrace.runners.spark.worker.sides import combiner_arguments, side_reader
 
@@ -106,8 +106,12 @@ class PartialSide(MapSide):
 
     def add(self, elements: Columns) -> List[Any]:
         assert self.partial is not None
+        windows = elements.windows
         with _combining(self.label, self.committed):
-            self.partial.add_all(zip(elements.values, elements.ts, elements.windows))
+            if type(windows) is ProtoSessions and self.partial.sessions:
+                self.partial.add_proto_sessions(elements.values, windows.ts, windows.gap_us)
+            else:
+                self.partial.add_all(zip(elements.values, elements.ts, windows))
         return []
 
     def add_vector(self, bundle: VectorBundle) -> None:
