@@ -83,3 +83,46 @@ def test_sessions_sweep_spans_sweeps_of_one_key():
         partial.add_all(odds[chunk:chunk + 7])
     out = list(partial.emit(lambda kb, k, a, ts, w: (k, w.start_us, w.end_us, ts, a)))
     assert out == [("k", 0, 4005, 0, 400)]
+
+
+@settings(max_examples=200, deadline=None)
+@given(batches=st.lists(st.lists(_event, max_size=40), max_size=6), gap=st.integers(1, 30),
+       latest=st.booleans())
+def test_a_proto_session_column_gives_the_sessions_of_its_windows(batches, gap, latest):
+    # WindowInto(Sessions) over elements in one window each hands a lifted combine a
+    # columnar.ProtoSessions column, which it reads from the timestamps (add_proto_sessions):
+    # the same sessions as the column's materialised windows give.
+    from headrace.model.window import GLOBAL_WINDOWS_TUPLE
+    from headrace.runners.kit.columnar import Columns, ProtoSessions, window_columns
+    windowfn = Sessions(gap / 1e6)
+    windowing = Windowing(windowfn, timestamp_combiner=(TimestampCombiner.OUTPUT_AT_LATEST if latest
+                                                        else TimestampCombiner.OUTPUT_AT_EARLIEST))
+    lazy = PartialCombiner("Combine", _Collect(), windowing)
+    eager = PartialCombiner("Combine", _Collect(), windowing)
+    for batch in batches:
+        cols = Columns([(k, v) for k, v, _, _ in batch], [ts for _, _, ts, _ in batch],
+                       [GLOBAL_WINDOWS_TUPLE] * len(batch), None, None)
+        out = window_columns(windowfn, cols)
+        assert type(out.windows) is ProtoSessions
+        assert list(out.windows) == [windowfn._assign(None, ts, GLOBAL_WINDOWS_TUPLE) for ts in out.ts]
+        lazy.add_proto_sessions(out.values, out.windows.ts, out.windows.gap_us)
+        eager.add_all(zip(out.values, out.ts, list(out.windows)))
+    emit = lambda kb, k, a, ts, w: (k, w.start_us, w.end_us, ts, a)  # noqa: E731
+    assert sorted(lazy.emit(emit), key=repr) == sorted(eager.emit(emit), key=repr)
+
+
+def test_a_proto_session_column_reads_as_a_list_of_window_tuples():
+    import pickle
+
+    from headrace.runners.kit.columnar import Columns, ProtoSessions, window_columns
+    from headrace.model.window import GLOBAL_WINDOWS_TUPLE
+    cols = Columns(["x", "y", "z"], [5, 10, 30], [GLOBAL_WINDOWS_TUPLE] * 3, None, None)
+    out = window_columns(Sessions(3 / 1e6), cols)
+    assert type(out.windows) is ProtoSessions and len(out.windows) == 3
+    windows = [(IntervalWindow._of(t, t + 3),) for t in (5, 10, 30)]
+    assert list(out.windows) == windows and out.windows[1] == windows[1]
+    assert list(out.windows[1:]) == windows[1:] and list(pickle.loads(pickle.dumps(out.windows))) == windows
+    assert [wv.windows for wv in out.elements()] == windows
+    # an element in two windows keeps its two copies of the window: no lazy column then
+    two = Columns(["x"], [5], [(IntervalWindow._of(0, 10), IntervalWindow._of(5, 15))], None, None)
+    assert window_columns(Sessions(3 / 1e6), two).windows == [(IntervalWindow._of(5, 8),) * 2]
