@@ -360,9 +360,12 @@ def test_the_runner_over_spark_connect_works_without_pyspark_internals(spark_pip
 def test_a_run_over_spark_connect_tags_its_jobs_and_leaves_the_users_tags(spark_pipeline, runner,
                                                                           monkeypatch):
     """Over Spark Connect the run's jobs carry a tag of their own (Spark Connect has no job
-    groups), taken off again when it ends; a tag the user set stays."""
+    groups), the concurrent side-input collects too (tags are per thread there), taken off again
+    when it ends; a tag the user set stays."""
     if runner != "spark-connect":
         pytest.skip("tests the batch runner over Spark Connect (batch/frames.py)")
+    import threading
+
     from pyspark.sql import SparkSession
     from headrace.runners.spark.batch import frames
     with spark_pipeline() as p:  # starts (or reuses) the session
@@ -373,11 +376,19 @@ def test_a_run_over_spark_connect_tags_its_jobs_and_leaves_the_users_tags(spark_
     real = frames.FrameContext.collect
 
     def spy(self, df):
-        seen.append(set(self.spark.getTags()))
+        seen.append((threading.current_thread() is threading.main_thread(), set(self.spark.getTags())))
         return real(self, df)
     monkeypatch.setattr(frames.FrameContext, "collect", spy)
     with spark_pipeline() as p:
-        assert_that(_grouping_pipeline(p, 7), equal_to(_expected_sums(7)))
-    assert seen and all("users-own-tag" in tags and len(tags) == 2 for tags in seen), seen
+        side = p | "Side" >> beam.Create([1, 2, 3])
+        other = p | "Other" >> beam.Create([10])
+        out = (p | "Main" >> beam.Create([0, 1])
+               | "A" >> beam.Map(lambda x, s, o: x + sum(s) + sum(o), beam.pvalue.AsList(side),
+                                 beam.pvalue.AsList(other)))
+        assert_that(out, equal_to([16, 17]))
+    run_tags = {t for _, tags in seen for t in tags if t.startswith("headrace-")}
+    assert len(run_tags) == 1 and len(seen) >= 3, seen      # two side inputs at once, then the run
+    assert all(run_tags <= tags for _, tags in seen), seen
+    assert all("users-own-tag" in tags for main, tags in seen if main), seen
     assert spark.getTags() == {"users-own-tag"}
     spark.removeTag("users-own-tag")

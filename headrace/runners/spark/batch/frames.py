@@ -91,8 +91,6 @@ class FrameAccumulator:
 class FrameContext:
     """The SparkContext surface the batch runner uses, over a (Spark Connect) SparkSession."""
 
-    #: the threads of a run's concurrent jobs (PySpark's InheritableThread is for a SparkContext)
-    Thread = threading.Thread
 
     def __init__(self, spark: Any) -> None:
         self.spark = spark
@@ -157,6 +155,21 @@ class FrameContext:
         `spark.interruptTag(group)` cancels the run's jobs); `close` removes the tag."""
         self._tag = group
         self.spark.addTag(group)
+
+    def Thread(self, target: Callable[..., Any], args: Tuple[Any, ...]) -> threading.Thread:
+        """A thread for one of a run's concurrent jobs (as PySpark's InheritableThread for a
+        SparkContext): its operations carry the run's tag too (Spark Connect's are per thread)."""
+        tag = self._tag
+
+        def run(*a: Any) -> None:
+            if tag is not None:
+                self.spark.addTag(tag)
+            try:
+                target(*a)
+            finally:
+                if tag is not None:
+                    self.spark.removeTag(tag)
+        return threading.Thread(target=run, args=args)
 
     def close(self) -> None:
         """Removes the run's tag from this thread's operations (the user's own tags stay)."""

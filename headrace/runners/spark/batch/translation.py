@@ -412,7 +412,7 @@ class BatchTranslation:
             self.side_contents[todo[0]] = self._collect_side(todo[0])
             return
         from pyspark import InheritableThread
-        thread = FrameContext.Thread if isinstance(self.sc, FrameContext) else InheritableThread
+        thread = self.sc.Thread if isinstance(self.sc, FrameContext) else InheritableThread
         got: Dict[PCollection, Dict[Any, list]] = {}
         errors: List[BaseException] = []
 
