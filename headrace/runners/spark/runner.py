@@ -3,13 +3,10 @@ Streaming query (`streaming/`)."""
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from headrace.pipeline.pipeline import Pipeline, PipelineResult
 from headrace.runners.spark import session as sessions
-
-_log = logging.getLogger(__name__)
 
 
 class SparkRunner:

@@ -35,6 +35,7 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tupl
 
 import pyarrow as pa
 
+from headrace.io.iobase import batched
 from headrace.runners.spark import pyspark_compat
 from headrace.runners.spark.worker.packing import pack
 
@@ -91,7 +92,6 @@ class FrameAccumulator:
 class FrameContext:
     """The SparkContext surface the batch runner uses, over a (Spark Connect) SparkSession."""
 
-
     def __init__(self, spark: Any) -> None:
         self.spark = spark
         self.master = str(spark.conf.get("spark.master", "") or "")
@@ -100,6 +100,7 @@ class FrameContext:
         self._lock = threading.Lock()
         self._accumulators = 0
         self._tag: Optional[str] = None
+        self._sort_memory: Optional[float] = None
 
     # ---- the context ---------------------------------------------------------------------
 
@@ -187,13 +188,14 @@ class FrameContext:
     def sort_memory(self) -> float:
         """The memory a task's sort of a shuffled partition may use before it spills (MiB, as
         `ExternalSorter` takes it): 90% of `spark.python.worker.memory`, as PySpark's sort of
-        an RDD."""
-        from pyspark.util import _parse_memory
-        try:
-            setting = self.spark.conf.get("spark.python.worker.memory", "512m")
-        except Exception:
-            setting = "512m"
-        return _parse_memory(str(setting or "512m")) * 0.9
+        an RDD (read once per run)."""
+        if self._sort_memory is None:
+            try:
+                setting = self.spark.conf.get("spark.python.worker.memory", "512m")
+            except Exception:
+                setting = "512m"
+            self._sort_memory = _mib(str(setting or "512m")) * 0.9
+        return self._sort_memory
 
     # ---- actions -------------------------------------------------------------------------
 
@@ -216,6 +218,14 @@ class FrameContext:
                     tag, reports = pickle.loads(b)
                     self._reports.setdefault(tag, reports)
         return records
+
+
+def _mib(setting: str) -> float:
+    """A JVM memory setting ("512m", "2g", "1t", "1024k") in MiB (512 if it is none of those)."""
+    m = re.fullmatch(r"\s*([0-9.]+)\s*([kmgt])b?\s*", setting.lower())
+    if not m:
+        return 512.0
+    return float(m.group(1)) * {"k": 1 / 1024, "m": 1, "g": 1024, "t": 1 << 20}[m.group(2)]
 
 
 def _master_cores(master: str) -> Optional[int]:
@@ -324,8 +334,9 @@ class FrameRDD:
 
 class _Chain:
     """The function of one mapInArrow: decodes its input rows into records, runs the partition
-    functions over them, and encodes what they yield (PLAIN chunks, or KEYED rows one per
-    record); at the end, the accumulator rows it read and its own partition's updates."""
+    functions over them, and encodes what they yield (PLAIN rows, or KEYED rows of one
+    partition's records each); at the end, the accumulator rows it read and its own
+    partition's updates."""
 
     def __init__(self, source: tuple, fns: List[Fn], out: str, n: int = 1,
                  partition_of: Optional[Callable[[Any], int]] = None) -> None:
@@ -388,17 +399,9 @@ def _key(record: Tuple[Any, Any]) -> Any:
     return record[0]
 
 
-def _batches_of(it: Iterator[Any], n: int) -> Iterator[List[Any]]:
-    while True:
-        chunk = list(itertools.islice(it, n))
-        if not chunk:
-            return
-        yield chunk
-
-
 def _plain_batches(it: Iterator[Any]) -> Iterator[pa.RecordBatch]:
     blobs: List[bytes] = []
-    for chunk in _batches_of(it, _CHUNK):
+    for chunk in batched(it, _CHUNK):
         blobs.append(pack(chunk))
         if len(blobs) >= _ROWS_PER_BATCH:
             yield _plain_batch(blobs)
