@@ -246,6 +246,26 @@ def test_file_sinks_are_written_and_committed_in_the_runs_one_job(spark_pipeline
     assert _job_count(job_groups[-1]) == 1
 
 
+def test_a_write_with_as_many_shards_as_partitions_writes_each_partition_without_a_shuffle(
+        spark_pipeline, job_groups, tmp_path):
+    with spark_pipeline(spark_parallelism=3) as p:
+        sums = (p | beam.Create([(i % 7, i) for i in range(70)]) | "Group" >> beam.GroupByKey()
+                | "Sum" >> beam.MapTuple(lambda k, vs: f"{k}:{sum(vs)}"))
+        _ = sums | "Three" >> beam.io.WriteToText(str(tmp_path / "three"), num_shards=3)
+        _ = sums | "Two" >> beam.io.WriteToText(str(tmp_path / "two"), num_shards=2)
+    files = sorted(os.listdir(tmp_path))
+    assert [f for f in files if f.startswith("three")] == [f"three-0000{i}-of-00003" for i in range(3)]
+    assert [f for f in files if f.startswith("two")] == [f"two-0000{i}-of-00002" for i in range(2)]
+    assert not [f for f in files if f.startswith(".")]   # no temporary directory left
+    expected = sorted(f"{k}:{sum(range(k, 70, 7))}" for k in range(7))
+    for prefix in ("three", "two"):
+        assert sorted(ln for f in files if f.startswith(prefix)
+                      for ln in (tmp_path / f).read_text().splitlines()) == expected
+    # the grouping's 3 partitions are the 3 shards: no shuffle by shard; 2 shards still shuffle
+    shuffles = [n for n in _stage_names(job_groups[-1]) if "GroupByShard" in n]
+    assert shuffles and all("Two/" in n for n in shuffles), shuffles
+
+
 class Noted(beam.DoFn):
     """Notes each element it processes in the journal, and counts it."""
 

@@ -131,7 +131,8 @@ class FrameContext:
         n = max(1, n)
         size = len(items)
         slices = [items[i * size // n:(i + 1) * size // n] for i in range(n)]
-        return FrameRDD(self, self.known(self.spark.range(0, n, 1, n), ("id",)), ("slices", slices), [])
+        return FrameRDD(self, self.known(self.spark.range(0, n, 1, n), ("id",)), ("slices", slices), [],
+                        n)
 
     def union(self, rdds: List["FrameRDD"]) -> "FrameRDD":
         """The records of every RDD, their partitions one after the other."""
@@ -139,7 +140,8 @@ class FrameContext:
         df = frames[0]
         for other in frames[1:]:
             df = self.known(df.unionByName(other), PLAIN)
-        return FrameRDD(self, df, ("plain",), [])
+        known = [r.getNumPartitions() for r in rdds]
+        return FrameRDD(self, df, ("plain",), [], None if None in known else sum(known))  # type: ignore[arg-type]
 
     def schema(self, columns: Tuple[str, ...]) -> Any:
         """The StructType of rows of these columns (of `PLAIN`, `KEYED`, or a range's id)."""
@@ -250,15 +252,22 @@ class FrameRDD:
     """The RDD surface the batch runner uses: a DataFrame of `source` rows, and the Python
     partition functions still to run over its records (composed into one mapInArrow)."""
 
-    def __init__(self, ctx: FrameContext, df: Any, source: tuple, fns: List[Fn]) -> None:
+    def __init__(self, ctx: FrameContext, df: Any, source: tuple, fns: List[Fn],
+                 partitions: Optional[int] = None) -> None:
         self.ctx = ctx
         self.df = df
         self.source = source   # ("plain",) | ("keyed", sort memory or None) | ("slices", slices)
         self.fns = fns
+        self.partitions = partitions   # where known before running (a shuffle's, a range's)
         self._persisted = False
 
     def _then(self, fn: Fn) -> "FrameRDD":
-        return FrameRDD(self.ctx, self.df, self.source, self.fns + [fn])
+        return FrameRDD(self.ctx, self.df, self.source, self.fns + [fn], self.partitions)
+
+    def getNumPartitions(self) -> Optional[int]:
+        """The number of partitions where it is known before running (after a shuffle, of a
+        parallelize), else None (PySpark's RDD method always knows it)."""
+        return self.partitions
 
     def mapPartitions(self, f: Callable[[Iterator[Any]], Iterable[Any]]) -> "FrameRDD":
         """`f` over each partition's records."""
@@ -298,7 +307,7 @@ class FrameRDD:
         """The records computed once and kept (in memory and on disk) for every reader."""
         df = self.frame()
         df = df.persist(level) if level is not None else df.persist()
-        out = FrameRDD(self.ctx, df, ("plain",), [])
+        out = FrameRDD(self.ctx, df, ("plain",), [], self.partitions)
         out._persisted = True
         return out
 
@@ -318,7 +327,7 @@ class FrameRDD:
     def _shuffled(self, n: int, partition_of: Callable[[Any], int], sort: Optional[float]) -> "FrameRDD":
         df = self.df.mapInArrow(_Chain(self.source, self.fns, "keyed", n, partition_of),
                                 self.ctx.schema(KEYED))
-        return FrameRDD(self.ctx, df.repartitionById(n, "p"), ("keyed", sort), [])
+        return FrameRDD(self.ctx, df.repartitionById(n, "p"), ("keyed", sort), [], n)
 
     def collect(self) -> List[Any]:
         """Runs the RDD and returns its records."""

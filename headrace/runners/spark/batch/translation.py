@@ -15,7 +15,7 @@ import logging
 import shutil
 import tempfile
 import uuid
-from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Set, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
 
 from headrace.io.iobase import BoundedSourceReader, Read, batched
 from headrace.metrics.metric import MetricResults, MetricsContainer
@@ -29,7 +29,7 @@ from headrace.runners.kit.side_inputs import SideInputCombiner, replace_views
 from headrace.runners.kit.stateful import StatefulSpec
 from headrace.runners.spark import pyspark_compat
 from headrace.runners.spark import session as sessions
-from headrace.runners.spark.batch import tasks
+from headrace.runners.spark.batch import tasks, writes
 from headrace.runners.spark.batch.env import MetricsParam, TaskEnv
 from headrace.runners.spark.batch.frames import FrameContext
 from headrace.runners.spark.batch.map_side import (KeySide, MapSide, PartialSide, StatefulSide,
@@ -40,8 +40,7 @@ from headrace.runners.spark.batch.splittable import Downstream, SplittableBuild
 from headrace.runners.kit.sdf import SplittableSpec, SplittableStep, Work, read_spec, read_works
 from headrace.runners.spark.worker.failures import pipeline_error
 from headrace.runners.spark.worker.packing import FastPickleSerializer, unpack
-from headrace.runners.kit.sources import to_windowed_value
-from headrace.runners.spark.worker.sides import portable_views, side_reader, stage_arguments
+from headrace.runners.spark.worker.sides import portable_views
 from headrace.transforms.core import CombinePerKey, Create, Reshuffle
 
 _log = logging.getLogger(__name__)
@@ -82,7 +81,7 @@ class BatchTranslation:
         self.side_contents: Dict[PCollection, Dict[Any, list]] = {}   # collected once per run
         master = str(self.sc.master)
         self.one_executor = master.startswith("local") and not master.startswith("local-cluster")
-        self.commits: List[_FileCommit] = []   # file sinks committed from the run's job's results
+        self.commits: List[writes.FileCommit] = []   # file sinks committed from the run's job's results
         self.current_label = ""
         self.labels = pyspark_compat.StepLabels(self.sc)
 
@@ -142,6 +141,10 @@ class BatchTranslation:
                 else:
                     self._build_read(node)
             elif u.kind == planning.Kind.GROUPING:
+                shards = writes.shards_per_partition(node, self.rdds.get(node.inputs[0]))
+                if shards is not None:   # a file sink's shards, one per partition (no shuffle)
+                    self._set(node.outputs[None], shards)
+                    continue
                 if isinstance(node.transform, CombinePerKey):
                     self._build_combineperkey(node)
                 else:
@@ -278,7 +281,8 @@ class BatchTranslation:
             keyed = upstream.mapPartitions(side)
         else:
             keyed = upstream.mapPartitions(map_side_fn(self.env, self._map_side(node)))
-        grouped = keyed.repartitionAndSortWithinPartitions(self.parallelism, partition_of)
+        n = writes.shuffle_partitions(node, self.parallelism)   # (fewer for a file sink's shards)
+        grouped = keyed.repartitionAndSortWithinPartitions(n, partition_of)
         late_tag = getattr(node.transform, "late_tag", None)
         late_pc = node.outputs.get(late_tag) if late_tag else None
         out = grouped.mapPartitions(reduce_fn(self.env, label, windowing, fn_bytes, lifted, retractions,
@@ -330,7 +334,8 @@ class BatchTranslation:
             if len(users) != 1 or not isinstance(users[0], planning.Primitive):
                 continue
             u = users[0]
-            if u.kind == planning.Kind.GROUPING and not u.node.side_inputs:
+            if (u.kind == planning.Kind.GROUPING and not u.node.side_inputs
+                    and writes.shard_count(u.node) is None):   # (`writes.shards_per_partition`)
                 sides[pc._id] = self._map_side(u.node)
         return sides
 
@@ -351,7 +356,7 @@ class BatchTranslation:
     def _build_stage(self, stage: planning.Stage) -> None:
         label = stage.label
         self._label(label)
-        commit = self._file_commit(stage)
+        commit = writes.file_commit(stage, self.uses, self.rdds)
         if commit is not None:
             self.commits.append(commit)
             return
@@ -367,42 +372,6 @@ class BatchTranslation:
             sides = self._map_sides(outs)
             rdd = upstream.mapPartitions(tasks.stage_fn(self.env, fused, bcast, index, sides))
             self._set_outputs(rdd, [(pc, index[pc._id]) for pc in outs], packed=True, keyed=tuple(sides))
-
-    def _file_commit(self, stage: planning.Stage) -> Optional["_FileCommit"]:
-        """A file sink's finalize step (`filebasedsink._FinalizeDoFn`: renames the temporary files
-        its side input lists), when nothing else reads that list or the step's output: it runs on
-        the driver after the run's job, from the paths the job's tasks return, so the files are
-        written in the job that computes their input and no job of its own collects them (the
-        commit protocol of Spark's own writers: only a successful task attempt's result names its
-        files; the others are deleted with the temporary directory)."""
-        from headrace.io.filebasedsink import _FinalizeDoFn
-        if len(stage.nodes) != 1 or len(stage.side_pcolls) != 1:
-            return None
-        node = stage.nodes[0]
-        fn = getattr(node.transform, "fn", None)
-        trigger = stage.root.producer
-        paths = stage.side_pcolls[0]
-        if (not isinstance(fn, _FinalizeDoFn) or trigger is None
-                or not isinstance(trigger.transform, Create) or self.uses.get(paths) != 1
-                or any(pc.consumers for pc in stage.outputs) or paths not in self.rdds):
-            return None
-        portable, _ = portable_views(stage.side_inputs)
-        return _FileCommit(stage.fused(lambda view: portable[id(view)]),
-                           list(trigger.transform.values), self.rdds[paths])
-
-    def _commit_files(self, paths: List[Dict[Any, list]]) -> None:
-        """Runs each file sink's finalize step on the driver with the paths its tasks returned
-        (`paths[i]`: commit i's, {window: [paths]}), as any stage runs a bundle."""
-        for c, contents in zip(self.commits, paths):
-            reader = side_reader({0: contents}, stage_arguments(c.stage))
-            committed, attempted = MetricsContainer(), MetricsContainer()
-            try:
-                c.stage.process_bundle([to_windowed_value(v) for v in c.values], reader,
-                                       self.env.max_attempts, committed, attempted)
-                c.stage.finalize_bundles()
-            finally:
-                c.stage.teardown()
-            self.env.report(committed, attempted)
 
     def _collect_sides(self, pcs: List[PCollection]) -> None:
         """Collects the side inputs among `pcs` not collected yet (`side_contents`), each in a
@@ -461,8 +430,9 @@ class BatchTranslation:
                     parts += [c.paths.mapPartitions(tasks.tagged_side_records(i))
                               for i, c in enumerate(self.commits)]
                     got = self._run(lambda: sc.union(parts).collect())
-                    self._commit_files([_by_window((w, path) for tag, w, path in got if tag == i)
-                                        for i in range(len(self.commits))])
+                    writes.commit_files(self.env, self.commits, [
+                        _by_window((w, path) for tag, w, path in got if tag == i)
+                        for i in range(len(self.commits))])
                 elif leaves:
                     job = leaves[0] if len(leaves) == 1 else sc.union(leaves)
                     self._run(lambda: job.foreachPartition(tasks.drain))
@@ -476,14 +446,6 @@ class BatchTranslation:
                     sc.close()
                 shutil.rmtree(self.temp_dir, ignore_errors=True)
         return PipelineResult(PipelineState.DONE, MetricResults(self.committed.value, self.attempted.value))
-
-
-class _FileCommit(NamedTuple):
-    """A file sink's finalize step, run on the driver after the run's job (`_file_commit`)."""
-
-    stage: Any           # its FusedStage (the one _FinalizeDoFn step)
-    values: List[Any]    # the values of the Create that triggers it (one None)
-    paths: Any           # the RDD of the temporary files' paths the tasks wrote
 
 
 def _by_window(records: Iterable[Tuple[Any, Any]]) -> Dict[Any, list]:
