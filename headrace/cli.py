@@ -1,5 +1,6 @@
-"""The `headrace` command: `headrace demo [job flags]` runs the example job, `headrace version`,
-`headrace jvm-archive` builds the Spark driver's class archive."""
+"""The `headrace` command: `headrace demo [job flags]` runs the example job, `headrace diagram`
+draws a recorded step's pane diagram, `headrace version`, `headrace jvm-archive` builds the Spark
+driver's class archive."""
 
 from __future__ import annotations
 
@@ -19,6 +20,9 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("demo", add_help=False,
                    help="generate event logs and run the sessions & billing example job "
                         "(`headrace demo --help` lists its flags)")
+    sub.add_parser("diagram", add_help=False,
+                   help="draw the pane diagram of a grouping step recorded with --record_panes=DIR "
+                        "(`headrace diagram --help`)")
     sub.add_parser("version", help="print the versions of headrace, Python and PySpark")
     sub.add_parser("jvm-archive", help="build the class archive that makes the Spark driver "
                                        "JVM start faster (once per Java and PySpark version; "
@@ -83,6 +87,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args and args[0] == "demo":
         from headrace.examples import sessions_billing
         return sessions_billing.main(args[1:], prog="headrace demo")
+    if args and args[0] == "diagram":
+        from headrace import diagram
+        return diagram.main(args[1:])
     if args and args[0] == "jvm-archive":
         if args[1:2] == ["--dump"] and len(args) == 3:
             return _jvm_archive_workload(args[2])

@@ -233,6 +233,30 @@ class LocalRunnerOptions(PipelineOptions):
                             help="the seed of --sdf_test_split_probability's random splits")
 
 
+class RecordPanesOptions(PipelineOptions):
+    """Pane recording (`headrace.diagram.recording`): with `--record_panes=DIR` every
+    runner writes what each grouping step's per-key core saw and did to Parquet files under DIR
+    (`headrace.diagram` draws them); the other flags narrow it down. Off by default."""
+
+    @classmethod
+    def _add_argparse_args(cls, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--record_panes", default=None, metavar="DIR",
+                            help="record each grouping step's elements, watermarks and panes "
+                                 "under DIR (Parquet)")
+        parser.add_argument("--record_panes_step", dest="record_panes_steps", action="append",
+                            default=None, metavar="LABEL",
+                            help="record only this grouping step (repeatable; default: all)")
+        parser.add_argument("--record_panes_key", dest="record_panes_keys", action="append",
+                            default=None, metavar="KEY",
+                            help="record only this key, as str() prints it (repeatable)")
+        parser.add_argument("--record_panes_start", type=float, default=None, metavar="SECONDS",
+                            help="record only event times from this one on (seconds since the epoch)")
+        parser.add_argument("--record_panes_end", type=float, default=None, metavar="SECONDS",
+                            help="record only event times before this one (seconds since the epoch)")
+        parser.add_argument("--record_panes_max_elements", type=int, default=None, metavar="N",
+                            help="record at most N input elements per step and writer")
+
+
 class TypeOptions(PipelineOptions):
     """Beam's TypeOptions: type checking and --allow_unsafe_triggers.
 

@@ -11,7 +11,8 @@ rest is here, once:
   turned into output elements `(key, value)` with their window, timestamp, `PaneInfo` and
   retraction flag; the dropped-data counters (`headrace/dropped_late_elements`,
   `headrace/dropped_closed_window_elements`); late data routed to the late-data output
-  (`.with_late_data_output(tag)`) as the original `(key, value)` elements;
+  (`.with_late_data_output(tag)`) as the original `(key, value)` elements; and, when the runner
+  gives it a `diagram.recording.PaneRecorder` (`--record_panes`), what the core saw and did;
 * `grouping_errors`: a failure of the CombineFn or of the core as the step's
   `PipelineExecutionError` (`grouping_failure`).
 """
@@ -29,6 +30,7 @@ from headrace.model.reduce import Element, KeyState, Pane, ReduceFnRunner, Reduc
 from headrace.model.time import MAX_TIMESTAMP_MICROS
 from headrace.model.strategy import Windowing
 from headrace.model.windowed import PANE_INFO_UNKNOWN, WindowedValue
+from headrace.diagram.recording import PaneRecorder
 
 DROPPED_LATE = "dropped_late_elements"
 DROPPED_CLOSED = "dropped_closed_window_elements"
@@ -112,6 +114,8 @@ class GroupingCore:
         self.late_output = late_output
         self.finish = finish
         self.on_panes = on_panes
+        #: where what the core sees and does is recorded (`diagram.recording`; `--record_panes`)
+        self.recorder: Optional[PaneRecorder] = None
 
     # ---- the core's events, for one key -------------------------------------------------
 
@@ -120,13 +124,17 @@ class GroupingCore:
                 weights: Optional[Dict[Any, int]] = None) -> None:
         """Hands the key's new elements to the core at input watermark `watermark`; `weights`,
         when given, counts each (partial accumulator) element as that many inputs, by window."""
-        self.take(key, self.core.process_elements(state, elements, watermark, now), out, late,
-                  weights)
+        res = self.core.process_elements(state, elements, watermark, now)
+        if self.recorder is not None:
+            self._record(key, res, watermark, now, elements)
+        self.take(key, res, out, late, weights)
 
     def on_watermark(self, key: Any, state: KeyState, watermark: int, now: int,
                      out: List[WindowedValue]) -> None:
         """Tells the key's windows the input watermark moved to `watermark`."""
         res = self.core.on_watermark(state, watermark, now)
+        if self.recorder is not None:
+            self._record(key, res, watermark, now)
         if res.panes:
             self.emit_panes(key, res.panes, out)
 
@@ -134,6 +142,8 @@ class GroupingCore:
                            out: List[WindowedValue]) -> None:
         """Tells the key's windows processing time moved to `now`."""
         res = self.core.on_processing_time(state, now, watermark)
+        if self.recorder is not None:
+            self._record(key, res, watermark, now)
         if res.panes:
             self.emit_panes(key, res.panes, out)
 
@@ -146,6 +156,20 @@ class GroupingCore:
     def output_hold(self, state: KeyState) -> int:
         """The earliest timestamp the key may still output (it holds the output watermark)."""
         return self.core.output_hold_us(state)
+
+    def _record(self, key: Any, res: ReduceResult, watermark: int, now: int,
+                elements: Optional[List[Element]] = None) -> None:
+        rec = self.recorder
+        assert rec is not None
+        rec.watermark(watermark, now)
+        if elements:
+            rec.element_rows(key, elements, now)
+        if res.dropped_late:
+            rec.dropped(key, res.dropped_late, now, "late")
+        if res.dropped_closed:
+            rec.dropped(key, res.dropped_closed, now, "closed")
+        if res.panes:
+            rec.panes(key, res.panes, now)
 
     # ---- outputs --------------------------------------------------------------------------
 

@@ -36,6 +36,7 @@ from headrace.runners.kit.grouping import (
     GroupingCore, grouping_errors, grouping_key_bytes, key_of, pane_element,
 )
 from headrace.runners.kit.plan import Stage
+from headrace.diagram.recording import RecordPanes
 from headrace.runners.kit.side_inputs import SideInputCombiner, SideInputReader
 from headrace.runners.kit.sources import (
     to_windowed_value,
@@ -65,6 +66,8 @@ class UnitHost(Protocol):
     attempted: MetricsContainer
     #: Processing time: virtual when the pipeline has a TestStream, else the system clock.
     clock: Union[RealClock, VirtualClock]
+    #: The pipeline's options.
+    options: Any
 
     def emit(self, pc: PCollection, bundle: Bundle) -> None:
         """Hands a bundle of `pc` to the units that read it (and to its side-input contents)."""
@@ -366,6 +369,12 @@ class GroupUnit(Unit):
             input_retractions=source.may_contain_retractions,
             on_panes=self._wait_for_sides if self.side_combiner is not None else None)
         self.watermark_only = self.grouping.watermark_only
+        recording = RecordPanes.from_options(ex.options)
+        if recording is not None and recording.records(self.label):
+            self.grouping.recorder = recording.recorder(self.label)
+            # elements go to the core as they arrive (their arrival is recorded); with a
+            # watermark-only trigger that gives the same panes as waiting for the watermark
+            self.watermark_only = False
         self.states: Dict[bytes, KeyState] = {}
         self.keys: Dict[bytes, Any] = {}
         self.pending: Dict[bytes, List[Element]] = {}
@@ -556,6 +565,8 @@ class GroupUnit(Unit):
         return best
 
     def close(self) -> None:
+        if self.grouping.recorder is not None:
+            self.grouping.recorder.close()
         if self.combine_fn is not None:
             self.combine_fn.teardown()
 

@@ -15,6 +15,7 @@ from headrace.model.strategy import Windowing
 from headrace.model.window import Sessions
 from headrace.model.windowed import WindowedValue
 from headrace.runners.kit.grouping import GroupingCore
+from headrace.diagram.recording import RecordPanes
 from headrace.runners.kit.stateful import StatefulCore, StatefulSpec, StatefulStep, UserKeyState
 from headrace.runners.spark.batch.env import TaskEnv, guarded
 from headrace.runners.spark.batch.map_side import side_combiner
@@ -32,8 +33,8 @@ def follows_event_time(windowfn: Any) -> bool:
 
 def reduce_fn(env: TaskEnv, label: str, windowing: Windowing, combine_fn_bytes: Optional[bytes],
               accumulators_in: bool, input_retractions: bool, late_output: bool,
-              side_combine: Optional[Tuple[bytes, Any, bool]] = None
-              ) -> Callable[[Iterator[Any]], Iterator[Any]]:
+              side_combine: Optional[Tuple[bytes, Any, bool]] = None,
+              recording: Optional[RecordPanes] = None) -> Callable[[Iterator[Any]], Iterator[Any]]:
     """GroupByKey / CombinePerKey, reduce side: streams each key's sorted records through the core.
 
     Records arrive sorted by (key bytes, time). For each key the core sees them in chunks of up
@@ -48,6 +49,7 @@ def reduce_fn(env: TaskEnv, label: str, windowing: Windowing, combine_fn_bytes: 
     A CombinePerKey with side inputs (`side_combine`: the pickled SideInputCombiner, the broadcast
     side inputs, whether partial accumulators come in) groups like a GroupByKey, and each pane's
     values or partial accumulators are combined with the side inputs of the pane's window.
+    With `recording` (`--record_panes`) the core's events are recorded, a file per task.
     """
     follow = follows_event_time(windowing.windowfn)
 
@@ -65,9 +67,13 @@ def reduce_fn(env: TaskEnv, label: str, windowing: Windowing, combine_fn_bytes: 
                                 input_retractions=input_retractions,
                                 inputs_are_accumulators=accumulators_in, expire_at_end_of_window=True,
                                 finish=finish)
+        if recording is not None:
+            grouping.recorder = recording.recorder(label)
         committed = MetricsContainer()
         yield from guarded(env, label, "combining or grouping", _reduce_partition(
             label, grouping, lifecycle, it, env.bundle_size, follow, committed))
+        if grouping.recorder is not None:
+            grouping.recorder.close()   # (a failed attempt writes none)
         env.report(committed, committed)
     return run
 

@@ -25,6 +25,7 @@ from headrace.pipeline.pipeline import AppliedPTransform, Pipeline, PipelineResu
 from headrace.pipeline.pvalue import PCollection
 from headrace.runners.kit import plan as planning
 from headrace.runners.kit.partial import lift
+from headrace.diagram.recording import RecordPanes
 from headrace.runners.kit.side_inputs import SideInputCombiner, replace_views
 from headrace.runners.kit.stateful import StatefulSpec
 from headrace.runners.spark import pyspark_compat
@@ -84,6 +85,7 @@ class BatchTranslation:
         self.commits: List[writes.FileCommit] = []   # file sinks committed from the run's job's results
         self.current_label = ""
         self.labels = pyspark_compat.StepLabels(self.sc)
+        self.recording = RecordPanes.from_options(options)
 
     # ---- building --------------------------------------------------------------------
 
@@ -242,7 +244,7 @@ class BatchTranslation:
         trigger, no retractions, a non-merging WindowFn)."""
         t = node.transform
         assert isinstance(t, CombinePerKey)
-        lifted = lift(node, micro_batches=False) is not None
+        lifted = self._recorder(node) is None and lift(node, micro_batches=False) is not None
         sides, portable = self._broadcast_sides(node.side_inputs)
         args, kwargs = replace_views(t.args, t.kwargs, lambda view: portable[id(view)])
         combiner = SideInputCombiner(node.full_label, t.combine_fn, args, kwargs)
@@ -286,7 +288,7 @@ class BatchTranslation:
         late_tag = getattr(node.transform, "late_tag", None)
         late_pc = node.outputs.get(late_tag) if late_tag else None
         out = grouped.mapPartitions(reduce_fn(self.env, label, windowing, fn_bytes, lifted, retractions,
-                                                    late_pc is not None, side_combine))
+                                              late_pc is not None, side_combine, self._recorder(node)))
         if late_pc is None:
             self._set(node.outputs[None], out)
         else:
@@ -307,12 +309,17 @@ class BatchTranslation:
         rdd = grouped.mapPartitions(stateful_fn(self.env, spec, index))
         self._set_outputs(rdd, [(pc, index[pc._id]) for pc in outs], packed=True)
 
-    @staticmethod
-    def _lifted(node: AppliedPTransform) -> bool:
+    def _recorder(self, node: AppliedPTransform) -> Optional[RecordPanes]:
+        """The pane recording of a grouping step (`--record_panes`), if it is recorded."""
+        rec = self.recording
+        return rec if rec is not None and rec.records(node.full_label) else None
+
+    def _lifted(self, node: AppliedPTransform) -> bool:
         """Whether a grouping is a combine lifted before its shuffle: a CombinePerKey without
         side inputs that `kit.partial.lift` lifts (the map side then sends partial accumulators,
-        and the reduce side takes them as such)."""
-        return not node.side_inputs and lift(node, micro_batches=False) is not None
+        and the reduce side takes them as such), unless it is recorded (its core sees elements)."""
+        return (not node.side_inputs and self._recorder(node) is None
+                and lift(node, micro_batches=False) is not None)
 
     def _map_side(self, node: AppliedPTransform) -> MapSide:
         """The map side of a grouping without side inputs: partial accumulators when its

@@ -26,6 +26,7 @@ from headrace.model.reduce import Element, KeyState
 from headrace.model.strategy import Windowing
 from headrace.model.windowed import WindowedValue
 from headrace.runners.kit.grouping import GroupingCore, grouping_errors, pane_element
+from headrace.diagram.recording import RecordPanes
 from headrace.runners.spark.streaming import rows
 from headrace.runners.spark.streaming.buckets import (
     MAX, BucketOperator, KeyCell, KeyRecord, Outputs, wakeup_clock,
@@ -57,6 +58,8 @@ class GroupingSpec(NamedTuple):
     sides: Sides = ()
     # a lifted combine (`kit.partial.lift`): its input rows carry partial accumulators per window
     lifted: bool = False
+    # the pane recording of this grouping (`--record_panes`; it is then not lifted)
+    recording: Optional[RecordPanes] = None
 
     def core(self, on_panes: Any = None, accumulators: Optional[bool] = None) -> GroupingCore:
         """A fresh GroupingCore for this grouping (its CombineFn set up; with side inputs, its
@@ -65,10 +68,13 @@ class GroupingSpec(NamedTuple):
         fn = coders.loads(self.combine_fn) if self.combine_fn is not None else None
         if fn is not None:
             fn.setup()
-        return GroupingCore(self.label, self.windowing, fn, late_output=self.late_pc is not None,
+        core = GroupingCore(self.label, self.windowing, fn, late_output=self.late_pc is not None,
                             input_retractions=self.input_retractions,
                             inputs_are_accumulators=self.lifted if accumulators is None else accumulators,
                             on_panes=on_panes if self.side_combiner is not None else None)
+        if self.recording is not None:
+            core.recorder = self.recording.recorder(self.label)
+        return core
 
 
 class GroupingOperator(BucketOperator):
@@ -145,10 +151,12 @@ class GroupingOperator(BucketOperator):
                             (spec.late_pc, late, 2 * ctl.batch)))
 
     def close(self) -> None:
-        """Tears down the combiners and the cores' CombineFns."""
+        """Tears down the combiners and the cores' CombineFns; writes the cores' recordings."""
         for combiner in self.combiners.values():
             combiner.teardown()
         for core in list(self.cores.values()) + list(self.element_cores.values()):
+            if core.recorder is not None:
+                core.recorder.close()
             fn = core.core.combine_fn
             if fn is not None:
                 fn.teardown()

@@ -17,6 +17,7 @@ from headrace.model.window import GlobalWindows
 from headrace.pipeline.pipeline import Pipeline
 from headrace.pipeline.userstate import get_dofn_specs
 from headrace.runners.kit import plan as planning
+from headrace.diagram.recording import RecordPanes
 from headrace.runners.kit.plan import Kind
 from headrace.runners.kit.partial import Lift, lift
 from headrace.runners.kit.side_inputs import SideInputCombiner, replace_views
@@ -62,13 +63,14 @@ class StreamPlan(SourcePlan):
 def build_plan(pipeline: Pipeline, bundle_size: int, max_attempts: int, partitions: int,
                ctl_keys: Tuple[bytes, ...], max_records: int = 100_000,
                sdf_budget: Tuple[Optional[int], Optional[float]] = (None, None),
-               chunk_events: int = 1000) -> StreamPlan:
+               chunk_events: int = 1000, recording: Optional[RecordPanes] = None) -> StreamPlan:
     """Plans `pipeline` as a streaming query (see the module doc); errors name the step.
     `sdf_budget`: a splittable DoFn's claims and seconds per work and micro-batch (None: no
     limit); `chunk_events`: the most events of a TestStream's script one batch performs
-    (`scripts.ScriptChunks.find`; 1: one step per batch)."""
+    (`scripts.ScriptChunks.find`; 1: one step per batch); `recording`: the pane recording
+    asked for (`--record_panes`), whose groupings run unlifted (their cores see the elements)."""
     units = planning.plan(pipeline, "Spark streaming runner", planning.ALL_KINDS, {})
-    planner = _Planner(partitions, sdf_budget)
+    planner = _Planner(partitions, sdf_budget, recording)
     for u in units:
         planner.add(u)
     return planner.finish(units, bundle_size, max_attempts, ctl_keys, max_records, chunk_events)
@@ -92,8 +94,10 @@ class _Planner:
     """Builds a `StreamPlan` unit by unit (`add`, in dependency order), then `finish`es it."""
 
     def __init__(self, partitions: int,
-                 sdf_budget: Tuple[Optional[int], Optional[float]] = (None, None)) -> None:
+                 sdf_budget: Tuple[Optional[int], Optional[float]] = (None, None),
+                 recording: Optional[RecordPanes] = None) -> None:
         self.partitions = partitions
+        self.recording = recording
         self.sdf_budget = sdf_budget
         self.splittable: Dict[int, SplittableSpec] = {}   # splittable steps, by index
         self.level_of: Dict[int, int] = {}        # pc id -> level it is made at
@@ -241,11 +245,12 @@ class _Planner:
             fn = None
         lv = max([self.level_of[src._id]] + [self.level_of[pc] for _, pc, _ in g_sides]) + 1
         self._broadcast(g_sides, lv - 1)
-        mode = lift(node, micro_batches=True)
+        recorded = self.recording is not None and self.recording.records(u.label)
+        mode = None if recorded else lift(node, micro_batches=True)
         spec = GroupingSpec(g, u.label, src.windowing, fn, node.outputs[None]._id,
                             late_pc._id if late_pc is not None else None,
                             src.may_contain_retractions, combiner, tuple(g_sides),
-                            mode is not None)
+                            mode is not None, self.recording if recorded else None)
         if mode is not None:
             assert fn is not None
             self.lifts.setdefault(lv - 1, {})[g] = (fn, src.windowing, mode is Lift.SPLIT)

@@ -26,6 +26,7 @@ from typing import Any, Optional, Tuple
 
 from headrace.options.pipeline_options import LocalRunnerOptions, SparkRunnerOptions
 from headrace.pipeline.pipeline import Pipeline
+from headrace.diagram.recording import RecordPanes
 from headrace.runners.spark import session as sessions
 from headrace.runners.spark.streaming import query as queries
 from headrace.runners.spark.streaming.checkpoint import RunFiles
@@ -63,7 +64,7 @@ class SparkStreamingRunner:
         with left_out(f"{zlib.crc32(checkpoint.encode()):08x}") as secrets:
             plan = build_plan(pipeline, max(1, int(lo.bundle_size)), max_attempts,
                               n, keys, max(1, int(so.max_records_per_batch)), _sdf_budget(so),
-                              chunk_events)
+                              chunk_events, RecordPanes.from_options(options))
             if old is not None:
                 check_restart(old, plan, checkpoint)
             files.write_plan(plan)
