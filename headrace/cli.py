@@ -1,6 +1,6 @@
 """The `headrace` command: `headrace demo [job flags]` runs the example job, `headrace diagram`
-draws a recorded step's pane diagram, `headrace version`, `headrace jvm-archive` builds the Spark
-driver's class archive."""
+draws a recorded step's pane diagram, `headrace graph` a script's pipeline graph, `headrace
+version`, `headrace jvm-archive` builds the Spark driver's class archive."""
 
 from __future__ import annotations
 
@@ -23,6 +23,9 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("diagram", add_help=False,
                    help="draw the pane diagram of a grouping step recorded with --record_panes=DIR "
                         "(`headrace diagram --help`)")
+    sub.add_parser("graph", add_help=False,
+                   help="draw the graph of the pipeline a script runs, without running it "
+                        "(`headrace graph --help`)")
     sub.add_parser("version", help="print the versions of headrace, Python and PySpark")
     sub.add_parser("jvm-archive", help="build the class archive that makes the Spark driver "
                                        "JVM start faster (once per Java and PySpark version; "
@@ -87,6 +90,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args and args[0] == "demo":
         from headrace.examples import sessions_billing
         return sessions_billing.main(args[1:], prog="headrace demo")
+    if args and args[0] == "graph":
+        from headrace.pipeline import graph
+        return graph.main(args[1:])
     if args and args[0] == "diagram":
         from headrace import diagram
         return diagram.main(args[1:])

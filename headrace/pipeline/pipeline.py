@@ -267,6 +267,12 @@ class Pipeline:
         """The primitive steps in topological (application) order."""
         return [n for n in self.transforms() if n.is_primitive()]
 
+    def to_dot(self, expand: bool = False) -> str:
+        """The pipeline's graph in Graphviz's DOT language: a box per top-level step (every
+        primitive inside its composites' clusters with `expand`); see `pipeline.graph`."""
+        from headrace.pipeline.graph import to_dot
+        return to_dot(self, expand)
+
     # ---- running --------------------------------------------------------------------
 
     def run(self, test_runner_api: Any = None) -> PipelineResult:
