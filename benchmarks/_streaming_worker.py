@@ -451,7 +451,7 @@ def run_headrace(args: argparse.Namespace) -> Result:
     options = PipelineOptions([
         "--runner=SparkRunner", "--streaming", f"--spark_master={args.master}",
         f"--max_records_per_batch={args.batch_events}", f"--checkpoint_location={checkpoint}",
-        *[f"--spark_conf={kv}" for kv in spark_conf(args)]])
+        *[f"--spark_conf={kv}" for kv in spark_conf(args)], *(args.headrace_option or [])])
     # headrace starts its SparkSession as it does for any user (its settings, such as its Python
     # worker daemon, on top of the contenders' common ones), timed as start-up; the run uses it
     from headrace.runners.spark import session as sessions
@@ -591,6 +591,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--shuffle-partitions", type=int, default=2)
     ap.add_argument("--source-partitions", type=int, default=2)
     ap.add_argument("--driver-memory", default="2g")
+    ap.add_argument("--headrace-option", action="append", default=None, metavar="FLAG",
+                    help="a pipeline flag for the headrace contender (repeatable)")
     ap.add_argument("--headrace-source", choices=("source", "impulse"), default="source",
                     help="headrace's input: an UnboundedSource that makes the events with numpy "
                          "(as the native contender's source does), or PeriodicImpulse | Map(event)")

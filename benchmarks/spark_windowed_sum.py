@@ -167,6 +167,8 @@ def measure(args: argparse.Namespace, contender: str, pipeline: str, n: int, pat
            "--driver-memory", args.driver_memory]
     if args.runner_starts_spark:
         cmd.append("--runner-starts-spark")
+    if contender == "headrace":
+        cmd += [f"--headrace-option={flag}" for flag in args.headrace_option or []]
     if args.warmup and contender != "beam":
         cmd += ["--warmup", str(args.warmup)]
     rec: Dict[str, Any] = {"contender": contender, "pipeline": pipeline, "events": n, "input": path,
@@ -320,6 +322,9 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     ap.add_argument("--mem-sizes", default="2000000,10000000",
                     help="the two input sizes of the memory check ('' to skip it)")
     ap.add_argument("--skip-mem", action="store_true", help="skip the memory check")
+    ap.add_argument("--headrace-option", action="append", default=None, metavar="FLAG",
+                    help="a pipeline flag for the headrace contender (repeatable), e.g. "
+                         "--headrace-option=--record_panes=DIR")
     ap.add_argument("--runner-starts-spark", action="store_true",
                     help="headrace: let the SparkRunner start Spark inside the timed part instead of "
                          "pre-starting a SparkSession with the same settings")

@@ -203,6 +203,8 @@ def measure(args: argparse.Namespace, contender: str, pipeline: str, n: int, bat
            "--shuffle-partitions", str(args.shuffle_partitions),
            "--source-partitions", str(args.source_partitions), "--driver-memory", args.driver_memory,
            "--headrace-repo", args.headrace_repo, "--headrace-source", args.headrace_source]
+    if contender == "headrace":
+        cmd += [f"--headrace-option={flag}" for flag in args.headrace_option or []]
     rec: Dict[str, Any] = {"contender": contender, "pipeline": pipeline, "events": n, "keys": keys,
                            "batch_events": batch}
     label = NATIVE_LABELS[pipeline] if contender == "native" else LABELS[contender]
@@ -394,6 +396,9 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     ap.add_argument("--source-partitions", type=int, default=2,
                     help="input partitions per micro-batch of the native and tws queries' source")
     ap.add_argument("--driver-memory", default="2g", help="spark.driver.memory")
+    ap.add_argument("--headrace-option", action="append", default=None, metavar="FLAG",
+                    help="a pipeline flag for the headrace contender (repeatable), e.g. "
+                         "--headrace-option=--record_panes=DIR")
     ap.add_argument("--headrace-source", choices=("source", "impulse"), default="source",
                     help="headrace's input: an UnboundedSource making the events with numpy, as "
                          "the native contender's Spark source does (default), or PeriodicImpulse "
