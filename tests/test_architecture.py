@@ -473,8 +473,8 @@ RUNNERS_DIR = PACKAGE_DIR / "runners"
 SPARK = "headrace.runners.spark"
 #: What each part of runners/spark may import of runners/spark (besides itself).
 SPARK_MAY_IMPORT = {
-    "batch": ("worker", "fastpath", "session", "pyspark_compat", "logs"),
-    "streaming": ("worker", "fastpath", "session", "pyspark_compat", "logs"),
+    "batch": ("worker", "fastpath", "session", "pyspark_compat", "logs", "progress"),
+    "streaming": ("worker", "fastpath", "session", "pyspark_compat", "logs", "progress"),
     "worker": (),
     "fastpath": (),
 }

@@ -497,6 +497,10 @@ class SparkRunnerOptions(PipelineOptions):
         parser.add_argument("--max_records_per_batch", type=int, default=100_000,
                             help="streaming: at most this many records of each source that may "
                                  "grow are read in one micro-batch (default 100000)")
+        parser.add_argument("--no_progress", default=False, action="store_true",
+                            help="show no progress on the terminal (a batch run's live display of "
+                                 "its Spark stages, a streaming run's line per micro-batch); it is "
+                                 "shown only when standard error is a terminal")
         parser.add_argument("--test_stream_events_per_batch", type=int, default=1000, metavar="N",
                             help="streaming: a micro-batch performs up to this many events of a "
                                  "TestStream's script where the groupings after it take them step "

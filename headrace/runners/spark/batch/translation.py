@@ -28,7 +28,7 @@ from headrace.runners.kit.partial import lift
 from headrace.diagram.recording import RecordPanes
 from headrace.runners.kit.side_inputs import SideInputCombiner, replace_views
 from headrace.runners.kit.stateful import StatefulSpec
-from headrace.runners.spark import pyspark_compat
+from headrace.runners.spark import progress, pyspark_compat
 from headrace.runners.spark import session as sessions
 from headrace.runners.spark.batch import tasks, writes
 from headrace.runners.spark.batch.env import MetricsParam, TaskEnv
@@ -86,6 +86,7 @@ class BatchTranslation:
         self.current_label = ""
         self.labels = pyspark_compat.StepLabels(self.sc)
         self.recording = RecordPanes.from_options(options)
+        self.show_progress = progress.wanted(options)
 
     # ---- building --------------------------------------------------------------------
 
@@ -419,6 +420,23 @@ class BatchTranslation:
         except Exception as exc:
             raise pipeline_error(exc, "Spark job")  # the step's error, or the job's caused by exc
 
+    def _build_and_run(self, sc: Any) -> None:
+        """Builds the RDDs and runs the run's last job: the leaves drained and the file sinks'
+        paths returned, then committed."""
+        leaves = self.build()
+        self._label(f"run pipeline ({len(leaves) + len(self.commits)} outputs)")
+        if self.commits:
+            parts = [leaf.mapPartitions(tasks.drained) for leaf in leaves]
+            parts += [c.paths.mapPartitions(tasks.tagged_side_records(i))
+                      for i, c in enumerate(self.commits)]
+            got = self._run(lambda: sc.union(parts).collect())
+            writes.commit_files(self.env, self.commits, [
+                _by_window((w, path) for tag, w, path in got if tag == i)
+                for i in range(len(self.commits))])
+        elif leaves:
+            job = leaves[0] if len(leaves) == 1 else sc.union(leaves)
+            self._run(lambda: job.foreachPartition(tasks.drain))
+
     def run(self) -> PipelineResult:
         """Builds and runs the pipeline; returns its result with the metrics of every task."""
         sc = self.sc
@@ -428,21 +446,10 @@ class BatchTranslation:
         with pyspark_compat.record_serializer(sc, FastPickleSerializer):
             try:
                 # a group of its own (an id() is reused once its object is freed)
-                sc.setJobGroup(f"headrace-{uuid.uuid4().hex[:16]}",
-                               f"headrace pipeline ({len(self.pipeline.primitives())} steps)")
-                leaves = self.build()
-                self._label(f"run pipeline ({len(leaves) + len(self.commits)} outputs)")
-                if self.commits:   # the leaves drained, the file sinks' paths returned
-                    parts = [leaf.mapPartitions(tasks.drained) for leaf in leaves]
-                    parts += [c.paths.mapPartitions(tasks.tagged_side_records(i))
-                              for i, c in enumerate(self.commits)]
-                    got = self._run(lambda: sc.union(parts).collect())
-                    writes.commit_files(self.env, self.commits, [
-                        _by_window((w, path) for tag, w, path in got if tag == i)
-                        for i in range(len(self.commits))])
-                elif leaves:
-                    job = leaves[0] if len(leaves) == 1 else sc.union(leaves)
-                    self._run(lambda: job.foreachPartition(tasks.drain))
+                group = f"headrace-{uuid.uuid4().hex[:16]}"
+                sc.setJobGroup(group, f"headrace pipeline ({len(self.pipeline.primitives())} steps)")
+                with progress.BatchProgress(sc, group, "headrace", self.show_progress):
+                    self._build_and_run(sc)
             finally:
                 for rdd in self.persisted:
                     rdd.unpersist()

@@ -3,12 +3,18 @@ query's progress reports as metrics (`progress_metrics`)."""
 
 from __future__ import annotations
 
+import datetime
+import json
+import sys
 import threading
 import time
-from typing import Any, Optional
+from typing import Any, Dict, List, Optional
 
 from headrace.metrics.metric import MetricResults, MetricsContainer
+from headrace.model.time import MAX_TIMESTAMP_MICROS, MIN_TIMESTAMP_MICROS
+from headrace.runners.kit.grouping import DROPPED_LATE
 from headrace.pipeline.pipeline import PipelineResult, PipelineState
+from headrace.runners.spark.progress import field
 from headrace.runners.spark.streaming.checkpoint import RunFiles
 from headrace.runners.spark.streaming.errors import query_error
 
@@ -19,8 +25,9 @@ class StreamingPipelineResult(PipelineResult):
     """A running streaming query's result: wait for it, cancel it, read its metrics."""
 
     def __init__(self, query: Any, files: RunFiles, n_groupings: int, checkpoint: str,
-                 live: bool = False) -> None:
+                 live: bool = False, lines: Optional["BatchLines"] = None) -> None:
         super().__init__(PipelineState.RUNNING)
+        self.lines = lines   # a line per micro-batch on the terminal (`BatchLines`), if shown
         self.query = query
         self.files = files
         self.n_groupings = n_groupings
@@ -52,7 +59,15 @@ class StreamingPipelineResult(PipelineResult):
     def wait_until_finish(self, duration: Optional[float] = None) -> PipelineState:
         """Blocks until the query ends (or `duration` seconds pass); raises its error if it failed."""
         try:
-            if not self.live:
+            if self.lines is not None:   # a line per micro-batch as it ends
+                deadline = None if duration is None else time.monotonic() + duration
+                while not self.query.awaitTermination(_POLL_SECONDS) and not (
+                        self.live and self._finished()):
+                    self.lines.poll()
+                    if deadline is not None and time.monotonic() >= deadline:
+                        break
+                self.lines.poll()
+            elif not self.live:
                 if duration is None:
                     self.query.awaitTermination()
                 else:
@@ -104,18 +119,6 @@ class StreamingPipelineResult(PipelineResult):
 PROGRESS_NAMESPACE = "headrace.spark_streaming"
 
 
-def _field(report: Any, name: str) -> Any:
-    """A field of a progress report: a dict, or PySpark's progress objects (classic or Spark
-    Connect), which answer `report[name]` or have it as an attribute; None when absent."""
-    try:
-        value = report[name]
-    except (KeyError, TypeError, IndexError):
-        value = None
-    if value is None:
-        value = getattr(report, name, None)
-    return value
-
-
 def progress_metrics(query: Any) -> MetricsContainer:
     """The streaming query's progress reports as metrics (step: the query's name, or "query"):
     gauges `batches` (micro-batches run) and `state_rows` (rows in the stateful operators'
@@ -129,19 +132,96 @@ def progress_metrics(query: Any) -> MetricsContainer:
     except Exception:  # a query whose session is gone
         return out
     for pr in reports:
-        duration = (_field(pr, "durationMs") or {}).get("triggerExecution")
+        duration = (field(pr, "durationMs") or {}).get("triggerExecution")
         if duration is not None:
             out.update("distribution", step, PROGRESS_NAMESPACE, "batch_duration_ms", int(duration))
-        rows_in = _field(pr, "numInputRows")
+        rows_in = field(pr, "numInputRows")
         if rows_in is not None:
             out.update("distribution", step, PROGRESS_NAMESPACE, "input_rows_per_batch",
                        int(rows_in))
     if reports:
         last = reports[-1]
-        batch = _field(last, "batchId")
+        batch = field(last, "batchId")
         if batch is not None:
             out.update("gauge", step, PROGRESS_NAMESPACE, "batches", int(batch) + 1)
-        ops = _field(last, "stateOperators") or []
+        ops = field(last, "stateOperators") or []
         out.update("gauge", step, PROGRESS_NAMESPACE, "state_rows",
-                   sum(int(_field(op, "numRowsTotal") or 0) for op in ops))
+                   sum(int(field(op, "numRowsTotal") or 0) for op in ops))
     return out
+
+
+class BatchLines:
+    """One line per micro-batch on standard error (`progress`): batch id, events, events per
+    second, the batch's time, each grouping's input watermark (headrace's, from the batch's
+    offset), the late elements dropped so far and the rows in state; `poll` prints the batches
+    reported since its last call."""
+
+    def __init__(self, query: Any, files: RunFiles, n_groupings: int, labels: Dict[int, str],
+                 stream: Any = None) -> None:
+        self.query = query
+        self.files = files
+        self.n_groupings = n_groupings
+        self.labels = labels
+        self.stream = sys.stderr if stream is None else stream
+        self.last = -1
+
+    def poll(self) -> None:
+        """Prints a line for each micro-batch reported since the last call."""
+        try:
+            reports = list(self.query.recentProgress)
+        except Exception:   # the session is gone: nothing more to report
+            return
+        for report in reports:
+            batch = field(report, "batchId")
+            if batch is None or int(batch) <= self.last:
+                continue
+            self.last = int(batch)
+            print(self.line(report), file=self.stream, flush=True)
+
+    def line(self, report: Any) -> str:
+        """One micro-batch's report as a line (see the class doc)."""
+        batch = int(field(report, "batchId"))
+        rows = int(field(report, "numInputRows") or 0)
+        rate = float(field(report, "processedRowsPerSecond") or 0.0)
+        millis = (field(report, "durationMs") or {}).get("triggerExecution")
+        ops = field(report, "stateOperators") or []
+        parts = [f"batch {batch}", f"{rows:,} events", f"{rate:,.0f} events/s"]
+        if millis is not None:
+            parts.append(f"{int(millis) / 1000:.2f} s")
+        marks = self._watermarks(report)
+        if marks:
+            parts.append("watermark " + ", ".join(marks))
+        parts.append(f"{self._late(batch):,} late dropped")
+        parts.append(f"{sum(int(field(op, 'numRowsTotal') or 0) for op in ops):,} state rows")
+        return "headrace: " + ", ".join(parts)
+
+    def _watermarks(self, report: Any) -> List[str]:
+        """Each grouping's input watermark in the batch, from headrace's offset."""
+        from headrace.runners.spark.streaming.offsets import Offset
+        for source in field(report, "sources") or []:
+            end = field(source, "endOffset")
+            try:
+                offset = Offset.from_json(json.loads(end) if isinstance(end, str) else end)
+            except Exception:   # another source's offset
+                continue
+            return [f"{self.labels.get(g, g)} {_instant(w)}"
+                    for g, w in enumerate(offset.input_watermarks)][:4]
+        return []
+
+    def _late(self, batch: int) -> int:
+        """The late elements dropped up to the batch (headrace's committed counters)."""
+        state = self.files.batch_state(batch, self.n_groupings)
+        if state is None or state.metrics is None:
+            return 0
+        return sum(int(v) for (kind, _, _, name), v in state.metrics[0].cells.items()
+                   if kind == "counter" and name == DROPPED_LATE)
+
+
+def _instant(us: int) -> str:
+    """A watermark as an ISO 8601 instant (-inf / +inf at the ends of time)."""
+    if us <= MIN_TIMESTAMP_MICROS:
+        return "-inf"
+    if us >= MAX_TIMESTAMP_MICROS:
+        return "+inf"
+    return datetime.datetime.fromtimestamp(us / 1e6, datetime.timezone.utc).isoformat(
+        timespec="seconds").replace("+00:00", "Z")

@@ -27,12 +27,13 @@ from typing import Any, Optional, Tuple
 from headrace.options.pipeline_options import LocalRunnerOptions, SparkRunnerOptions
 from headrace.pipeline.pipeline import Pipeline
 from headrace.diagram.recording import RecordPanes
+from headrace.runners.spark import progress
 from headrace.runners.spark import session as sessions
 from headrace.runners.spark.streaming import query as queries
 from headrace.runners.spark.streaming.checkpoint import RunFiles
 from headrace.runners.spark.streaming.errors import build_error, check_connect_checkpoint, check_restart
 from headrace.runners.spark.streaming.plan import build_plan
-from headrace.runners.spark.streaming.result import StreamingPipelineResult
+from headrace.runners.spark.streaming.result import BatchLines, StreamingPipelineResult
 from headrace.utils.secrets import left_out
 
 
@@ -76,8 +77,13 @@ class SparkStreamingRunner:
             if explained is None:
                 raise
             raise explained from exc
+        lines = None
+        if progress.wanted(options):
+            labels = {g: getattr(spec, "label", str(g)) for level in plan.groupings
+                      for g, spec in level.items()}
+            lines = BatchLines(query, files, plan.coordinator.n_groupings, labels)
         result = StreamingPipelineResult(query, files, plan.coordinator.n_groupings, checkpoint,
-                                         bool(plan.coordinator.unbounded))
+                                         bool(plan.coordinator.unbounded), lines)
         result.wait_until_finish()
         return result
 

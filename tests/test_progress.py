@@ -1,0 +1,93 @@
+"""Progress while a Spark run runs: shown on a terminal (a pseudo-terminal here), and nothing
+extra when standard error is not one."""
+
+import os
+import pty
+import re
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+SCRIPT = textwrap.dedent('''
+    import sys
+    import headrace as beam
+    from headrace.options.pipeline_options import PipelineOptions
+    from headrace.testing.test_stream import TestStream
+    from headrace.transforms import window
+
+    flags = ["--runner=SparkRunner", "--spark_master=local[2]", "--spark_conf=spark.ui.enabled=false",
+             "--spark_conf=spark.sql.shuffle.partitions=2"] + sys.argv[1:]
+    with beam.Pipeline(options=PipelineOptions(flags)) as p:
+        _ = (p | beam.Create([(i % 7, i) for i in range(2000)]) | "Total" >> beam.CombinePerKey(sum)
+             | beam.Map(print))
+    stream = (TestStream().advance_watermark_to(0)
+              .add_elements([window.TimestampedValue(("a", 1), 1)]).advance_watermark_to(100)
+              .add_elements([window.TimestampedValue(("a", 2), 2)]).advance_watermark_to_infinity())
+    with beam.Pipeline(options=PipelineOptions(flags + ["--streaming"])) as p:
+        _ = (p | stream | beam.WindowInto(window.FixedWindows(10)) | "Sums" >> beam.CombinePerKey(sum))
+    print("script done", file=sys.stderr)
+''')
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def _env():
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, COLUMNS="120")
+    env["PYTHONPATH"] = os.pathsep.join([os.getcwd()] + [p for p in [env.get("PYTHONPATH")] if p])
+    return env
+
+
+def _under_a_terminal(script, args):
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([sys.executable, str(script), *args], stdin=subprocess.DEVNULL,
+                            stdout=slave, stderr=slave, env=_env())
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            data = os.read(master, 65536)
+        except OSError:   # EIO: the child closed the terminal
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(master)
+    assert proc.wait(timeout=300) == 0, b"".join(chunks).decode(errors="replace")[-3000:]
+    return ANSI.sub("", b"".join(chunks).decode(errors="replace")).replace("\r", "\n")
+
+
+@pytest.mark.slow
+def test_progress_is_shown_on_a_terminal_and_not_elsewhere(tmp_path):
+    script = tmp_path / "job.py"
+    script.write_text(SCRIPT)
+    shown = _under_a_terminal(script, [])
+    assert re.search(r"headrace: done, (\d+)/\1 tasks", shown), shown[-3000:]
+    batches = re.findall(r"headrace: batch (\d+), [\d,]+ events, [\d,]+ events/s, .* late dropped, "
+                         r"[\d,]+ state rows", shown)
+    assert batches and batches == sorted(batches, key=int) and len(set(batches)) == len(batches)
+    assert "watermark Sums " in shown and "script done" in shown
+    # not a terminal: nothing but what the run prints anyway
+    piped = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=_env(),
+                           timeout=300)
+    assert piped.returncode == 0, piped.stderr[-3000:]
+    out = piped.stderr + piped.stdout
+    assert "script done" in out
+    assert "tasks" not in out and "headrace: batch" not in out, out[-3000:]
+
+
+class _Stream:
+    def __init__(self, tty):
+        self.tty = tty
+
+    def isatty(self):
+        return self.tty
+
+
+def test_progress_is_wanted_on_a_terminal_unless_no_progress_is_given():
+    from headrace.options.pipeline_options import PipelineOptions
+    from headrace.runners.spark import progress
+    assert progress.wanted(PipelineOptions([]), _Stream(True))
+    assert not progress.wanted(PipelineOptions([]), _Stream(False))
+    assert not progress.wanted(PipelineOptions(["--no_progress"]), _Stream(True))
+    assert not progress.wanted(PipelineOptions([]), object())   # no isatty at all
