@@ -20,7 +20,7 @@ rest is here, once:
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from headrace.errors import KeyEncodingError, PipelineExecutionError, _short_repr
 from headrace.metrics.metric import Metrics
@@ -30,7 +30,9 @@ from headrace.model.reduce import Element, KeyState, Pane, ReduceFnRunner, Reduc
 from headrace.model.time import MAX_TIMESTAMP_MICROS
 from headrace.model.strategy import Windowing
 from headrace.model.windowed import PANE_INFO_UNKNOWN, WindowedValue
-from headrace.diagram.recording import PaneRecorder
+
+if TYPE_CHECKING:
+    from headrace.diagram.recording import PaneRecorder
 
 DROPPED_LATE = "dropped_late_elements"
 DROPPED_CLOSED = "dropped_closed_window_elements"
@@ -115,7 +117,7 @@ class GroupingCore:
         self.finish = finish
         self.on_panes = on_panes
         #: where what the core sees and does is recorded (`diagram.recording`; `--record_panes`)
-        self.recorder: Optional[PaneRecorder] = None
+        self.recorder: Optional["PaneRecorder"] = None
 
     # ---- the core's events, for one key -------------------------------------------------
 

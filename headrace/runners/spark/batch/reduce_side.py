@@ -4,7 +4,7 @@ stateful ParDo (`kit.stateful.StatefulCore`)."""
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from headrace.errors import PipelineExecutionError
 from headrace.metrics.metric import MetricsContainer, metrics_scope
@@ -15,11 +15,13 @@ from headrace.model.strategy import Windowing
 from headrace.model.window import Sessions
 from headrace.model.windowed import WindowedValue
 from headrace.runners.kit.grouping import GroupingCore
-from headrace.diagram.recording import RecordPanes
 from headrace.runners.kit.stateful import StatefulCore, StatefulSpec, StatefulStep, UserKeyState
 from headrace.runners.spark.batch.env import TaskEnv, guarded
 from headrace.runners.spark.batch.map_side import side_combiner
 from headrace.runners.spark.worker.packing import pack
+
+if TYPE_CHECKING:
+    from headrace.diagram.recording import RecordPanes
 
 _PROCESSING_TIME = 0  # batch: processing time stands still, so processing-time triggers never fire
 
@@ -34,7 +36,7 @@ def follows_event_time(windowfn: Any) -> bool:
 def reduce_fn(env: TaskEnv, label: str, windowing: Windowing, combine_fn_bytes: Optional[bytes],
               accumulators_in: bool, input_retractions: bool, late_output: bool,
               side_combine: Optional[Tuple[bytes, Any, bool]] = None,
-              recording: Optional[RecordPanes] = None) -> Callable[[Iterator[Any]], Iterator[Any]]:
+              recording: Optional["RecordPanes"] = None) -> Callable[[Iterator[Any]], Iterator[Any]]:
     """GroupByKey / CombinePerKey, reduce side: streams each key's sorted records through the core.
 
     Records arrive sorted by (key bytes, time). For each key the core sees them in chunks of up

@@ -18,7 +18,7 @@ until their windows' side inputs are complete (`side_steps`), then combines them
 from __future__ import annotations
 
 import pickle
-from typing import Any, Dict, List, NamedTuple, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, NamedTuple, Optional, Tuple
 
 from headrace.metrics.metric import MetricsContainer, metrics_scope
 from headrace.model import coders
@@ -26,7 +26,6 @@ from headrace.model.reduce import Element, KeyState
 from headrace.model.strategy import Windowing
 from headrace.model.windowed import WindowedValue
 from headrace.runners.kit.grouping import GroupingCore, grouping_errors, pane_element
-from headrace.diagram.recording import RecordPanes
 from headrace.runners.spark.streaming import rows
 from headrace.runners.spark.streaming.buckets import (
     MAX, BucketOperator, KeyCell, KeyRecord, Outputs, wakeup_clock,
@@ -34,6 +33,9 @@ from headrace.runners.spark.streaming.buckets import (
 from headrace.runners.spark.streaming.offsets import Control
 from headrace.runners.spark.streaming.side_steps import SideInputStore, Sides, window_ready
 from headrace.runners.spark.worker.sides import combiner_arguments, side_reader
+
+if TYPE_CHECKING:
+    from headrace.diagram.recording import RecordPanes
 
 #: a key's new elements: {bundle: [(place, element)]}
 Batches = Dict[int, List[Tuple[int, WindowedValue]]]
@@ -59,7 +61,7 @@ class GroupingSpec(NamedTuple):
     # a lifted combine (`kit.partial.lift`): its input rows carry partial accumulators per window
     lifted: bool = False
     # the pane recording of this grouping (`--record_panes`; it is then not lifted)
-    recording: Optional[RecordPanes] = None
+    recording: Optional["RecordPanes"] = None
 
     def core(self, on_panes: Any = None, accumulators: Optional[bool] = None) -> GroupingCore:
         """A fresh GroupingCore for this grouping (its CombineFn set up; with side inputs, its
