@@ -73,7 +73,8 @@ def paper_stream() -> TestStream:
     watermark moving as `WATERMARK` says, then to the end of time."""
     ts = TestStream().advance_watermark_to(0)
     now = 0
-    events = [(p, 1, (v, t)) for v, t, p in PAPER] + [(p, 0, wm) for wm, p in WATERMARK]
+    events: List[Tuple[int, int, Any]] = [(p, 1, (v, t)) for v, t, p in PAPER]
+    events += [(p, 0, wm) for wm, p in WATERMARK]
     for at, kind, what in sorted(events, key=lambda e: (e[0], e[1])):
         if at > now:
             ts = ts.advance_processing_time(at - now)
