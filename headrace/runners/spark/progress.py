@@ -99,8 +99,11 @@ class BatchProgress:
         if 0 < finished < total and not done:
             left = f", about {_clock(elapsed * (total - finished) / finished)} left"
         table = Table.grid(padding=(0, 1))
-        state = "done" if done else "running"
-        table.add_row(Text(f"{self.title}: {state}, {finished:,}/{total:,} tasks, "
+        if done:   # (a stage Spark skipped, its shuffle output reused, never ran its tasks)
+            table.add_row(Text(f"{self.title}: done, {finished:,} tasks, {_clock(elapsed)}",
+                               style="bold"))
+            return table
+        table.add_row(Text(f"{self.title}: running, {finished:,}/{total:,} tasks, "
                            f"{_clock(elapsed)}{left}", style="bold"))
         running: List[Any] = [s for s in stages.values() if s[3] > 0 or 0 < s[2] < s[1]]
         for name, tasks, completed, active in running[:8]:
