@@ -20,17 +20,23 @@ def test_a_streaming_query_reports_its_batches_and_their_durations(make_pipeline
     p = make_pipeline(test_stream_events_per_batch=1)   # a micro-batch per step (or two)
     _ = (p | TestStream().add_elements([TV(("a", 1), 1), TV(("b", 2), 2)])
          .advance_watermark_to(20).add_elements([TV(("a", 3), 25)]).advance_watermark_to_infinity()
-         | beam.WindowInto(window.FixedWindows(10)) | beam.CombinePerKey(sum))
+         | beam.WindowInto(window.FixedWindows(10)) | "Sum" >> beam.CombinePerKey(sum))
     result = p.run()
     result.wait_until_finish()
     got = result.metrics().query(MetricsFilter().with_namespace("headrace.spark_streaming"))
-    gauges = {g.key.metric.name: g.committed.value for g in got["gauges"]}
+    gauges = {g.key.metric.name: g.committed.value for g in got["gauges"]
+              if g.key.metric.name != "input_watermark_us"}
     dists = {d.key.metric.name: d.committed for d in got["distributions"]}
     assert gauges["batches"] >= 2          # the events merge into few micro-batches, not one
     assert dists["batch_duration_ms"].count == gauges["batches"]
     assert dists["batch_duration_ms"].min > 0
     assert dists["input_rows_per_batch"].sum >= 3   # the elements, plus control rows
     assert gauges["state_rows"] >= 0
+    assert dists["input_rows_per_second"].count == gauges["batches"]
+    # each grouping's input watermark in the last batch (the lines on a terminal show it too)
+    marks = {g.key.step: g.committed.value for g in got["gauges"]
+             if g.key.metric.name == "input_watermark_us"}
+    assert list(marks) == ["Sum"] and marks["Sum"] >= beam.window.MAX_TIMESTAMP.micros
 
 
 def test_the_state_a_grouping_holds_is_counted_and_dropped_when_its_windows_expire(

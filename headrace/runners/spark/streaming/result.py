@@ -25,8 +25,10 @@ class StreamingPipelineResult(PipelineResult):
     """A running streaming query's result: wait for it, cancel it, read its metrics."""
 
     def __init__(self, query: Any, files: RunFiles, n_groupings: int, checkpoint: str,
-                 live: bool = False, lines: Optional["BatchLines"] = None) -> None:
+                 live: bool = False, lines: Optional["BatchLines"] = None,
+                 labels: Optional[Dict[int, str]] = None) -> None:
         super().__init__(PipelineState.RUNNING)
+        self.labels = labels or {}   # grouping index -> step label
         self.lines = lines   # a line per micro-batch on the terminal (`BatchLines`), if shown
         self.query = query
         self.files = files
@@ -108,7 +110,7 @@ class StreamingPipelineResult(PipelineResult):
             attempted.merge(state.metrics[1])
         progress = self._progress
         if progress is None:
-            progress = progress_metrics(self.query)
+            progress = progress_metrics(self.query, self.labels)
             if not self.query.isActive:  # final: read Spark's reports once
                 self._progress = progress
         committed.merge(progress)
@@ -119,12 +121,14 @@ class StreamingPipelineResult(PipelineResult):
 PROGRESS_NAMESPACE = "headrace.spark_streaming"
 
 
-def progress_metrics(query: Any) -> MetricsContainer:
+def progress_metrics(query: Any, labels: Optional[Dict[int, str]] = None) -> MetricsContainer:
     """The streaming query's progress reports as metrics (step: the query's name, or "query"):
     gauges `batches` (micro-batches run) and `state_rows` (rows in the stateful operators'
     state after the last batch), and, over the batches Spark still reports
     (spark.sql.streaming.numRecentProgressUpdates, default 100), distributions
-    `batch_duration_ms` and `input_rows_per_batch`."""
+    `batch_duration_ms`, `input_rows_per_batch` and `input_rows_per_second`; and per grouping
+    step (`labels`: by grouping index), the gauge `input_watermark_us`, its input watermark in
+    the last batch (headrace's, from the batch's offset), as the per-batch lines show them."""
     out = MetricsContainer()
     try:
         reports = list(query.recentProgress)
@@ -139,6 +143,10 @@ def progress_metrics(query: Any) -> MetricsContainer:
         if rows_in is not None:
             out.update("distribution", step, PROGRESS_NAMESPACE, "input_rows_per_batch",
                        int(rows_in))
+        rate = field(pr, "processedRowsPerSecond")
+        if rate is not None:
+            out.update("distribution", step, PROGRESS_NAMESPACE, "input_rows_per_second",
+                       int(round(float(rate))))
     if reports:
         last = reports[-1]
         batch = field(last, "batchId")
@@ -147,7 +155,24 @@ def progress_metrics(query: Any) -> MetricsContainer:
         ops = field(last, "stateOperators") or []
         out.update("gauge", step, PROGRESS_NAMESPACE, "state_rows",
                    sum(int(field(op, "numRowsTotal") or 0) for op in ops))
+        for g, wm in enumerate(input_watermarks(last)):
+            out.update("gauge", (labels or {}).get(g, str(g)), PROGRESS_NAMESPACE,
+                       "input_watermark_us", int(wm))
     return out
+
+
+def input_watermarks(report: Any) -> List[int]:
+    """Each grouping's input watermark in a micro-batch (by grouping index), from headrace's
+    offset in the batch's progress report; [] when it has none."""
+    from headrace.runners.spark.streaming.offsets import Offset
+    for source in field(report, "sources") or []:
+        end = field(source, "endOffset")
+        try:
+            return list(Offset.from_json(json.loads(end) if isinstance(end, str) else end)
+                        .input_watermarks)
+        except Exception:   # another source's offset
+            continue
+    return []
 
 
 class BatchLines:
@@ -196,17 +221,9 @@ class BatchLines:
         return "headrace: " + ", ".join(parts)
 
     def _watermarks(self, report: Any) -> List[str]:
-        """Each grouping's input watermark in the batch, from headrace's offset."""
-        from headrace.runners.spark.streaming.offsets import Offset
-        for source in field(report, "sources") or []:
-            end = field(source, "endOffset")
-            try:
-                offset = Offset.from_json(json.loads(end) if isinstance(end, str) else end)
-            except Exception:   # another source's offset
-                continue
-            return [f"{self.labels.get(g, g)} {_instant(w)}"
-                    for g, w in enumerate(offset.input_watermarks)][:4]
-        return []
+        """Each grouping's input watermark in the batch (`input_watermarks`), the first four."""
+        return [f"{self.labels.get(g, g)} {_instant(w)}"
+                for g, w in enumerate(input_watermarks(report))][:4]
 
     def _late(self, batch: int) -> int:
         """The late elements dropped up to the batch (headrace's committed counters)."""

@@ -77,13 +77,13 @@ class SparkStreamingRunner:
             if explained is None:
                 raise
             raise explained from exc
+        labels = {g: getattr(spec, "label", str(g)) for level in plan.groupings
+                  for g, spec in level.items()}
         lines = None
         if progress.wanted(options):
-            labels = {g: getattr(spec, "label", str(g)) for level in plan.groupings
-                      for g, spec in level.items()}
             lines = BatchLines(query, files, plan.coordinator.n_groupings, labels)
         result = StreamingPipelineResult(query, files, plan.coordinator.n_groupings, checkpoint,
-                                         bool(plan.coordinator.unbounded), lines)
+                                         bool(plan.coordinator.unbounded), lines, labels)
         result.wait_until_finish()
         return result
 
