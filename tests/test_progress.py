@@ -65,7 +65,7 @@ def test_progress_is_shown_on_a_terminal_and_not_elsewhere(tmp_path):
     running = [(int(d), int(t)) for d, t in re.findall(r"headrace: running, (\d+)/(\d+) tasks", shown)]
     assert running and all(d <= t for d, t in running), shown[-3000:]
     assert re.search(r"headrace: done, [1-9]\d* tasks, \d+:\d\d", shown), shown[-3000:]
-    batches = re.findall(r"headrace: batch (\d+), [\d,]+ events, [\d,]+ events/s, .* late dropped, "
+    batches = re.findall(r"headrace: batch (\d+), [\d,]+ input rows, [\d,]+ rows/s, .* late dropped, "
                          r"[\d,]+ state rows", shown)
     assert batches and batches == sorted(batches, key=int) and len(set(batches)) == len(batches)
     assert "watermark Sums " in shown and "script done" in shown

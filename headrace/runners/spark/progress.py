@@ -5,8 +5,8 @@
   the elapsed time and an estimate of the time left, and a line per running stage, named after
   the pipeline's steps, with its tasks done of total. Drawn with `rich` on standard error.
 * A streaming run (`streaming.result.BatchLines`): one line per micro-batch on standard error:
-  batch id, events read, events per second, each grouping's input watermark, late elements
-  dropped so far and rows in state (figures `PipelineResult.metrics()` reads too).
+  batch id, Spark's input rows and rows per second, each grouping's input watermark, late
+  elements dropped so far and rows in state (figures `PipelineResult.metrics()` reads too).
 
 Both are quiet unless standard error is a terminal, and with `--no_progress`. Spark Connect
 has no status tracker: a batch run there shows no live display.

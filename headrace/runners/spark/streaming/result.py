@@ -176,8 +176,8 @@ def input_watermarks(report: Any) -> List[int]:
 
 
 class BatchLines:
-    """One line per micro-batch on standard error (`progress`): batch id, events, events per
-    second, the batch's time, each grouping's input watermark (headrace's, from the batch's
+    """One line per micro-batch on standard error (`progress`): batch id, Spark's input rows and
+    rows per second, the batch's time, each grouping's input watermark (headrace's, from the batch's
     offset), the late elements dropped so far and the rows in state; `poll` prints the batches
     reported since its last call."""
 
@@ -210,7 +210,8 @@ class BatchLines:
         rate = float(field(report, "processedRowsPerSecond") or 0.0)
         millis = (field(report, "durationMs") or {}).get("triggerExecution")
         ops = field(report, "stateOperators") or []
-        parts = [f"batch {batch}", f"{rows:,} events", f"{rate:,.0f} events/s"]
+        # (Spark's input rows: a source's rows, which may each carry many elements)
+        parts = [f"batch {batch}", f"{rows:,} input rows", f"{rate:,.0f} rows/s"]
         if millis is not None:
             parts.append(f"{int(millis) / 1000:.2f} s")
         marks = self._watermarks(report)
