@@ -23,7 +23,7 @@ from collections import Counter
 from typing import Any, Dict, List, Optional, Tuple
 
 from headrace.errors import InvalidArgumentError
-from headrace.diagram.recording import read_panes, recorded_steps
+from headrace.diagram.recording import read_panes, recorded_steps, safe_name
 
 __all__ = ["draw", "panes_of", "svg_text"]
 
@@ -71,12 +71,16 @@ def draw(directory: str, step: str, key: Optional[str] = None, output: Optional[
          title: Optional[str] = None) -> Any:
     """Draws the pane diagram of one key of step `step` (see the module doc); writes it to
     `output` when given (.svg, .png or .html); returns the matplotlib Figure."""
+    return _draw(panes_of(directory, step, key), step, output, title)
+
+
+def _draw(data: Dict[str, Any], step: str, output: Optional[str], title: Optional[str]) -> Any:
+    """The diagram of one key's recording (`panes_of`), written to `output` when given."""
     try:
         from matplotlib.figure import Figure
         from matplotlib.patches import Rectangle
     except ImportError as exc:
         raise InvalidArgumentError("pane diagrams need matplotlib: pip install 'headrace[diagrams]'") from exc
-    data = panes_of(directory, step, key)
     fig = Figure(figsize=(8, 6), dpi=100)
     ax = fig.add_subplot(1, 1, 1)
     ax.set_xlabel("event time (s)")
@@ -193,16 +197,12 @@ def main(argv: Optional[List[str]] = None) -> int:
                          f"({', '.join(steps) or 'none'})")
         step = steps[0]
     try:
-        fig = draw(args.directory, step, args.key)
-        data_key = fig.axes[0].get_title().rsplit("key ", 1)[-1]
-        output = args.output or f"{_safe(step)}-{_safe(data_key)}.svg"
-        _save(fig, output)
+        data = panes_of(args.directory, step, args.key)
+        output = args.output or f"{safe_name(step, 60, 'x')}-{safe_name(data['key'], 60, 'x')}.svg"
+        _draw(data, step, output, None)
     except InvalidArgumentError as exc:
         print(f"headrace diagram: {exc}")
         return 2
     print(f"headrace diagram: wrote {output}")
     return 0
 
-
-def _safe(text: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in text)[:60] or "x"

@@ -28,7 +28,7 @@ import re
 import uuid
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
-from headrace.errors import InvalidArgumentError
+from headrace.errors import InvalidArgumentError, _short_repr
 from headrace.model.reduce import Element, Pane
 from headrace.model.time import MAX_TIMESTAMP_MICROS, MIN_TIMESTAMP_MICROS
 
@@ -80,15 +80,27 @@ class RecordPanes:
         return PaneRecorder(self, label)
 
 
+def recorded_step(recording: Optional[RecordPanes], label: str) -> Optional[RecordPanes]:
+    """`recording` when it records the grouping step `label`, else None (also when there is no
+    recording)."""
+    return recording if recording is not None and recording.records(label) else None
+
+
 def _seconds_to_us(seconds: Optional[float]) -> Optional[int]:
     return None if seconds is None else int(round(float(seconds) * 1_000_000))
+
+
+def safe_name(text: str, limit: int = 80, empty: str = "step") -> str:
+    """`text` made safe as a file name: runs of other characters than letters, digits, `.`,
+    `_` and `-` become `_`, cut to `limit` characters (`empty` if nothing is left)."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_")[:limit] or empty
 
 
 def step_directory(directory: str, label: str) -> str:
     """Where the recording of step `label` is written under `directory`: the label made safe
     as a file name, and a short hash of it (two labels never share a directory)."""
-    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", label).strip("_")[:80] or "step"
-    return os.path.join(directory, f"{safe}-{hashlib.sha1(label.encode('utf-8')).hexdigest()[:8]}")
+    digest = hashlib.sha1(label.encode("utf-8")).hexdigest()[:8]
+    return os.path.join(directory, f"{safe_name(label)}-{digest}")
 
 
 def _bounds(window: Any) -> Tuple[int, int]:
@@ -100,12 +112,10 @@ def _bounds(window: Any) -> Tuple[int, int]:
 
 
 def _value(value: Any) -> Tuple[str, Optional[float]]:
+    """A value as a short text (a broken `__repr__` does not fail the pipeline) and, when it is
+    a number, as a float."""
     number = float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-    try:
-        text = repr(value)
-    except Exception as exc:   # a broken __repr__ must not fail the pipeline
-        text = f"<unprintable {type(value).__name__}: {exc}>"
-    return (text if len(text) <= _VALUE_CHARS else text[:_VALUE_CHARS - 3] + "..."), number
+    return _short_repr(value, _VALUE_CHARS), number
 
 
 class PaneRecorder:
@@ -151,13 +161,21 @@ class PaneRecorder:
         for e in elements:
             if cap is not None and self.elements >= cap:
                 return
-            if not self.spec.start_us <= e.timestamp_us < self.spec.end_us:
-                continue
-            self.elements += 1
-            start, end = _bounds(e.window)
-            text, number = _value(e.value)
-            self._add("element", now, key=k, event_time_us=e.timestamp_us, window_start_us=start,
-                      window_end_us=end, value=text, value_number=number, retraction=e.is_retraction)
+            if self._add_element("element", k, e, now):
+                self.elements += 1
+
+    def _add_element(self, kind: str, key: str, e: Element, now: int, reason: Optional[str] = None
+                     ) -> bool:
+        """Records an input element as a row of `kind` if its event time is in the range kept;
+        whether it did."""
+        if not self.spec.start_us <= e.timestamp_us < self.spec.end_us:
+            return False
+        start, end = _bounds(e.window)
+        text, number = _value(e.value)
+        self._add(kind, now, key=key, event_time_us=e.timestamp_us, window_start_us=start,
+                  window_end_us=end, value=text, value_number=number, retraction=e.is_retraction,
+                  reason=reason)
+        return True
 
     def watermark(self, watermark: int, now: int) -> None:
         """Records the input watermark the core was told, when it changed."""
@@ -187,13 +205,7 @@ class PaneRecorder:
             return
         k = str(key)
         for e in elements:
-            if not self.spec.start_us <= e.timestamp_us < self.spec.end_us:
-                continue
-            start, end = _bounds(e.window)
-            text, number = _value(e.value)
-            self._add("dropped", now, key=k, event_time_us=e.timestamp_us, window_start_us=start,
-                      window_end_us=end, value=text, value_number=number, retraction=e.is_retraction,
-                      reason=reason)
+            self._add_element("dropped", k, e, now, reason)
 
     # ---- writing ----------------------------------------------------------------------------
 

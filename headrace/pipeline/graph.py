@@ -47,11 +47,10 @@ def to_dot(pipeline: "Pipeline", expand: bool = False) -> str:
             lines.append(f"  {ids[id(n)]} [label={_quote(n.full_label)}, tooltip={_quote(kind)}];")
     seen: Set[Tuple[str, str, str, bool]] = set()
     for n in nodes:
-        inputs = [(pc, False) for pc in n.inputs] + [(s.pvalue, True) for s in n.side_inputs]
-        if not expand:   # a composite box reads what its parts read from outside it
-            inputs = [(pc, side) for part in n.walk() if part.is_primitive()
-                      for pc, side in [(p, False) for p in part.inputs]
-                      + [(s.pvalue, True) for s in part.side_inputs]]
+        # a composite box reads what its primitive parts read from outside it
+        parts = [n] if expand else [part for part in n.walk() if part.is_primitive()]
+        inputs = [(pc, False) for part in parts for pc in part.inputs]
+        inputs += [(s.pvalue, True) for part in parts for s in part.side_inputs]
         for pc, side in inputs:
             producer = view(pc.producer)
             if id(producer) not in ids or producer is n:

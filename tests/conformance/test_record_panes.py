@@ -110,10 +110,7 @@ def test_at_most_max_elements_are_recorded_per_writer(tmp_path):
         RecordPanes(str(tmp_path), max_elements=-1)
 
 
-def test_the_paper_figures_are_recorded_and_drawn_the_same_on_the_local_runner_and_spark(
-        runner, tmp_path):
-    if runner != "LocalRunner":
-        pytest.skip("compares two runners once")
+def test_the_paper_figures_are_recorded_and_drawn_the_same_on_the_local_runner_and_spark(tmp_path):
     from tests.conftest import RUNNER_CONFIGS, RUNNERS
     if "spark-local" not in RUNNERS:
         pytest.skip("needs the spark-local runner configuration")

@@ -173,6 +173,11 @@ class GroupingCore:
         if res.panes:
             rec.panes(key, res.panes, now)
 
+    def close_recording(self) -> None:
+        """Writes what the recorder (`--record_panes`), if any, still holds."""
+        if self.recorder is not None:
+            self.recorder.close()
+
     # ---- outputs --------------------------------------------------------------------------
 
     def take(self, key: Any, res: ReduceResult, out: List[WindowedValue],

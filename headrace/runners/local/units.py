@@ -36,7 +36,7 @@ from headrace.runners.kit.grouping import (
     GroupingCore, grouping_errors, grouping_key_bytes, key_of, pane_element,
 )
 from headrace.runners.kit.plan import Stage
-from headrace.diagram.recording import RecordPanes
+from headrace.diagram.recording import RecordPanes, recorded_step
 from headrace.runners.kit.side_inputs import SideInputCombiner, SideInputReader
 from headrace.runners.kit.sources import (
     to_windowed_value,
@@ -369,8 +369,8 @@ class GroupUnit(Unit):
             input_retractions=source.may_contain_retractions,
             on_panes=self._wait_for_sides if self.side_combiner is not None else None)
         self.watermark_only = self.grouping.watermark_only
-        recording = RecordPanes.from_options(ex.options)
-        if recording is not None and recording.records(self.label):
+        recording = recorded_step(RecordPanes.from_options(ex.options), self.label)
+        if recording is not None:
             self.grouping.recorder = recording.recorder(self.label)
             # elements go to the core as they arrive (their arrival is recorded); with a
             # watermark-only trigger that gives the same panes as waiting for the watermark
@@ -565,8 +565,7 @@ class GroupUnit(Unit):
         return best
 
     def close(self) -> None:
-        if self.grouping.recorder is not None:
-            self.grouping.recorder.close()
+        self.grouping.close_recording()
         if self.combine_fn is not None:
             self.combine_fn.teardown()
 

@@ -26,7 +26,7 @@ def wanted(options: Any, stream: Any = None) -> bool:
     """Whether to show progress: standard error (or `stream`) is a terminal and
     `--no_progress` is not given."""
     from headrace.options.pipeline_options import SparkRunnerOptions
-    if getattr(options.view_as(SparkRunnerOptions), "no_progress", False):
+    if options.view_as(SparkRunnerOptions).no_progress:
         return False
     stream = sys.stderr if stream is None else stream
     try:

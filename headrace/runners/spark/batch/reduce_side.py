@@ -74,8 +74,7 @@ def reduce_fn(env: TaskEnv, label: str, windowing: Windowing, combine_fn_bytes: 
         committed = MetricsContainer()
         yield from guarded(env, label, "combining or grouping", _reduce_partition(
             label, grouping, lifecycle, it, env.bundle_size, follow, committed))
-        if grouping.recorder is not None:
-            grouping.recorder.close()   # (a failed attempt writes none)
+        grouping.close_recording()   # (a failed attempt writes none)
         env.report(committed, committed)
     return run
 

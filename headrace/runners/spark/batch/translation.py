@@ -25,7 +25,7 @@ from headrace.pipeline.pipeline import AppliedPTransform, Pipeline, PipelineResu
 from headrace.pipeline.pvalue import PCollection
 from headrace.runners.kit import plan as planning
 from headrace.runners.kit.partial import lift
-from headrace.diagram.recording import RecordPanes
+from headrace.diagram.recording import RecordPanes, recorded_step
 from headrace.runners.kit.side_inputs import SideInputCombiner, replace_views
 from headrace.runners.kit.stateful import StatefulSpec
 from headrace.runners.spark import progress, pyspark_compat
@@ -312,8 +312,7 @@ class BatchTranslation:
 
     def _recorder(self, node: AppliedPTransform) -> Optional[RecordPanes]:
         """The pane recording of a grouping step (`--record_panes`), if it is recorded."""
-        rec = self.recording
-        return rec if rec is not None and rec.records(node.full_label) else None
+        return recorded_step(self.recording, node.full_label)
 
     def _lifted(self, node: AppliedPTransform) -> bool:
         """Whether a grouping is a combine lifted before its shuffle: a CombinePerKey without

@@ -157,8 +157,7 @@ class GroupingOperator(BucketOperator):
         for combiner in self.combiners.values():
             combiner.teardown()
         for core in list(self.cores.values()) + list(self.element_cores.values()):
-            if core.recorder is not None:
-                core.recorder.close()
+            core.close_recording()
             fn = core.core.combine_fn
             if fn is not None:
                 fn.teardown()

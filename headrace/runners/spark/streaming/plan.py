@@ -17,7 +17,7 @@ from headrace.model.window import GlobalWindows
 from headrace.pipeline.pipeline import Pipeline
 from headrace.pipeline.userstate import get_dofn_specs
 from headrace.runners.kit import plan as planning
-from headrace.diagram.recording import RecordPanes
+from headrace.diagram.recording import RecordPanes, recorded_step
 from headrace.runners.kit.plan import Kind
 from headrace.runners.kit.partial import Lift, lift
 from headrace.runners.kit.side_inputs import SideInputCombiner, replace_views
@@ -245,12 +245,12 @@ class _Planner:
             fn = None
         lv = max([self.level_of[src._id]] + [self.level_of[pc] for _, pc, _ in g_sides]) + 1
         self._broadcast(g_sides, lv - 1)
-        recorded = self.recording is not None and self.recording.records(u.label)
-        mode = None if recorded else lift(node, micro_batches=True)
+        recording = recorded_step(self.recording, u.label)
+        mode = None if recording is not None else lift(node, micro_batches=True)
         spec = GroupingSpec(g, u.label, src.windowing, fn, node.outputs[None]._id,
                             late_pc._id if late_pc is not None else None,
                             src.may_contain_retractions, combiner, tuple(g_sides),
-                            mode is not None, self.recording if recorded else None)
+                            mode is not None, recording)
         if mode is not None:
             assert fn is not None
             self.lifts.setdefault(lv - 1, {})[g] = (fn, src.windowing, mode is Lift.SPLIT)

@@ -61,24 +61,22 @@ class StreamingPipelineResult(PipelineResult):
     def wait_until_finish(self, duration: Optional[float] = None) -> PipelineState:
         """Blocks until the query ends (or `duration` seconds pass); raises its error if it failed."""
         try:
-            if self.lines is not None:   # a line per micro-batch as it ends
-                deadline = None if duration is None else time.monotonic() + duration
-                while not self.query.awaitTermination(_POLL_SECONDS) and not (
-                        self.live and self._finished()):
-                    self.lines.poll()
-                    if deadline is not None and time.monotonic() >= deadline:
-                        break
-                self.lines.poll()
-            elif not self.live:
+            if not self.live and self.lines is None:
                 if duration is None:
                     self.query.awaitTermination()
                 else:
                     self.query.awaitTermination(duration)
-            else:  # sources that may grow: the query runs until the driver sees the end
+            else:  # sources that may grow (the query runs until the driver sees the end), or a
+                # line per micro-batch to print as it ends
                 deadline = None if duration is None else time.monotonic() + duration
-                while not self.query.awaitTermination(_POLL_SECONDS) and not self._finished():
+                while not self.query.awaitTermination(_POLL_SECONDS) and not (
+                        self.live and self._finished()):
+                    if self.lines is not None:
+                        self.lines.poll()
                     if deadline is not None and time.monotonic() >= deadline:
                         break
+                if self.lines is not None:
+                    self.lines.poll()
         except Exception as exc:
             self._state = PipelineState.FAILED
             self._error = query_error(exc)
@@ -152,13 +150,17 @@ def progress_metrics(query: Any, labels: Optional[Dict[int, str]] = None) -> Met
         batch = field(last, "batchId")
         if batch is not None:
             out.update("gauge", step, PROGRESS_NAMESPACE, "batches", int(batch) + 1)
-        ops = field(last, "stateOperators") or []
-        out.update("gauge", step, PROGRESS_NAMESPACE, "state_rows",
-                   sum(int(field(op, "numRowsTotal") or 0) for op in ops))
+        out.update("gauge", step, PROGRESS_NAMESPACE, "state_rows", state_rows(last))
         for g, wm in enumerate(input_watermarks(last)):
             out.update("gauge", (labels or {}).get(g, str(g)), PROGRESS_NAMESPACE,
                        "input_watermark_us", int(wm))
     return out
+
+
+def state_rows(report: Any) -> int:
+    """The rows in the stateful operators' state after a micro-batch (Spark's rows: buckets,
+    not keys)."""
+    return sum(int(field(op, "numRowsTotal") or 0) for op in field(report, "stateOperators") or [])
 
 
 def input_watermarks(report: Any) -> List[int]:
@@ -209,7 +211,6 @@ class BatchLines:
         rows = int(field(report, "numInputRows") or 0)
         rate = float(field(report, "processedRowsPerSecond") or 0.0)
         millis = (field(report, "durationMs") or {}).get("triggerExecution")
-        ops = field(report, "stateOperators") or []
         # (Spark's input rows: a source's rows, which may each carry many elements)
         parts = [f"batch {batch}", f"{rows:,} input rows", f"{rate:,.0f} rows/s"]
         if millis is not None:
@@ -218,7 +219,7 @@ class BatchLines:
         if marks:
             parts.append("watermark " + ", ".join(marks))
         parts.append(f"{self._late(batch):,} late dropped")
-        parts.append(f"{sum(int(field(op, 'numRowsTotal') or 0) for op in ops):,} state rows")
+        parts.append(f"{state_rows(report):,} state rows")
         return "headrace: " + ", ".join(parts)
 
     def _watermarks(self, report: Any) -> List[str]:
