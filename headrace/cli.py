@@ -20,6 +20,9 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("demo", add_help=False,
                    help="generate event logs and run the sessions & billing example job "
                         "(`headrace demo --help` lists its flags)")
+    sub.add_parser("report", add_help=False,
+                   help="render a run report written with --report=DIR again and open it "
+                        "(`headrace report --help`)")
     sub.add_parser("diagram", add_help=False,
                    help="draw the pane diagram of a grouping step recorded with --record_panes=DIR "
                         "(`headrace diagram --help`)")
@@ -93,6 +96,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args and args[0] == "graph":
         from headrace.pipeline import graph
         return graph.main(args[1:])
+    if args and args[0] == "report":
+        from headrace import report
+        return report.main(args[1:])
     if args and args[0] == "diagram":
         from headrace import diagram
         return diagram.main(args[1:])

@@ -257,6 +257,19 @@ class RecordPanesOptions(PipelineOptions):
                             help="record at most N input elements per step and writer")
 
 
+class ReportOptions(PipelineOptions):
+    """The run report (`headrace.report`): with `--report=DIR` a run writes DIR/index.html, one
+    self-contained page (the pipeline graph with element counts, metrics, dead letters, late
+    data, a streaming run's batches and watermarks), at its end and, streaming, while it runs."""
+
+    @classmethod
+    def _add_argparse_args(cls, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--report", default=None, metavar="DIR",
+                            help="write a run report (an HTML page) to DIR/index.html")
+        parser.add_argument("--report_refresh_seconds", type=float, default=5.0, metavar="S",
+                            help="a streaming run rewrites its report at most this often")
+
+
 class TypeOptions(PipelineOptions):
     """Beam's TypeOptions: type checking and --allow_unsafe_triggers.
 

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-from typing import TYPE_CHECKING, Dict, List, Optional, Set, Tuple
+from typing import TYPE_CHECKING, Dict, List, NamedTuple, Optional, Set, Tuple
 
 from headrace.errors import InvalidArgumentError
 
 if TYPE_CHECKING:
     from headrace.pipeline.pipeline import AppliedPTransform, Pipeline
+    from headrace.pipeline.pvalue import PCollection
 
 
 def _quote(text: str) -> str:
@@ -30,11 +31,55 @@ def _top(node: "AppliedPTransform") -> "AppliedPTransform":
     return node
 
 
+class Edge(NamedTuple):
+    """An arrow of the graph: a PCollection from its producer's box to a box that reads it."""
+
+    src: "AppliedPTransform"
+    dst: "AppliedPTransform"
+    pcoll: "PCollection"
+    side: bool          # read as a side input
+
+    @property
+    def label(self) -> str:
+        """The PCollection's tag when it is not its producer's main output, else ""."""
+        return self.pcoll.tag if self.pcoll.tag is not None else ""
+
+
+def boxes(pipeline: "Pipeline", expand: bool = False) -> List["AppliedPTransform"]:
+    """The steps drawn as boxes: those applied at the top level (a composite as one box), or
+    with `expand` every primitive step."""
+    if expand:
+        return pipeline.primitives()
+    return [n for n in pipeline.transforms() if n.parent is not None and n.parent.parent is None]
+
+
+def edges(pipeline: "Pipeline", expand: bool = False) -> List[Edge]:
+    """The arrows between `boxes(pipeline, expand)`, each (producer, reader, PCollection, side)
+    once."""
+    nodes = boxes(pipeline, expand)
+    known = {id(n) for n in nodes}
+    view = (lambda n: n) if expand else _top
+    out: List[Edge] = []
+    seen: Set[Tuple[int, int, int, bool]] = set()
+    for n in nodes:
+        # a composite box reads what its primitive parts read from outside it
+        parts = [n] if expand else [part for part in n.walk() if part.is_primitive()]
+        inputs = [(pc, False) for part in parts for pc in part.inputs]
+        inputs += [(s.pvalue, True) for part in parts for s in part.side_inputs]
+        for pc, side in inputs:
+            producer = view(pc.producer)
+            if id(producer) not in known or producer is n:
+                continue
+            key = (id(producer), id(n), id(pc), side)
+            if key not in seen:
+                seen.add(key)
+                out.append(Edge(producer, n, pc, side))
+    return out
+
+
 def to_dot(pipeline: "Pipeline", expand: bool = False) -> str:
     """The pipeline's graph in Graphviz's DOT language (see the module doc)."""
-    nodes = pipeline.primitives() if expand else [
-        n for n in pipeline.transforms() if n.parent is not None and n.parent.parent is None]
-    view = (lambda n: n) if expand else _top
+    nodes = boxes(pipeline, expand)
     ids: Dict[int, str] = {id(n): f"n{i}" for i, n in enumerate(nodes)}
     lines = ["digraph pipeline {", "  rankdir=TB;",
              '  node [shape=box, style="rounded,filled", fillcolor="#eef3fb", fontname="Helvetica", '
@@ -46,24 +91,15 @@ def to_dot(pipeline: "Pipeline", expand: bool = False) -> str:
             kind = type(n.transform).__name__ if n.transform is not None else ""
             lines.append(f"  {ids[id(n)]} [label={_quote(n.full_label)}, tooltip={_quote(kind)}];")
     seen: Set[Tuple[str, str, str, bool]] = set()
-    for n in nodes:
-        # a composite box reads what its primitive parts read from outside it
-        parts = [n] if expand else [part for part in n.walk() if part.is_primitive()]
-        inputs = [(pc, False) for part in parts for pc in part.inputs]
-        inputs += [(s.pvalue, True) for part in parts for s in part.side_inputs]
-        for pc, side in inputs:
-            producer = view(pc.producer)
-            if id(producer) not in ids or producer is n:
-                continue
-            label = pc.tag if pc.tag is not None else ""
-            edge = (ids[id(producer)], ids[id(n)], label, side)
-            if edge in seen:
-                continue
-            seen.add(edge)
-            attrs = [f"label={_quote(label)}"] if label else []
-            if side:
-                attrs.append('style=dashed, label="side input"' if not label else "style=dashed")
-            lines.append(f"  {edge[0]} -> {edge[1]}" + (f" [{', '.join(attrs)}]" if attrs else "") + ";")
+    for e in edges(pipeline, expand):
+        edge = (ids[id(e.src)], ids[id(e.dst)], e.label, e.side)
+        if edge in seen:   # two PCollections of one tag between the same boxes: one arrow
+            continue
+        seen.add(edge)
+        attrs = [f"label={_quote(e.label)}"] if e.label else []
+        if e.side:
+            attrs.append('style=dashed, label="side input"' if not e.label else "style=dashed")
+        lines.append(f"  {edge[0]} -> {edge[1]}" + (f" [{', '.join(attrs)}]" if attrs else "") + ";")
     lines.append("}")
     return "\n".join(lines) + "\n"
 

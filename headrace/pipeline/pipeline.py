@@ -67,6 +67,11 @@ class PipelineState(str, enum.Enum):
         return state in (cls.STOPPED, cls.DONE, cls.FAILED, cls.CANCELLED, cls.UPDATED, cls.DRAINED)
 
 
+#: The run report's class (`--report`), found by name: the report builds on the runners, which
+#: build on this module.
+REPORTER = "headrace.report:RunReport"
+
+
 class PipelineResult:
     """The outcome of `Pipeline.run()`: its state and its metrics."""
 
@@ -286,7 +291,26 @@ class Pipeline:
         check_supported(self._options)
         runner = create_runner(self.runner)
         self._ran = True
-        return runner.run_pipeline(self, self._options)
+        report = self._report()
+        if report is None:
+            return runner.run_pipeline(self, self._options)
+        try:
+            result = runner.run_pipeline(self, self._options)
+        except BaseException as exc:
+            report.finish(None, exc)
+            raise
+        report.attach(result)
+        return result
+
+    def _report(self) -> Any:
+        """The run report asked for with --report (`headrace.report.RunReport`), else None."""
+        from headrace.options.pipeline_options import ReportOptions
+        options = self._options.view_as(ReportOptions)
+        if not options.report:
+            return None
+        import importlib
+        module, name = REPORTER.split(":")
+        return getattr(importlib.import_module(module), name)(self, options)
 
     def __enter__(self) -> "Pipeline":
         return self

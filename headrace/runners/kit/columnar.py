@@ -241,6 +241,11 @@ class _Data:
             self.cols = Columns.of_elements(self.elems or [])
         return self.cols
 
+    def __len__(self) -> int:
+        if self.elems is not None:
+            return len(self.elems)
+        return len(self.cols.values) if self.cols is not None else 0
+
     def elements(self) -> List[WindowedValue]:
         """The elements as WindowedValues."""
         if self.elems is None:
@@ -316,16 +321,20 @@ class StagePlan:
             return None
         return StagePlan(ops, root, materialized)
 
-    def run(self, runners: Sequence[Any], root: _Data, side_inputs: Any) -> Dict[int, _Data]:
+    def run(self, runners: Sequence[Any], root: _Data, side_inputs: Any,
+            tally: Optional[Dict[str, int]] = None) -> Dict[int, _Data]:
         """Runs one bundle (the root PCollection's elements) through every step; returns the
-        materialised outputs by PCollection id. Raises whatever stops it (the caller falls back
-        to the per-element path): call inside the attempt's metrics scope."""
+        materialised outputs by PCollection id, and adds the elements each step read to `tally`
+        (by label) when given. Raises whatever stops it (the caller falls back to the
+        per-element path): call inside the attempt's metrics scope."""
         start_bundle(runners, side_inputs)
         data: Dict[int, _Data] = {self.root: root}
         current = CURRENT
         for i, kind, src, main, others in self.ops:
             r = runners[i]
             inp = data.get(src, _EMPTY)
+            if tally is not None:
+                tally[r.label] += len(inp)
             if kind == "dofn":
                 for pc, lst in _run_dofn(r, inp.elements(), others).items():
                     data[pc] = _Data(None, lst)

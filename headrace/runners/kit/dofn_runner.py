@@ -33,6 +33,11 @@ from headrace.runners.kit.side_inputs import SideInputReader, empty_side_input_h
 Receiver = Callable[[WindowedValue], None]
 _log = logging.getLogger(__name__)
 
+#: The metrics (namespace "headrace") of a step's dead-letter output (`with_exception_handling`):
+#: a counter of the elements routed to it and a gauge holding the last one's error, as text.
+DEAD_LETTERS = "dead_letter_elements"
+DEAD_LETTER_SAMPLE = "dead_letter_last_error"
+
 
 class ErrorInfo(tuple):
     """Why an element went to the dead-letter output: (exception type, repr, traceback lines).
@@ -447,6 +452,12 @@ class ParDoRunner:
                              self.label, _short_repr(wv.value), type(cb_exc).__name__, cb_exc,
                              exc_info=True)
             set_current_step(self.label)
+        container = CURRENT.container
+        if container is not None:
+            step = dl.get("step") or self.label
+            container.update("counter", step, "headrace", DEAD_LETTERS, 1)
+            container.update("gauge", step, "headrace", DEAD_LETTER_SAMPLE,
+                             f"{type(exc).__name__}: {exc} (element {_short_repr(wv.value)})")
         bad = WindowedValue((wv.value, ErrorInfo(exc, dl.get("step") or self.label)), wv.timestamp_us,
                             wv.windows, wv.pane_info, wv.is_retraction)
         self._send(dl["tag"], bad)

@@ -106,9 +106,10 @@ class Stage:
 
     kind = Kind.STAGE
 
-    def __init__(self, root: PCollection) -> None:
+    def __init__(self, root: PCollection, counts: bool = False) -> None:
         self.root = root
         self.nodes: List[AppliedPTransform] = []
+        self.counts = counts   # its FusedStage counts elements (`kit.stage.ELEMENTS`; --report)
 
     @property
     def label(self) -> str:
@@ -151,7 +152,8 @@ class Stage:
                 args, kwargs = replace_views(spec.args, spec.kwargs or {}, arg)
                 spec = spec._replace(args=args, kwargs=kwargs)
             steps.append(spec)
-        return FusedStage(self.label, steps, self.root._id, [pc._id for pc in self.outputs])
+        return FusedStage(self.label, steps, self.root._id, [pc._id for pc in self.outputs],
+                          self.counts)
 
     def __repr__(self) -> str:
         return f"Stage({self.label!r})"
@@ -182,6 +184,7 @@ def plan(pipeline: Pipeline, runner: str, kinds: FrozenSet[Kind] = ALL_KINDS,
     `runner` names the runner in errors; `hint` maps a kind the runner cannot execute to what
     the user should do instead."""
     units: List[Unit] = []
+    counts = counts_elements(pipeline)
     stage_of_pc: Dict[PCollection, Stage] = {}
     stage_by_root: Dict[PCollection, Stage] = {}
     for node in pipeline.primitives():
@@ -193,7 +196,7 @@ def plan(pipeline: Pipeline, runner: str, kinds: FrozenSet[Kind] = ALL_KINDS,
             if not node.side_inputs:
                 stage = stage_of_pc.get(main) or stage_by_root.get(main)
             if stage is None:
-                stage = Stage(main)
+                stage = Stage(main, counts)
                 if not node.side_inputs:
                     stage_by_root[main] = stage
                 units.append(stage)
@@ -213,3 +216,10 @@ def plan(pipeline: Pipeline, runner: str, kinds: FrozenSet[Kind] = ALL_KINDS,
                 + (f": {why}" if why else ""), step=node.full_label)
         units.append(Primitive(kind, node))
     return units
+
+
+def counts_elements(pipeline: Pipeline) -> bool:
+    """Whether the pipeline's fused stages count their elements: a run report is asked for
+    (`--report`, whose graph shows the counts per edge)."""
+    options = getattr(pipeline, "options", None)
+    return bool(options is not None and getattr(options, "report", None))

@@ -18,6 +18,11 @@ from headrace.runners.kit.side_inputs import SideInputReader
 
 _log = logging.getLogger(__name__)
 
+#: The namespace of the element counts a counting stage adds to its metrics (`FusedStage.counts`):
+#: counter `elements_in` at each step (the elements it read), `elements_out` (main output) or
+#: `elements_out:TAG` at the step producing each output that leaves the stage.
+ELEMENTS = "headrace.elements"
+
 T = TypeVar("T")
 _UNCOMPILED = object()
 
@@ -56,6 +61,14 @@ def serialize_dofn(label: str, fn: Any) -> bytes:
             f"step {label!r}: its DoFn cannot be serialised ({type(exc).__name__}: {exc}); keep "
             "unpicklable objects such as connections out of the DoFn's constructor and create "
             "them in setup()", step=label) from exc
+
+
+def _counted(process: Receiver, label: str, tally: Dict[str, int]) -> Receiver:
+    """`process`, counting the elements it is given into `tally[label]` (`FusedStage.counts`)."""
+    def counted(wv: WindowedValue) -> None:
+        tally[label] += 1
+        process(wv)
+    return counted
 
 
 def bundle_failure(err: ElementError, attempts: int) -> PipelineExecutionError:
@@ -115,8 +128,11 @@ class FusedStage:
     """
 
     def __init__(self, label: str, steps: Sequence[StepSpec], root: int,
-                 materialized: Sequence[int]) -> None:
+                 materialized: Sequence[int], counts: bool = False) -> None:
         self.label = label
+        #: whether each successful bundle adds the elements it read and wrote to its metrics
+        #: (`ELEMENTS`; the run report's counts per edge, `--report`)
+        self.counts = counts
         self.steps = tuple(steps)
         self.root = root
         self.materialized = tuple(materialized)
@@ -138,6 +154,25 @@ class FusedStage:
         self.__dict__.setdefault("_plan", _UNCOMPILED)
         self.__dict__.setdefault("pending_finalizers", [])
         self.__dict__.setdefault("finalizes", False)
+        self.__dict__.setdefault("counts", False)
+
+    def _tally(self) -> Optional[Dict[str, int]]:
+        """A fresh count of the elements each step reads in an attempt, when the stage counts."""
+        return {s.label: 0 for s in self.steps} if self.counts else None
+
+    def _count(self, container: MetricsContainer, tally: Optional[Dict[str, int]],
+               written: Dict[int, Any]) -> None:
+        """Adds a successful bundle's element counts (`ELEMENTS`) to `container`: what each
+        step read, and what left the stage by each materialised output."""
+        if tally is None:
+            return
+        for label, n in tally.items():
+            container.update("counter", label, ELEMENTS, "elements_in", n)
+        for s in self.steps:
+            for tag, pc in s.outputs:
+                if pc in written:
+                    name = "elements_out" if tag is None or tag == s.main_tag else f"elements_out:{tag}"
+                    container.update("counter", s.label, ELEMENTS, name, len(written[pc]))
 
     def _build(self) -> List[Any]:
         runners: List[Any] = []
@@ -149,14 +184,19 @@ class FusedStage:
                 runners.append(ParDoRunner.of(s))
         return runners
 
-    def _wire(self, runners: List[Any], outs: Dict[int, List[WindowedValue]]) -> List[Receiver]:
-        consumers_of: Dict[int, List[Any]] = {}
+    def _wire(self, runners: List[Any], outs: Dict[int, List[WindowedValue]],
+              tally: Optional[Dict[str, int]] = None) -> List[Receiver]:
+        consumers_of: Dict[int, List[Tuple[str, Any]]] = {}
         for s, r in zip(self.steps, runners):
-            consumers_of.setdefault(s.input, []).append(r)
+            consumers_of.setdefault(s.input, []).append((s.label, r))
+
+        def entries(pc: int) -> List[Receiver]:   # read once bound (bind() may replace process)
+            return [r.process if tally is None else _counted(r.process, label, tally)
+                    for label, r in consumers_of.get(pc, [])]
         for s, r in reversed(list(zip(self.steps, runners))):  # consumers bind before producers
             rec: Dict[Optional[str], List[Any]] = {}
             for tag, pc in s.outputs:
-                lst = [c.process for c in consumers_of.get(pc, [])]
+                lst = entries(pc)
                 if pc in outs:
                     lst.append(outs[pc].append)
                 if isinstance(r, ParDoRunner) and tag is not None and tag == r.main_tag:
@@ -164,7 +204,7 @@ class FusedStage:
                 rec[tag] = lst
             r.receivers = rec
             r.bind()
-        return [r.process for r in consumers_of.get(self.root, [])]
+        return entries(self.root)
 
     def process_bundle(self, bundle: Sequence[WindowedValue], side_inputs: Optional[SideInputReader],
                        max_attempts: int, committed: MetricsContainer,
@@ -210,7 +250,9 @@ class FusedStage:
             with metrics_scope(container, self.label):
                 if self.runners is None:
                     self.runners = self._build()
-                outs = plan.run(self.runners, root, side_inputs)
+                tally = self._tally()
+                outs = plan.run(self.runners, root, side_inputs, tally)
+                self._count(container, tally, outs)
         except Exception as exc:
             attempted.merge(container)
             self.teardown()
@@ -252,7 +294,8 @@ class FusedStage:
                 if self.runners is None:
                     self.runners = self._build()
                 runners = self.runners
-                roots = self._wire(runners, outs)
+                tally = self._tally()
+                roots = self._wire(runners, outs, tally)
                 with metrics_scope(container, self.label):
                     start_bundle(runners, side_inputs)
                     if len(roots) == 1:
@@ -265,6 +308,7 @@ class FusedStage:
                                 proc(wv)
                     for r in runners:
                         r.finish_bundle()
+                self._count(container, tally, outs)
             except ElementError as err:
                 attempted.merge(container)
                 self.teardown()

@@ -37,6 +37,8 @@ class StreamingPipelineResult(PipelineResult):
         self.live = live   # a processing-time trigger: the query is stopped when it has finished
         self._lock = threading.Lock()
         self._progress: Optional[MetricsContainer] = None   # the progress metrics once it ended
+        #: the run report (`headrace.report.RunReport`, --report), polled as the run is waited for
+        self.reporter: Any = None
 
     @property
     def state(self) -> PipelineState:
@@ -61,7 +63,7 @@ class StreamingPipelineResult(PipelineResult):
     def wait_until_finish(self, duration: Optional[float] = None) -> PipelineState:
         """Blocks until the query ends (or `duration` seconds pass); raises its error if it failed."""
         try:
-            if not self.live and self.lines is None:
+            if not self.live and self.lines is None and self.reporter is None:
                 if duration is None:
                     self.query.awaitTermination()
                 else:
@@ -73,6 +75,8 @@ class StreamingPipelineResult(PipelineResult):
                         self.live and self._finished()):
                     if self.lines is not None:
                         self.lines.poll()
+                    if self.reporter is not None:
+                        self.reporter.poll(self)
                     if deadline is not None and time.monotonic() >= deadline:
                         break
                 if self.lines is not None:
@@ -81,6 +85,8 @@ class StreamingPipelineResult(PipelineResult):
             self._state = PipelineState.FAILED
             self._error = query_error(exc)
         self._refresh()
+        if self.reporter is not None and self._state != PipelineState.RUNNING:
+            self.reporter.finish(self)
         if self._error is not None:
             raise self._error
         return self._state
@@ -95,7 +101,36 @@ class StreamingPipelineResult(PipelineResult):
         if self.query.isActive:
             self.query.stop()
             self._state = PipelineState.CANCELLED
+            if self.reporter is not None:
+                self.reporter.finish(self)
         return self.state
+
+    def batch_records(self, after: int) -> List[Dict[str, Any]]:
+        """The micro-batches Spark reported after batch `after`, as plain data (the run
+        report's): batch, time (its start, seconds since the epoch), rows, rows_per_second,
+        duration_s, watermarks (each grouping's input watermark, by step), late_dropped (so
+        far) and state_rows."""
+        out = []
+        for report in list(self.query.recentProgress):
+            batch = field(report, "batchId")
+            if batch is None or int(batch) <= after:
+                continue
+            millis = (field(report, "durationMs") or {}).get("triggerExecution")
+            stamp = field(report, "timestamp")
+            try:
+                start = datetime.datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).timestamp()
+            except ValueError:
+                start = None
+            out.append({
+                "batch": int(batch), "time": start, "rows": int(field(report, "numInputRows") or 0),
+                "rows_per_second": float(field(report, "processedRowsPerSecond") or 0.0),
+                "duration_s": None if millis is None else int(millis) / 1000,
+                "watermarks": {self.labels.get(g, str(g)): w
+                               for g, w in enumerate(input_watermarks(report))
+                               if MIN_TIMESTAMP_MICROS < w < MAX_TIMESTAMP_MICROS},
+                "late_dropped": late_dropped(self.files, int(batch), self.n_groupings),
+                "state_rows": state_rows(report)})
+        return out
 
     def metrics(self) -> Any:
         """The committed metrics of every batch so far (attempted: also failed bundle attempts),
@@ -218,7 +253,7 @@ class BatchLines:
         marks = self._watermarks(report)
         if marks:
             parts.append("watermark " + ", ".join(marks))
-        parts.append(f"{self._late(batch):,} late dropped")
+        parts.append(f"{late_dropped(self.files, batch, self.n_groupings):,} late dropped")
         parts.append(f"{state_rows(report):,} state rows")
         return "headrace: " + ", ".join(parts)
 
@@ -227,13 +262,15 @@ class BatchLines:
         return [f"{self.labels.get(g, g)} {_instant(w)}"
                 for g, w in enumerate(input_watermarks(report))][:4]
 
-    def _late(self, batch: int) -> int:
-        """The late elements dropped up to the batch (headrace's committed counters)."""
-        state = self.files.batch_state(batch, self.n_groupings)
-        if state is None or state.metrics is None:
-            return 0
-        return sum(int(v) for (kind, _, _, name), v in state.metrics[0].cells.items()
-                   if kind == "counter" and name == DROPPED_LATE)
+
+
+def late_dropped(files: RunFiles, batch: int, n_groupings: int) -> int:
+    """The late elements dropped up to a micro-batch (headrace's committed counters)."""
+    state = files.batch_state(batch, n_groupings)
+    if state is None or state.metrics is None:
+        return 0
+    return sum(int(v) for (kind, _, _, name), v in state.metrics[0].cells.items()
+               if kind == "counter" and name == DROPPED_LATE)
 
 
 def _instant(us: int) -> str:
