@@ -112,7 +112,7 @@ def _on_cluster_by_default(item):
 # 1.7 min. At f031711: shard 1 20.4 min, shard 2 17.2 min; the logging tests (1.3 min, each
 # a Spark of its own in a subprocess) moved to shard 2.
 SHARD_2_PATHS = ("streaming/test_restart.py", "streaming/test_spark_connect.py",
-                 "streaming/test_chaos.py", "test_spark_logging.py")
+                 "streaming/test_chaos.py", "test_spark_logging.py", "streaming/test_run_report.py")
 
 
 def _rel(item):

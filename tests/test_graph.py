@@ -70,10 +70,29 @@ def test_headrace_graph_draws_a_scripts_pipeline_without_running_it(tmp_path, ca
     empty.write_text("x = 1\n")
     assert cli.main(["graph", str(empty)]) == 2
     assert "ran no pipeline" in capsys.readouterr().out
-    with monkeypatch.context() as m:   # no Graphviz: says what to install
+    with monkeypatch.context() as m:   # no Graphviz: .svg and .html drawn by headrace, .png refused
         m.setattr(shutil, "which", lambda name: None)
-        assert cli.main(["graph", str(script), "-o", str(tmp_path / "g.svg"), "--", str(marker)]) == 2
+        for ext in ("svg", "html"):
+            out = tmp_path / f"own.{ext}"
+            assert cli.main(["graph", str(script), "-o", str(out), "--", str(marker)]) == 0
+            drawn = out.read_text()
+            assert re.findall(r'data-step="([^"]*)"', drawn) == ["Numbers", "Mark"]
+            assert drawn.count('<g class="hr-edge">') == 1
+        assert cli.main(["graph", str(script), "-o", str(tmp_path / "g.png"), "--", str(marker)]) == 2
         assert "apt-get install graphviz" in capsys.readouterr().out
+
+
+def test_the_own_renderer_puts_readers_below_producers_and_marks_side_inputs():
+    from headrace.utils import layered_graph
+    from headrace.pipeline.graph import to_svg
+    drawn = to_svg(_pipeline())
+    tops = {label: float(y) for label, y in re.findall(
+        r'data-step="([^"]*)"><title>[^<]*</title><rect x="[\d.]+" y="([\d.]+)"', drawn)}
+    assert tops["Read"] < tops["Split"] < tops["Pair"] < tops["Sum"] < tops["Fmt"]
+    assert tops["Count"] < tops["Fmt"]   # the side input's producer above its reader
+    assert drawn.count('stroke-dasharray') == 1 and ">side input<" in drawn
+    assert layered_graph.layers([layered_graph.Box("a", "a"), layered_graph.Box("b", "b")],
+                                [layered_graph.Arrow("a", "b")]) == {"a": 0, "b": 1}
 
 
 @pytest.mark.skipif(shutil.which("dot") is None, reason="needs Graphviz's dot (Debian: graphviz)")

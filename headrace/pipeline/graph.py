@@ -5,7 +5,9 @@ as one box, as Beam's interactive `PipelineGraph` shows it), an arrow per PColle
 producer to each step that reads it (dashed for a side input), labelled with the PCollection's
 name when it is not the producer's main output; `expand=True` draws every primitive step inside
 a cluster per composite instead. `render(dot_text, path)` writes `.dot` as is and `.svg` /
-`.png` through Graphviz's `dot` program (Debian's `graphviz` package) when it is installed.
+`.png` through Graphviz's `dot` program (Debian's `graphviz` package) when it is installed;
+`to_svg(pipeline)` draws the graph with headrace's own renderer (`utils.layered_graph`, the
+run report's), which `headrace graph` uses for `.html`, and for `.svg` when `dot` is missing.
 """
 
 from __future__ import annotations
@@ -104,6 +106,20 @@ def to_dot(pipeline: "Pipeline", expand: bool = False) -> str:
     return "\n".join(lines) + "\n"
 
 
+def to_svg(pipeline: "Pipeline", expand: bool = False) -> str:
+    """The pipeline's graph drawn by headrace's own renderer (`utils.layered_graph`), as SVG:
+    no Graphviz needed."""
+    from headrace.utils import layered_graph
+    nodes = boxes(pipeline, expand)
+    ids = {id(n): f"n{i}" for i, n in enumerate(nodes)}
+    drawn = [layered_graph.Box(ids[id(n)], n.full_label,
+                               f"{n.full_label} ({type(n.transform).__name__})") for n in nodes]
+    arrows = [layered_graph.Arrow(ids[id(e.src)], ids[id(e.dst)],
+                                  "side input" if e.side and not e.label else e.label, e.side)
+              for e in edges(pipeline, expand)]
+    return layered_graph.svg(drawn, arrows)
+
+
 def _clusters(pipeline: "Pipeline", ids: Dict[int, str]) -> List[str]:
     """The primitive steps inside nested clusters, one per composite."""
     out: List[str] = []
@@ -124,22 +140,34 @@ def _clusters(pipeline: "Pipeline", ids: Dict[int, str]) -> List[str]:
     return out
 
 
-def render(dot_text: str, path: str) -> None:
+def render(dot_text: str, path: str, own_svg: Optional[str] = None) -> None:
     """Writes the graph to `path`: `.dot` as DOT text, `.svg` / `.png` drawn by Graphviz's
-    `dot` (an error saying what to install when it is missing)."""
+    `dot`; `.html` (a page) and, when `dot` is missing, `.svg` as `own_svg` (`to_svg`'s drawing)
+    when given; else an error saying what to install."""
     ext = path.rsplit(".", 1)[-1].lower() if "." in path else ""
     if ext in ("dot", "gv"):
-        with open(path, "w", encoding="utf-8") as fh:
-            fh.write(dot_text)
+        _write(path, dot_text)
         return
-    if ext not in ("svg", "png"):
-        raise InvalidArgumentError(f"graph output {path!r}: use a .dot, .svg or .png file name")
+    if ext not in ("svg", "png", "html", "htm"):
+        raise InvalidArgumentError(f"graph output {path!r}: use a .dot, .svg, .png or .html file name")
     dot = shutil.which("dot")
+    if ext in ("html", "htm") or (dot is None and ext == "svg" and own_svg is not None):
+        if own_svg is None:
+            raise InvalidArgumentError(f"graph output {path!r}: no drawing to write")
+        _write(path, own_svg if ext == "svg" else
+               "<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>pipeline graph</title>"
+               f"</head><body>\n{own_svg}\n</body></html>\n")
+        return
     if dot is None:
         raise InvalidArgumentError(
             f"drawing {path!r} needs Graphviz's dot program: install it (Debian: apt-get install "
-            "graphviz), or write a .dot file and draw it elsewhere")
+            "graphviz), or write a .svg or .html file (headrace draws those itself)")
     subprocess.run([dot, f"-T{ext}", "-o", path], input=dot_text.encode("utf-8"), check=True)
+
+
+def _write(path: str, text: str) -> None:
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write(text)
 
 
 class _Captured(BaseException):
@@ -183,19 +211,21 @@ def main(argv: Optional[List[str]] = None) -> int:
         description="Draw the graph of the first pipeline a script runs (without running it).")
     parser.add_argument("script", help="the Python file that builds and runs the pipeline")
     parser.add_argument("-o", "--output", default=None,
-                        help="a .dot, .svg or .png file (.svg and .png need Graphviz's dot); "
-                             "default: the DOT text on standard output")
+                        help="a .dot, .svg, .png or .html file (.png needs Graphviz's dot; .svg "
+                             "is drawn by dot when it is installed, else by headrace, as .html "
+                             "always is); default: the DOT text on standard output")
     parser.add_argument("--expand", action="store_true",
                         help="draw every primitive step, inside a cluster per composite")
     args, rest = parser.parse_known_args(argv)
     if rest and rest[0] == "--":
         rest = rest[1:]
     try:
-        text = to_dot(capture(args.script, rest), args.expand)
+        pipeline = capture(args.script, rest)
+        text = to_dot(pipeline, args.expand)
         if args.output is None:
             print(text, end="")
             return 0
-        render(text, args.output)
+        render(text, args.output, to_svg(pipeline, args.expand))
     except InvalidArgumentError as exc:
         print(f"headrace graph: {exc}")
         return 2

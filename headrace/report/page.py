@@ -7,7 +7,7 @@ import html
 import io
 from typing import Any, Dict, List, Optional, Tuple
 
-from headrace.report import layout
+from headrace.utils import layered_graph as layout
 
 _CSS = """
 body{font-family:Helvetica,Arial,sans-serif;margin:24px 32px;color:#1d2733;background:#fafbfc}
@@ -72,6 +72,7 @@ def _plot(title: str, ylabel: str, series: List[Tuple[str, List[float], List[flo
     ax.set_xlabel("micro-batch", fontsize=8)
     ax.set_ylabel(ylabel, fontsize=8)
     ax.tick_params(labelsize=7)
+    ax.ticklabel_format(axis="y", useOffset=False, style="plain")
     ax.grid(alpha=0.3)
     if len(series) > 1:
         ax.legend(fontsize=7)
@@ -84,8 +85,8 @@ def _plot(title: str, ylabel: str, series: List[Tuple[str, List[float], List[flo
 
 def plots(batches: List[Dict[str, Any]]) -> List[str]:
     """A streaming run's plots over its micro-batches: input rows per second, batch durations,
-    each grouping's watermark lag (behind the batch's wall-clock time) and the late elements
-    dropped."""
+    each grouping's input and output watermark lag (behind its processing time) and the late
+    elements dropped."""
     if not batches:
         return []
     xs = [float(b["batch"]) for b in batches]
@@ -93,15 +94,15 @@ def plots(batches: List[Dict[str, Any]]) -> List[str]:
            _plot("micro-batch duration", "seconds", [("duration", xs, [b["duration_s"] or 0.0 for b in batches])])]
     lags: Dict[str, Tuple[List[float], List[float]]] = {}
     for b in batches:
-        for step, wm in b.get("watermarks", {}).items():
-            if wm is None or b.get("time") is None:
-                continue
-            xs_, ys_ = lags.setdefault(step, ([], []))
-            xs_.append(float(b["batch"]))
-            ys_.append(b["time"] - wm / 1e6)
+        for step, marks in sorted(b.get("watermarks", {}).items()):
+            for side in ("input", "output"):
+                if side + "_lag_s" in marks:
+                    xs_, ys_ = lags.setdefault(f"{step} {side}", ([], []))
+                    xs_.append(float(b["batch"]))
+                    ys_.append(marks[side + "_lag_s"])
     if lags:
-        out.append(_plot("watermark lag (wall clock - input watermark)", "seconds",
-                         [(step, v[0], v[1]) for step, v in sorted(lags.items())]))
+        out.append(_plot("watermark lag (processing time - watermark)", "seconds",
+                         [(name, v[0], v[1]) for name, v in lags.items()]))
     out.append(_plot("late elements dropped (so far)", "elements",
                      [("dropped", xs, [float(b.get("late_dropped", 0)) for b in batches])]))
     return out

@@ -108,8 +108,7 @@ class StreamingPipelineResult(PipelineResult):
     def batch_records(self, after: int) -> List[Dict[str, Any]]:
         """The micro-batches Spark reported after batch `after`, as plain data (the run
         report's): batch, time (its start, seconds since the epoch), rows, rows_per_second,
-        duration_s, watermarks (each grouping's input watermark, by step), late_dropped (so
-        far) and state_rows."""
+        duration_s, watermarks (`watermark_lags`), late_dropped (so far) and state_rows."""
         out = []
         for report in list(self.query.recentProgress):
             batch = field(report, "batchId")
@@ -125,9 +124,7 @@ class StreamingPipelineResult(PipelineResult):
                 "batch": int(batch), "time": start, "rows": int(field(report, "numInputRows") or 0),
                 "rows_per_second": float(field(report, "processedRowsPerSecond") or 0.0),
                 "duration_s": None if millis is None else int(millis) / 1000,
-                "watermarks": {self.labels.get(g, str(g)): w
-                               for g, w in enumerate(input_watermarks(report))
-                               if MIN_TIMESTAMP_MICROS < w < MAX_TIMESTAMP_MICROS},
+                "watermarks": watermark_lags(report, self.labels),
                 "late_dropped": late_dropped(self.files, int(batch), self.n_groupings),
                 "state_rows": state_rows(report)})
         return out
@@ -198,18 +195,23 @@ def state_rows(report: Any) -> int:
     return sum(int(field(op, "numRowsTotal") or 0) for op in field(report, "stateOperators") or [])
 
 
-def input_watermarks(report: Any) -> List[int]:
-    """Each grouping's input watermark in a micro-batch (by grouping index), from headrace's
-    offset in the batch's progress report; [] when it has none."""
+def batch_offset(report: Any) -> Any:
+    """headrace's offset (`offsets.Offset`) after the micro-batch of a progress report, or None."""
     from headrace.runners.spark.streaming.offsets import Offset
     for source in field(report, "sources") or []:
         end = field(source, "endOffset")
         try:
-            return list(Offset.from_json(json.loads(end) if isinstance(end, str) else end)
-                        .input_watermarks)
+            return Offset.from_json(json.loads(end) if isinstance(end, str) else end)
         except Exception:   # another source's offset
             continue
-    return []
+    return None
+
+
+def input_watermarks(report: Any) -> List[int]:
+    """Each grouping's input watermark in a micro-batch (by grouping index), from headrace's
+    offset in the batch's progress report; [] when it has none."""
+    offset = batch_offset(report)
+    return [] if offset is None else list(offset.input_watermarks)
 
 
 class BatchLines:
@@ -262,6 +264,26 @@ class BatchLines:
         return [f"{self.labels.get(g, g)} {_instant(w)}"
                 for g, w in enumerate(input_watermarks(report))][:4]
 
+
+
+def watermark_lags(report: Any, labels: Dict[int, str]) -> Dict[str, Dict[str, float]]:
+    """Each grouping's input and output watermarks in a micro-batch and how far each lags its
+    processing time (a scripted TestStream's clock, else the wall clock), in seconds, by step;
+    watermarks at either end of time are left out."""
+    offset = batch_offset(report)
+    out: Dict[str, Dict[str, float]] = {}
+    if offset is None:
+        return out
+    for g, (now, wm_in, wm_out) in enumerate(zip(offset.processing_times, offset.input_watermarks,
+                                                 offset.output_watermarks)):
+        entry: Dict[str, float] = {}
+        for name, wm in (("input", wm_in), ("output", wm_out)):
+            if MIN_TIMESTAMP_MICROS < wm < MAX_TIMESTAMP_MICROS:
+                entry[name + "_us"] = wm
+                entry[name + "_lag_s"] = (now - wm) / 1e6
+        if entry:
+            out[labels.get(g, str(g))] = entry
+    return out
 
 
 def late_dropped(files: RunFiles, batch: int, n_groupings: int) -> int:

@@ -1,10 +1,11 @@
-"""The run report's own graph renderer: a layered drawing of a directed acyclic graph as SVG.
+"""headrace's own graph renderer: a layered drawing of a directed acyclic graph as SVG.
 
 Boxes are put in layers by their longest path from a source (a step sits one layer below the
 lowest of the steps it reads from), ordered within a layer by the mean position of their
 producers (a few sweeps down and up, the barycentre heuristic of Sugiyama's layered drawing),
 and joined by curved arrows labelled with what flows along them. It needs nothing installed;
-`headrace graph` uses it when Graphviz's `dot` is missing, and the run report always.
+the run report (`headrace.report`) draws its graph with it, and `headrace graph` its .html and,
+when Graphviz's `dot` is missing, its .svg.
 """
 
 from __future__ import annotations
