@@ -90,8 +90,10 @@ def plots(batches: List[Dict[str, Any]]) -> List[str]:
     if not batches:
         return []
     xs = [float(b["batch"]) for b in batches]
-    out = [_plot("input rows per second", "rows/s", [("rows/s", xs, [b["rows_per_second"] for b in batches])]),
-           _plot("micro-batch duration", "seconds", [("duration", xs, [b["duration_s"] or 0.0 for b in batches])])]
+    out = [_plot("input rows per second", "rows/s",
+                 [("rows/s", xs, [b["rows_per_second"] for b in batches])]),
+           _plot("micro-batch duration", "seconds",
+                 [("duration", xs, [b["duration_s"] or 0.0 for b in batches])])]
     lags: Dict[str, Tuple[List[float], List[float]]] = {}
     for b in batches:
         for step, marks in sorted(b.get("watermarks", {}).items()):
@@ -144,8 +146,8 @@ def render(data: Dict[str, Any]) -> str:
         parts.append("<h2 id='streaming'>Micro-batches</h2>")
         try:
             figures = plots(batches)
-            parts.append("<div class='plots'>" + "".join(f"<div class='plot'>{f}</div>" for f in figures)
-                         + "</div>")
+            parts.append("<div class='plots'>"
+                         + "".join(f"<div class='plot'>{f}</div>" for f in figures) + "</div>")
         except ImportError:
             parts.append("<p class='note'>The plots need matplotlib: pip install 'headrace[diagrams]'.</p>")
         last = batches[-1]
@@ -155,7 +157,8 @@ def render(data: Dict[str, Any]) -> str:
     late = summary["late"]
     parts.append(_table(["step", "late elements dropped", "elements for closed windows dropped"],
                         [[s, f"{v.get('dropped_late_elements', 0):,}",
-                          f"{v.get('dropped_closed_window_elements', 0):,}"] for s, v in sorted(late.items())],
+                          f"{v.get('dropped_closed_window_elements', 0):,}"]
+                         for s, v in sorted(late.items())],
                         (1, 2)) if late else "<p class='note'>No grouping step dropped data.</p>")
     parts.append("<h2 id='dead-letters'>Dead letters</h2>")
     dead = summary["dead_letters"]
@@ -176,7 +179,8 @@ def render(data: Dict[str, Any]) -> str:
         for d in diagrams:
             if d.get("file"):
                 parts.append(f"<li><a href='{esc(d['file'])}'>{esc(d['step'])}</a> "
-                             f"(key {esc(str(d['key']))}; <code>headrace diagram</code> draws the others)</li>")
+                             f"(key {esc(str(d['key']))}; <code>headrace diagram</code> draws "
+                             "the others)</li>")
             else:
                 parts.append(f"<li>{esc(d['step'])}: {esc(str(d.get('error')))}</li>")
         parts.append("</ul>")

@@ -70,7 +70,8 @@ def _fit(label: str, width: float) -> str:
     return label if len(label) <= room else "\u2026" + label[-(room - 1):]
 
 
-def place(boxes: Sequence[Box], arrows: Sequence[Arrow]) -> Tuple[Dict[str, Tuple[float, float, float]], float, float]:
+def place(boxes: Sequence[Box], arrows: Sequence[Arrow]
+          ) -> Tuple[Dict[str, Tuple[float, float, float]], float, float]:
     """Each box's (x, y, width) (x, y: its top-left corner), and the drawing's width and height."""
     layer = layers(boxes, arrows)
     rows: List[List[str]] = [[] for _ in range(max(layer.values(), default=-1) + 1)]
