@@ -1,13 +1,15 @@
 """Pane recording: what a grouping step's per-key core saw and did, written as Parquet files.
 
 Every runner drives one per-key core per grouping step (`kit.grouping.GroupingCore`); with
-`--record_panes=DIR` the core hands each event to a `PaneRecorder`, which writes rows of four
+`--record_panes=DIR` the core hands each event to a `PaneRecorder`, which writes rows of five
 kinds to `DIR/<step>/part-*.parquet` (pyarrow), all with the step's label and the processing
 time the core was called at:
 
 * ``element``: an input element of a key: its event time, the window it was assigned to, its
   value (a short text, and as a number when it is one);
 * ``watermark``: the step's input watermark, each time the core was told a new one;
+* ``output_watermark``: the step's output watermark, each time its runner moved it (the local
+  runner; Spark streaming, per micro-batch; a Spark batch job has none to record);
 * ``pane``: a pane the core fired: key, window, output timestamp, timing (EARLY, ON_TIME,
   LATE), index, first/last, value, whether it is a retraction;
 * ``dropped``: an input element the core dropped, as late (behind the watermark by more than
@@ -129,6 +131,7 @@ class PaneRecorder:
         self.rows: Dict[str, List[Any]] = {c: [] for c in COLUMNS}
         self.elements = 0
         self.last_watermark: Optional[int] = None
+        self.last_output_watermark: Optional[int] = None
 
     # ---- what the core saw and did --------------------------------------------------------
 
@@ -182,6 +185,12 @@ class PaneRecorder:
         if watermark != self.last_watermark:
             self.last_watermark = watermark
             self._add("watermark", now, watermark_us=watermark)
+
+    def output_watermark(self, watermark: int, now: int) -> None:
+        """Records the step's output watermark (its runner's), when it changed."""
+        if watermark != self.last_output_watermark:
+            self.last_output_watermark = watermark
+            self._add("output_watermark", now, watermark_us=watermark)
 
     def panes(self, key: Any, panes: Iterable[Pane], now: int) -> None:
         """Records the panes the core fired for a key at processing time `now`."""

@@ -173,6 +173,11 @@ class GroupingCore:
         if res.panes:
             rec.panes(key, res.panes, now)
 
+    def record_output_watermark(self, watermark: int, now: int) -> None:
+        """Records the step's output watermark (`--record_panes`), as its runner computed it."""
+        if self.recorder is not None:
+            self.recorder.output_watermark(watermark, now)
+
     def close_recording(self) -> None:
         """Writes what the recorder (`--record_panes`), if any, still holds."""
         if self.recorder is not None:

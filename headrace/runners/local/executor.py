@@ -137,6 +137,7 @@ class Executor(UnitHost):
             new = min(new, unit.hold())
             if new > unit.output_wm:
                 unit.output_wm = new
+                unit.output_watermark_moved(new)
                 changed = True
         return changed
 

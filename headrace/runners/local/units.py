@@ -129,6 +129,9 @@ class Unit:
     def hold(self) -> int:
         return MAX_TIMESTAMP_MICROS
 
+    def output_watermark_moved(self, wm: int) -> None:
+        """Told when the executor moved this unit's output watermark to `wm`."""
+
     def close(self) -> None:
         pass
 
@@ -549,6 +552,9 @@ class GroupUnit(Unit):
         if late and self.late_out is not None:
             for chunk in batched(late, size):
                 self.ex.emit(self.late_out, chunk)
+
+    def output_watermark_moved(self, wm: int) -> None:
+        self.grouping.record_output_watermark(wm, self.ex.clock.now())
 
     def hold(self) -> int:
         best = MAX_TIMESTAMP_MICROS

@@ -110,6 +110,8 @@ class GroupingOperator(BucketOperator):
         rec = recs.get(kb)
         prev, cur = ctl.input_watermarks_before[g], ctl.input_watermarks[g]
         pt = ctl.processing_times[g]
+        if core.recorder is not None:   # (the driver's, for this batch: once per writer and value)
+            core.record_output_watermark(ctl.output_watermarks[g], pt)
         out: List[WindowedValue] = []
         late: Optional[List[WindowedValue]] = [] if spec.late_pc is not None else None
         steps = ctl.steps.get(g)
