@@ -7,7 +7,8 @@ arrived, labelled with its value; the step's input watermark as a line; each win
 each pane a box over its window, reaching up to the processing time it fired at, labelled with
 its value and marked EARLY / ON_TIME / LATE (a retraction dashed, with a minus sign); each
 element dropped as late a red cross. It returns a matplotlib `Figure` (shown inline in
-Jupyter) and, given `output`, writes it as SVG, PNG or a one-file HTML page.
+Jupyter) and, given `output`, writes it as SVG, PNG or a one-file HTML page (where hovering
+over an element, a pane or a dropped element shows what it is).
 
     headrace diagram DIR --step Sum [--key k] [-o sums.svg]
 
@@ -102,10 +103,13 @@ def _draw(data: Dict[str, Any], step: str, output: Optional[str], title: Optiona
         top = _seconds(p["processing_time_us"])
         bottom = fired_before.get((p["window_start_us"], p["window_end_us"]), 0.0)
         color = _TIMING_COLORS.get(p["timing"] or "UNKNOWN", "#999999")
-        ax.add_patch(Rectangle((_seconds(start), bottom), _seconds(end) - _seconds(start),
-                               max(top - bottom, 0.0), facecolor=color, alpha=0.25,
-                               edgecolor=color, linestyle="--" if p["retraction"] else "-",
-                               linewidth=1.5, zorder=1))
+        box = ax.add_patch(Rectangle((_seconds(start), bottom), _seconds(end) - _seconds(start),
+                                     max(top - bottom, 0.0), facecolor=color, alpha=0.25,
+                                     edgecolor=color, linestyle="--" if p["retraction"] else "-",
+                                     linewidth=1.5, zorder=1))
+        _tip(fig, box, f"{'retraction of a ' if p['retraction'] else ''}{p['timing']} pane "
+                       f"{p['pane_index']} of window [{_seconds(p['window_start_us']):g} s, "
+                       f"{_seconds(p['window_end_us']):g} s): {p['value']}, fired at {top:g} s")
         if p["retraction"]:   # under the line, where the pane that replaces it is not
             ax.text((_seconds(start) + _seconds(end)) / 2, top, f"-{p['value']} ({p['timing']})",
                     ha="center", va="top", fontsize=7, color="#555555", style="italic", zorder=4)
@@ -116,13 +120,16 @@ def _draw(data: Dict[str, Any], step: str, output: Optional[str], title: Optiona
         ys.append(top)
     for e in data["element"]:
         x, y = _seconds(e["event_time_us"]), _seconds(e["processing_time_us"])
-        ax.plot([x], [y], "o", color="black", markersize=5, zorder=3)
+        dot, = ax.plot([x], [y], "o", color="black", markersize=5, zorder=3)
+        _tip(fig, dot, f"element {e['value']}: event time {x:g} s, arrived at {y:g} s")
         ax.annotate(str(e["value"]), (x, y), textcoords="offset points", xytext=(4, 4), fontsize=8)
         xs.append(x)
         ys.append(y)
     for d in data["dropped"]:
         x, y = _seconds(d["event_time_us"]), _seconds(d["processing_time_us"])
-        ax.plot([x], [y], "x", color="#d62728", markersize=9, mew=2, zorder=5)
+        cross, = ax.plot([x], [y], "x", color="#d62728", markersize=9, mew=2, zorder=5)
+        _tip(fig, cross, f"dropped ({d['reason']}): {d['value']}, event time {x:g} s, "
+                         f"arrived at {y:g} s")
     wm = [(_seconds(w["watermark_us"]), _seconds(w["processing_time_us"])) for w in data["watermark"]
           if abs(w["watermark_us"]) < _FAR]
     if wm:
@@ -141,6 +148,21 @@ def _draw(data: Dict[str, Any], step: str, output: Optional[str], title: Optiona
     if output is not None:
         _save(fig, output)
     return fig
+
+
+def _tip(fig: Any, artist: Any, text: str) -> None:
+    """Gives `artist` an id and keeps `text` as its tooltip in the HTML form (`_save`)."""
+    tips = fig.__dict__.setdefault("headrace_tips", {})
+    gid = f"hr-{len(tips)}"
+    artist.set_gid(gid)
+    tips[gid] = text
+
+
+def _with_tips(svg: str, tips: Dict[str, str]) -> str:
+    """The SVG with each tipped artist's group given a <title> (a browser shows it on hover)."""
+    for gid, text in tips.items():
+        svg = svg.replace(f'<g id="{gid}">', f'<g id="{gid}"><title>{html.escape(text)}</title>', 1)
+    return svg
 
 
 def _data_span(data: Dict[str, Any]) -> Tuple[int, int]:
@@ -167,8 +189,8 @@ def _save(fig: Any, output: str) -> None:
         with open(output, "w", encoding="utf-8") as fh:
             fh.write(svg_text(fig))
         return
-    if ext in (".html", ".htm"):
-        svg = svg_text(fig)
+    if ext in (".html", ".htm"):   # the SVG, each element, pane and drop with a hover text
+        svg = _with_tips(svg_text(fig), getattr(fig, "headrace_tips", {}))
         title = html.escape(fig.axes[0].get_title()) if fig.axes else "pane diagram"
         with open(output, "w", encoding="utf-8") as fh:
             fh.write(f"<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>{title}</title>"

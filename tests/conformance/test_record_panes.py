@@ -1,6 +1,8 @@
 """Pane recording (`--record_panes`): what each grouping step's per-key core saw and did, on
 every runner, read back with `headrace.diagram.recording.read_panes`."""
 
+import re
+
 import pytest
 
 import headrace as beam
@@ -161,6 +163,9 @@ def test_a_diagram_shows_every_pane_element_and_dropped_element(tmp_path):
     out = tmp_path / "d.html"
     assert cli.main(["diagram", rec, "--step", "Sum", "-o", str(out)]) == 0
     assert out.read_text().startswith("<!DOCTYPE html>") and "<svg" in out.read_text()
+    tips = re.findall(r"<title>([^<]*)</title>", out.read_text())   # hover texts
+    assert sum(t.startswith("element ") for t in tips) == len(_rows(read_panes(rec, "Sum"), "element"))
+    assert any(" pane 0 of window " in t for t in tips)
     assert cli.main(["diagram", rec, "-o", str(tmp_path / "d.png")]) == 0   # the only step
     assert (tmp_path / "d.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert cli.main(["diagram", rec, "--step", "Other"]) == 2
