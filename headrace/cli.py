@@ -12,23 +12,22 @@ from importlib import metadata
 from typing import List, Optional, Sequence
 
 
+#: The subcommands that parse their own arguments, with what each does.
+_OWN_HELP = (
+    ("demo", "generate event logs and run the sessions & billing example job"),
+    ("report", "render a run report written with --report=DIR again and open it"),
+    ("diagram", "draw the pane diagram of a grouping step recorded with --record_panes=DIR"),
+    ("graph", "draw the graph of the pipeline a script runs, without running it"),
+)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="headrace",
         description="headrace: the Dataflow Model (Apache Beam's programming model) in Python.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    sub.add_parser("demo", add_help=False,
-                   help="generate event logs and run the sessions & billing example job "
-                        "(`headrace demo --help` lists its flags)")
-    sub.add_parser("report", add_help=False,
-                   help="render a run report written with --report=DIR again and open it "
-                        "(`headrace report --help`)")
-    sub.add_parser("diagram", add_help=False,
-                   help="draw the pane diagram of a grouping step recorded with --record_panes=DIR "
-                        "(`headrace diagram --help`)")
-    sub.add_parser("graph", add_help=False,
-                   help="draw the graph of the pipeline a script runs, without running it "
-                        "(`headrace graph --help`)")
+    for name, text in _OWN_HELP:   # each parses its own arguments: `headrace NAME --help`
+        sub.add_parser(name, add_help=False, help=f"{text} (`headrace {name} --help`)")
     sub.add_parser("version", help="print the versions of headrace, Python and PySpark")
     sub.add_parser("jvm-archive", help="build the class archive that makes the Spark driver "
                                        "JVM start faster (once per Java and PySpark version; "

@@ -79,10 +79,11 @@ class RunReport:
             self.finish(result)
 
     def poll(self, result: Any) -> None:
-        """Takes in the micro-batches reported since the last call; rewrites the page when
-        `--report_refresh_seconds` have passed since it was last written."""
-        self._take_batches(result)
+        """When `--report_refresh_seconds` have passed since the page was last written, takes
+        in the micro-batches reported since and writes it again (Spark keeps the last 100
+        batches' reports, so a refresh over 100 batches' time leaves the older ones out)."""
         if time.monotonic() - self._written >= self.refresh:
+            self._take_batches(result)
             self.write(result, final=False)
 
     def _take_batches(self, result: Any) -> None:

@@ -4,7 +4,6 @@ late data, a streaming run's micro-batches and the pane diagrams recorded."""
 from __future__ import annotations
 
 import os
-import time
 from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 from headrace.runners.kit.dofn_runner import DEAD_LETTER_SAMPLE, DEAD_LETTERS
@@ -120,8 +119,3 @@ def diagrams(record_dir: Optional[str], out_dir: str) -> List[Dict[str, Any]]:
             entry["error"] = f"{type(exc).__name__}: {exc}"
         out.append(entry)
     return out
-
-
-def now() -> float:
-    """The wall-clock time, seconds since the epoch."""
-    return time.time()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime
 import html
-import io
 from typing import Any, Dict, List, Optional, Tuple
 
 from headrace.utils import layered_graph as layout
@@ -61,9 +60,10 @@ def graph_svg(graph: Dict[str, Any], counts: Dict[str, int]) -> str:
 
 
 def _plot(title: str, ylabel: str, series: List[Tuple[str, List[float], List[float]]]) -> str:
-    """One line plot as SVG text (matplotlib)."""
-    from matplotlib import rc_context
+    """One line plot as SVG text (matplotlib; the pane diagrams' `svg_text`)."""
     from matplotlib.figure import Figure
+
+    from headrace.diagram import svg_text
     fig = Figure(figsize=(5.2, 2.7))
     ax = fig.add_subplot()
     for name, xs, ys in series:
@@ -76,11 +76,8 @@ def _plot(title: str, ylabel: str, series: List[Tuple[str, List[float], List[flo
     ax.grid(alpha=0.3)
     if len(series) > 1:
         ax.legend(fontsize=7)
-    buf = io.StringIO()
-    with rc_context({"svg.fonttype": "none", "svg.hashsalt": "headrace"}):
-        fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
-    text = buf.getvalue()
-    return text[text.index("<svg"):]
+    text = svg_text(fig)
+    return text[text.index("<svg"):]   # inline: without the XML prologue
 
 
 def plots(batches: List[Dict[str, Any]]) -> List[str]:

@@ -12,6 +12,7 @@ import shutil
 import pytest
 
 import headrace as beam
+from headrace.options.pipeline_options import PipelineOptions
 from headrace.examples.paper_figures import paper_stream
 from headrace.transforms import trigger, window
 from tests._browser import browser
@@ -19,10 +20,15 @@ from tests._browser import browser
 ARTIFACTS = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "artifacts")
 
 
-def _streaming_run(make_pipeline, tmp_path):
+def _streaming_run(tmp_path):
+    """The paper's stream on Spark streaming (spark-local's options), with a report and a
+    pane recording."""
+    from tests.conftest import RUNNER_CONFIGS
     out, rec = tmp_path / "report", tmp_path / "panes"
-    p = make_pipeline(report=str(out), report_refresh_seconds=0.0, record_panes=str(rec),
-                      test_stream_events_per_batch=1)
+    name, extra = RUNNER_CONFIGS["spark-local"]
+    p = beam.Pipeline(runner=name, options=PipelineOptions(
+        **extra, streaming=True, report=str(out), report_refresh_seconds=0.0,
+        record_panes=str(rec), test_stream_events_per_batch=1))
     _ = (p | paper_stream()
          | beam.WindowInto(window.FixedWindows(120),
                            trigger=trigger.AfterWatermark(early=trigger.AfterProcessingTime(60),
@@ -35,14 +41,13 @@ def _streaming_run(make_pipeline, tmp_path):
     return out
 
 
-def test_a_streaming_run_report_draws_in_chromium(make_pipeline, runner, tmp_path):
-    if not runner.startswith("spark"):
-        pytest.skip("micro-batches are the Spark streaming runner's")
-    if runner != "spark-local":
-        pytest.skip("the browser checks one page; spark-local's is enough")
+def test_a_streaming_run_report_draws_in_chromium(tmp_path):
+    from tests.conftest import RUNNERS
+    if "spark-local" not in RUNNERS:
+        pytest.skip("runs on the spark-local runner configuration, not among HEADRACE_TEST_RUNNERS")
     driver = browser()
     try:
-        out = _streaming_run(make_pipeline, tmp_path)
+        out = _streaming_run(tmp_path)
         with open(out / "report.json", encoding="utf-8") as fh:
             report = json.load(fh)
         assert report["run"]["state"] == "DONE"

@@ -452,13 +452,13 @@ class ParDoRunner:
                              self.label, _short_repr(wv.value), type(cb_exc).__name__, cb_exc,
                              exc_info=True)
             set_current_step(self.label)
+        step = dl.get("step") or self.label
         container = CURRENT.container
         if container is not None:
-            step = dl.get("step") or self.label
             container.update("counter", step, "headrace", DEAD_LETTERS, 1)
             container.update("gauge", step, "headrace", DEAD_LETTER_SAMPLE,
                              f"{type(exc).__name__}: {exc} (element {_short_repr(wv.value)})")
-        bad = WindowedValue((wv.value, ErrorInfo(exc, dl.get("step") or self.label)), wv.timestamp_us,
+        bad = WindowedValue((wv.value, ErrorInfo(exc, step)), wv.timestamp_us,
                             wv.windows, wv.pane_info, wv.is_retraction)
         self._send(dl["tag"], bad)
 

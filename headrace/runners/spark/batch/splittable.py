@@ -211,9 +211,7 @@ class _StageInput:
 
     def _chain(self, row_attributes: bool) -> Any:
         if row_attributes not in self.chains:
-            # (a stage counting its elements for the run report runs unvectorised)
-            self.chains[row_attributes] = None if self.stage.counts else vector_chain(
-                self.stage.steps, self.stage.root, row_attributes)
+            self.chains[row_attributes] = vector_chain(self.stage, row_attributes)
         return self.chains[row_attributes]
 
     def of(self, outputs: List[WindowedValue]) -> Iterator[Any]:

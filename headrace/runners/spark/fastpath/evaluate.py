@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 
 from headrace.model.time import MIN_TIMESTAMP_MICROS
 from headrace.model.window import GLOBAL_WINDOWS_TUPLE, FixedWindows, GlobalWindows, Sessions
-from headrace.runners.kit.stage import StepSpec
+from headrace.runners.kit.stage import FusedStage
 from headrace.runners.kit.columnar import plain_steps
 from headrace.runners.spark.fastpath.tracer import (_I64_MAX, _I64_MIN, _TV, _GiveUp, _proxy, _shape,
                                                     _trace, _Unsupported)
@@ -37,9 +37,13 @@ _TIME_GUARD = 2**62  # timestamps beyond this are left to Python (window arithme
 _WINDOWFNS = (GlobalWindows, FixedWindows, Sessions)
 
 
-def vector_chain(steps: Sequence[StepSpec], root: int, row_attributes: bool) -> Optional["VectorChain"]:
-    """A VectorChain for a linear chain of vectorisable steps reading rows at `root`, else None."""
-    plain = plain_steps(steps, root)
+def vector_chain(stage: FusedStage, row_attributes: bool) -> Optional["VectorChain"]:
+    """A VectorChain for a stage that is a linear chain of vectorisable steps reading rows at
+    its root, else None (also for a stage counting its elements for the run report: the
+    vectorised run does not count)."""
+    if stage.counts:
+        return None
+    plain = plain_steps(stage.steps, stage.root)
     return compile_chain([(kind, fn) for kind, fn, _ in plain], row_attributes) if plain else None
 
 

@@ -8,7 +8,7 @@ import json
 import sys
 import threading
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from headrace.metrics.metric import MetricResults, MetricsContainer
 from headrace.model.time import MAX_TIMESTAMP_MICROS, MIN_TIMESTAMP_MICROS
@@ -110,22 +110,17 @@ class StreamingPipelineResult(PipelineResult):
         report's): batch, time (its start, seconds since the epoch), rows, rows_per_second,
         duration_s, watermarks (`watermark_lags`), late_dropped (so far) and state_rows."""
         out = []
-        for report in list(self.query.recentProgress):
-            batch = field(report, "batchId")
-            if batch is None or int(batch) <= after:
-                continue
-            millis = (field(report, "durationMs") or {}).get("triggerExecution")
+        for report in reports_after(self.query, after):
+            batch, rows, rate, seconds = batch_figures(report)
             stamp = field(report, "timestamp")
             try:
                 start = datetime.datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).timestamp()
             except ValueError:
                 start = None
             out.append({
-                "batch": int(batch), "time": start, "rows": int(field(report, "numInputRows") or 0),
-                "rows_per_second": float(field(report, "processedRowsPerSecond") or 0.0),
-                "duration_s": None if millis is None else int(millis) / 1000,
-                "watermarks": watermark_lags(report, self.labels),
-                "late_dropped": late_dropped(self.files, int(batch), self.n_groupings),
+                "batch": batch, "time": start, "rows": rows, "rows_per_second": rate,
+                "duration_s": seconds, "watermarks": watermark_lags(report, self.labels),
+                "late_dropped": late_dropped(self.files, batch, self.n_groupings),
                 "state_rows": state_rows(report)})
         return out
 
@@ -232,26 +227,20 @@ class BatchLines:
     def poll(self) -> None:
         """Prints a line for each micro-batch reported since the last call."""
         try:
-            reports = list(self.query.recentProgress)
+            reports = reports_after(self.query, self.last)
         except Exception:   # the session is gone: nothing more to report
             return
         for report in reports:
-            batch = field(report, "batchId")
-            if batch is None or int(batch) <= self.last:
-                continue
-            self.last = int(batch)
+            self.last = int(field(report, "batchId"))
             print(self.line(report), file=self.stream, flush=True)
 
     def line(self, report: Any) -> str:
         """One micro-batch's report as a line (see the class doc)."""
-        batch = int(field(report, "batchId"))
-        rows = int(field(report, "numInputRows") or 0)
-        rate = float(field(report, "processedRowsPerSecond") or 0.0)
-        millis = (field(report, "durationMs") or {}).get("triggerExecution")
+        batch, rows, rate, seconds = batch_figures(report)
         # (Spark's input rows: a source's rows, which may each carry many elements)
         parts = [f"batch {batch}", f"{rows:,} input rows", f"{rate:,.0f} rows/s"]
-        if millis is not None:
-            parts.append(f"{int(millis) / 1000:.2f} s")
+        if seconds is not None:
+            parts.append(f"{seconds:.2f} s")
         marks = self._watermarks(report)
         if marks:
             parts.append("watermark " + ", ".join(marks))
@@ -264,6 +253,21 @@ class BatchLines:
         return [f"{self.labels.get(g, g)} {_instant(w)}"
                 for g, w in enumerate(input_watermarks(report))][:4]
 
+
+def reports_after(query: Any, after: int) -> List[Any]:
+    """The query's progress reports of the micro-batches after batch `after`, oldest first
+    (those Spark still keeps: spark.sql.streaming.numRecentProgressUpdates, default 100)."""
+    return [r for r in list(query.recentProgress)
+            if field(r, "batchId") is not None and int(field(r, "batchId")) > after]
+
+
+def batch_figures(report: Any) -> Tuple[int, int, float, Optional[float]]:
+    """A micro-batch's id, Spark's input rows, rows per second and duration in seconds (None
+    when not reported), from its progress report."""
+    millis = (field(report, "durationMs") or {}).get("triggerExecution")
+    return (int(field(report, "batchId")), int(field(report, "numInputRows") or 0),
+            float(field(report, "processedRowsPerSecond") or 0.0),
+            None if millis is None else int(millis) / 1000)
 
 
 def watermark_lags(report: Any, labels: Dict[int, str]) -> Dict[str, Dict[str, float]]:

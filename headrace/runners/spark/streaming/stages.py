@@ -378,8 +378,7 @@ def _vector_read(spec: LevelSpec, i: int) -> Optional[_VectorRead]:
     combine_fn = coders.loads(fn_bytes)
     if vector_combiner(combine_fn, windowing) is None:
         return None
-    # (a stage counting its elements for the run report runs unvectorised)
-    chain = None if stage.counts else vector_chain(stage.steps, stage.root, source.row_attributes)
+    chain = vector_chain(stage, source.row_attributes)
     if chain is None:
         return None
     return _VectorRead(label, source, chain, out, g, g_label, combine_fn, windowing)
