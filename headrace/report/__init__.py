@@ -71,8 +71,7 @@ class RunReport:
     def attach(self, result: Any) -> None:
         """Called with the run's result: writes the final report of a run that has ended, or
         the first of a streaming run (whose result then polls this report as it waits)."""
-        state = getattr(result.state, "value", str(result.state))
-        if state == "RUNNING" and hasattr(result, "reporter"):
+        if _state_name(result) == "RUNNING" and hasattr(result, "reporter"):
             result.reporter = self
             self.write(result, final=False)
         else:
@@ -100,9 +99,7 @@ class RunReport:
         self._finished = True
         if result is not None and hasattr(result, "batch_records"):
             self._take_batches(result)
-        state = "FAILED" if error is not None else getattr(
-            getattr(result, "_state", None), "value", None) or "DONE"
-        self.run["state"] = state
+        self.run["state"] = "FAILED" if error is not None else _state_name(result)
         if error is not None:
             self.run["error"] = f"{type(error).__name__}: {error}"
         elif getattr(result, "_error", None) is not None:
@@ -113,6 +110,12 @@ class RunReport:
         """Writes report.json and index.html now."""
         write(self.directory, self._content(result, final))
         self._written = time.monotonic()
+
+
+def _state_name(result: Any) -> str:
+    """The run's state by name (DONE, FAILED, RUNNING, ...), from its result's public `state`."""
+    state = result.state
+    return str(getattr(state, "value", state))
 
 
 def main(argv: Optional[List[str]] = None) -> int:
