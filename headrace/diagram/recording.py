@@ -17,8 +17,10 @@ time the core was called at:
 
 `RecordPanes` says what to record: which steps (by label; all grouping steps by default), which
 keys (by their `str()`), an event-time range, and at most how many elements per writer (a
-writer is one per step and process: a Spark task's, or the local runner's). Rows carry a writer
-id and a sequence number, so a reader can put each writer's events back in their order.
+writer is one per step and Spark task, or the local runner's). Rows carry a writer id and a
+sequence number, so a reader can put each writer's events back in their order; a Spark task
+computed again (retried, replayed, recomputed) replaces its own files (`PaneRecorder`), so
+each row is recorded once.
 `read_panes` reads them back. The recorder imports pyarrow only when it writes.
 """
 
@@ -77,9 +79,9 @@ class RecordPanes:
         """Whether the grouping step `label` is recorded."""
         return self.steps is None or label in self.steps
 
-    def recorder(self, label: str) -> "PaneRecorder":
-        """A new writer of the step `label`'s recording."""
-        return PaneRecorder(self, label)
+    def recorder(self, label: str, writer: Optional[str] = None) -> "PaneRecorder":
+        """A new writer of the step `label`'s recording; `writer` names it (see `PaneRecorder`)."""
+        return PaneRecorder(self, label, writer)
 
 
 def recorded_step(recording: Optional[RecordPanes], label: str) -> Optional[RecordPanes]:
@@ -121,12 +123,17 @@ def _value(value: Any) -> Tuple[str, Optional[float]]:
 
 
 class PaneRecorder:
-    """One writer of a step's recording (see the module doc); `close` writes what it holds."""
+    """One writer of a step's recording (see the module doc); `close` writes what it holds.
 
-    def __init__(self, spec: RecordPanes, label: str) -> None:
+    `writer` names the writer's files. A Spark task names it after what it computes (its
+    partition; in streaming, also the micro-batch), so an attempt computed again (a retried
+    task, a replayed micro-batch, a partition Spark recomputes) writes the same rows to the
+    same files, replacing them: the recording holds each once. Without a name, a fresh one."""
+
+    def __init__(self, spec: RecordPanes, label: str, writer: Optional[str] = None) -> None:
         self.spec = spec
         self.label = label
-        self.writer = uuid.uuid4().hex[:12]
+        self.writer = writer if writer is not None else uuid.uuid4().hex[:12]
         self.seq = 0
         self.rows: Dict[str, List[Any]] = {c: [] for c in COLUMNS}
         self.elements = 0
@@ -228,8 +235,9 @@ class PaneRecorder:
         d = step_directory(self.spec.directory, self.label)
         os.makedirs(d, exist_ok=True)
         path = os.path.join(d, f"part-{self.writer}-{self.seq:012d}.parquet")
-        pq.write_table(table, path + ".tmp")
-        os.replace(path + ".tmp", path)   # a reader never sees a half-written file
+        temp = f"{path}.{uuid.uuid4().hex[:8]}.tmp"   # (two attempts may write at once)
+        pq.write_table(table, temp)
+        os.replace(temp, path)   # a reader never sees a half-written file
         self.rows = {c: [] for c in COLUMNS}
 
     close = flush

@@ -82,8 +82,8 @@ def _plot(title: str, ylabel: str, series: List[Tuple[str, List[float], List[flo
 
 def plots(batches: List[Dict[str, Any]]) -> List[str]:
     """A streaming run's plots over its micro-batches: input rows per second, batch durations,
-    each grouping's input and output watermark lag (behind its processing time) and the late
-    elements dropped."""
+    each source step's watermark lag and each grouping's input and output watermark lag (behind
+    their processing time) and the late elements dropped."""
     if not batches:
         return []
     xs = [float(b["batch"]) for b in batches]
@@ -93,12 +93,16 @@ def plots(batches: List[Dict[str, Any]]) -> List[str]:
                  [("duration", xs, [b["duration_s"] or 0.0 for b in batches])])]
     lags: Dict[str, Tuple[List[float], List[float]]] = {}
     for b in batches:
-        for step, marks in sorted(b.get("watermarks", {}).items()):
-            for side in ("input", "output"):
-                if side + "_lag_s" in marks:
-                    xs_, ys_ = lags.setdefault(f"{step} {side}", ([], []))
-                    xs_.append(float(b["batch"]))
-                    ys_.append(marks[side + "_lag_s"])
+        series = [(f"{step} (source)", marks.get("output_lag_s"))
+                  for step, marks in sorted(b.get("source_watermarks", {}).items())]
+        series += [(f"{step} {side}", marks.get(side + "_lag_s"))
+                   for step, marks in sorted(b.get("watermarks", {}).items())
+                   for side in ("input", "output")]
+        for name, lag in series:
+            if lag is not None:
+                xs_, ys_ = lags.setdefault(name, ([], []))
+                xs_.append(float(b["batch"]))
+                ys_.append(lag)
     if lags:
         out.append(_plot("watermark lag (processing time - watermark)", "seconds",
                          [(name, v[0], v[1]) for name, v in lags.items()]))

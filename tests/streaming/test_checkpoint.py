@@ -85,3 +85,38 @@ def test_a_plan_needing_a_module_of_the_users_that_is_missing_stays_an_import_er
         fh.write(b"cusers_module_not_installed\nparse\n.")
     with pytest.raises(ImportError, match="users_module_not_installed"):
         files.read_plan()
+
+
+def test_a_replayed_micro_batch_records_its_panes_once(runner, make_pipeline, tmp_path):
+    """Spark replays a micro-batch whose commit it did not write (a driver that died after the
+    batch ran): the replay's tasks write the same pane recording, which replaces what the first
+    run wrote instead of adding to it."""
+    if runner == "LocalRunner":
+        pytest.skip("checkpoints are the Spark streaming runner's")
+    from headrace.diagram.recording import read_panes
+
+    where, rec = tmp_path / "ckpt", str(tmp_path / "rec")
+
+    def run():
+        p = make_pipeline(checkpoint_location=str(where), record_panes=rec,
+                          test_stream_events_per_batch=1)
+        assert_that(_sums(p), equal_to([("a", 3), ("b", 5)]))
+        assert p.run().wait_until_finish() == beam.PipelineState.DONE
+
+    def rows():
+        return sorted(repr(sorted((k, v) for k, v in r.items() if k != "seq"))
+                      for r in read_panes(rec).to_pylist())
+
+    run()
+    first = rows()
+    assert sum("('kind', 'pane')" in r and "('step', 'Sum')" in r for r in first) == 2, first
+    def committed():
+        return sorted(int(f.name) for f in (where / "spark" / "commits").iterdir()
+                      if f.name.isdigit())
+
+    last = committed()[-1]   # the last batch (it fired the panes) ran but did not commit
+    (where / "spark" / "commits" / str(last)).unlink()
+    (where / "spark" / "commits" / f".{last}.crc").unlink(missing_ok=True)
+    run()
+    assert committed()[-1] == last
+    assert rows() == first

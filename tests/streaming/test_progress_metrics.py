@@ -18,14 +18,14 @@ def test_a_streaming_query_reports_its_batches_and_their_durations(make_pipeline
     if not runner.startswith("spark"):
         pytest.skip("the query's progress is the Spark streaming runner's")
     p = make_pipeline(test_stream_events_per_batch=1)   # a micro-batch per step (or two)
-    _ = (p | TestStream().add_elements([TV(("a", 1), 1), TV(("b", 2), 2)])
+    _ = (p | "Events" >> TestStream().add_elements([TV(("a", 1), 1), TV(("b", 2), 2)])
          .advance_watermark_to(20).add_elements([TV(("a", 3), 25)]).advance_watermark_to_infinity()
          | beam.WindowInto(window.FixedWindows(10)) | "Sum" >> beam.CombinePerKey(sum))
     result = p.run()
     result.wait_until_finish()
     got = result.metrics().query(MetricsFilter().with_namespace("headrace.spark_streaming"))
     gauges = {g.key.metric.name: g.committed.value for g in got["gauges"]
-              if g.key.metric.name != "input_watermark_us"}
+              if not g.key.metric.name.endswith("watermark_us")}
     dists = {d.key.metric.name: d.committed for d in got["distributions"]}
     assert gauges["batches"] >= 2          # the events merge into few micro-batches, not one
     assert dists["batch_duration_ms"].count == gauges["batches"]
@@ -37,6 +37,37 @@ def test_a_streaming_query_reports_its_batches_and_their_durations(make_pipeline
     marks = {g.key.step: g.committed.value for g in got["gauges"]
              if g.key.metric.name == "input_watermark_us"}
     assert list(marks) == ["Sum"] and marks["Sum"] >= beam.window.MAX_TIMESTAMP.micros
+    # and each source step's watermark after the last batch (the script's end: +infinity)
+    sources = {g.key.step: g.committed.value for g in got["gauges"]
+               if g.key.metric.name == "source_watermark_us"}
+    assert list(sources) == ["Events"] and sources["Events"] >= beam.window.MAX_TIMESTAMP.micros
+
+
+def test_the_source_watermarks_follow_a_test_stream_and_a_bounded_read(make_pipeline, runner,
+                                                                        tmp_path):
+    """Each source step's watermark after each batch, as the lines and the run report show it:
+    a TestStream's follows its script; a file read's (a splittable DoFn's) is its reader's
+    output watermark, at +infinity once read."""
+    if not runner.startswith("spark"):
+        pytest.skip("the query's progress is the Spark streaming runner's")
+    path = tmp_path / "in.txt"
+    path.write_text("2\n")
+    p = make_pipeline(test_stream_events_per_batch=1)
+    events = p | "Events" >> (TestStream().add_elements([TV(("a", 1), 1)]).advance_watermark_to(30)
+                              .add_elements([TV(("a", 3), 31)]).advance_watermark_to_infinity())
+    lines = p | "Lines" >> beam.io.ReadFromText(str(path)) | beam.Map(lambda x: TV(("b", int(x)), 5))
+    _ = ((events, lines) | beam.Flatten() | beam.WindowInto(window.FixedWindows(10))
+         | "Sum" >> beam.CombinePerKey(sum))
+    result = p.run()
+    result.wait_until_finish()
+    seen = [r["source_watermarks"] for r in result.batch_records(-1)]
+    events_marks = [m["Events"]["output_us"] for m in seen if "Events" in m]
+    assert 30_000_000 in events_marks and events_marks == sorted(events_marks)
+    got = result.metrics().query(MetricsFilter().with_namespace("headrace.spark_streaming")
+                                 .with_name("source_watermark_us"))["gauges"]
+    last = {g.key.step: g.committed.value for g in got}
+    assert sorted(last) == ["Events", "Lines/Read"], last   # (ReadFromText's Read)
+    assert all(v >= beam.window.MAX_TIMESTAMP.micros for v in last.values())
 
 
 def test_the_state_a_grouping_holds_is_counted_and_dropped_when_its_windows_expire(

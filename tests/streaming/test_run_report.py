@@ -59,6 +59,10 @@ def test_a_streaming_run_report_draws_in_chromium(tmp_path):
         # (a watermark at either end of time is left out: the input's at +inf once it ended)
         assert all(m["output_us"] <= m.get("input_us", m["output_us"]) for m in lags if "output_us" in m)
         assert any("input_lag_s" in m for m in lags)
+        # the source's own watermark (a TestStream's, behind its script's processing time)
+        sources = [b["source_watermarks"] for b in batches if b["source_watermarks"]]
+        assert sources and all(set(m) == {"TestStream"} for m in sources)
+        assert all(m["TestStream"]["output_lag_s"] >= 0 for m in sources)
         assert report["diagrams"] and report["diagrams"][0]["file"]
         driver.get("file://" + str(out / "index.html"))
         nodes = driver.find_elements("css selector", "svg.hr-graph g.hr-node")

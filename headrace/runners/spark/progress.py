@@ -2,14 +2,16 @@
 
 * A batch run (`BatchProgress`): a live display, redrawn a few times a second from Spark's
   status tracker (`SparkContext.statusTracker()`): the run's tasks done of its tasks so far,
-  the elapsed time and an estimate of the time left, and a line per running stage, named after
-  the pipeline's steps, with its tasks done of total. Drawn with `rich` on standard error.
+  the records its reads produced (counted by headrace, as their tasks end), the elapsed time
+  and an estimate of the time left, and a line per running stage, named after the pipeline's
+  steps, with its tasks done of total. On Spark Connect, which has no status tracker, from the
+  session's progress handler: tasks done of total and bytes read, per stage. Drawn with `rich`
+  on standard error.
 * A streaming run (`streaming.result.BatchLines`): one line per micro-batch on standard error:
   batch id, Spark's input rows and rows per second, each grouping's input watermark, late
   elements dropped so far and rows in state (figures `PipelineResult.metrics()` reads too).
 
-Both are quiet unless standard error is a terminal, and with `--no_progress`. Spark Connect
-has no status tracker: a batch run there shows no live display.
+Both are quiet unless standard error is a terminal, and with `--no_progress`.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 _REFRESH_SECONDS = 0.25
 
@@ -37,17 +39,29 @@ def wanted(options: Any, stream: Any = None) -> bool:
 
 class BatchProgress:
     """The live display of one batch run's Spark jobs (job group `group`); a context manager
-    that does nothing when `enabled` is false or the context has no status tracker."""
+    that does nothing when `enabled` is false.
 
-    def __init__(self, sc: Any, group: str, title: str, enabled: bool) -> None:
+    `sc` is a SparkContext, whose status tracker names the run's stages, or, on Spark Connect,
+    the batch runner's `frames.FrameContext`, whose session's progress handler reports the
+    stages of its operations (Spark Connect has no status tracker: no step names there, and
+    the bytes its stages read). `records` reads how many records the run's reads produced so
+    far (updated as their tasks end), or is None."""
+
+    def __init__(self, sc: Any, group: str, title: str, enabled: bool,
+                 records: Optional[Callable[[], int]] = None) -> None:
         self.sc = sc
         self.group = group
         self.title = title
-        self.enabled = enabled and hasattr(sc, "statusTracker")
+        self.records = records
+        self.connect = getattr(sc, "spark", None) if not hasattr(sc, "statusTracker") else None
+        self.enabled = enabled and (hasattr(sc, "statusTracker") or
+                                    hasattr(self.connect, "registerProgressHandler"))
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
         self._live: Any = None
         self._start = 0.0
+        self._operations: Dict[str, Dict[int, Any]] = {}   # Spark Connect: by operation id
+        self._read_bytes = 0
 
     def __enter__(self) -> "BatchProgress":
         if not self.enabled:
@@ -55,6 +69,8 @@ class BatchProgress:
         from rich.console import Console
         from rich.live import Live
         self._start = time.monotonic()
+        if self.connect is not None:
+            self.connect.registerProgressHandler(self._on_connect_progress)
         self._live = Live(self._render({}), console=Console(file=sys.stderr), transient=False,
                           refresh_per_second=1 / _REFRESH_SECONDS)
         self._live.__enter__()
@@ -67,6 +83,8 @@ class BatchProgress:
             return
         self._stop.set()
         self._thread.join()
+        if self.connect is not None:
+            self.connect.removeProgressHandler(self._on_connect_progress)
         self._live.update(self._render(self._stages(), done=exc[0] is None))
         self._live.__exit__(*exc)
 
@@ -77,38 +95,67 @@ class BatchProgress:
             except Exception:   # a context being stopped: the run reports its own error
                 return
 
-    def _stages(self) -> Dict[int, Any]:
-        """The run's stages Spark knows of, by id: (name, tasks, done, active)."""
+    def _on_connect_progress(self, stages: Any, inflight_tasks: int, operation_id: Any,
+                             done: bool) -> None:
+        """Spark Connect's progress handler: an operation's stages as the server reports them
+        (an error raised here would fail the operation: none is)."""
+        try:
+            known = self._operations.setdefault(str(operation_id), {})
+            for st in stages or ():
+                active = 1 if inflight_tasks and not (st.done or done) else 0
+                known[st.stage_id] = (f"stage {st.stage_id}", int(st.num_tasks),
+                                      int(st.num_completed_tasks), active, int(st.num_bytes_read))
+        except Exception:   # (a report of another shape: the display misses it)
+            pass
+
+    def _stages(self) -> Dict[Any, Any]:
+        """The run's stages Spark knows of: (name, tasks, done, active), by id."""
+        if self.connect is not None:
+            stages = {(op, sid): st for op, known in list(self._operations.items())
+                      for sid, st in list(known.items())}
+            self._read_bytes = sum(st[4] for st in stages.values())
+            return {k: st[:4] for k, st in stages.items()}
         tracker = self.sc.statusTracker()
-        stages: Dict[int, Any] = {}
+        found: Dict[Any, Any] = {}
         for job in tracker.getJobIdsForGroup(self.group):
             info = tracker.getJobInfo(job)
             for sid in (info.stageIds if info is not None else []):
                 s = tracker.getStageInfo(sid)
                 if s is not None:
-                    stages[sid] = (s.name, s.numTasks, s.numCompletedTasks, s.numActiveTasks)
-        return stages
+                    found[sid] = (s.name, s.numTasks, s.numCompletedTasks, s.numActiveTasks)
+        return found
 
-    def _render(self, stages: Dict[int, Any], done: bool = False) -> Any:
+    def _read(self, elapsed: float) -> str:
+        """What the run read so far: its reads' records (and their rate), or the bytes its
+        stages read (Spark Connect), or nothing to say."""
+        n = self.records() if self.records is not None else 0
+        if n:
+            return f", {n:,} records read ({n / max(elapsed, 1e-3):,.0f}/s)"
+        if self._read_bytes:
+            return f", {self._read_bytes / 2**20:,.1f} MiB read"
+        return ""
+
+    def _render(self, stages: Dict[Any, Any], done: bool = False) -> Any:
         from rich.table import Table
         from rich.text import Text
         total = sum(t for _, t, _, _ in stages.values())
         finished = sum(d for _, _, d, _ in stages.values())
         elapsed = time.monotonic() - self._start
+        read = self._read(elapsed)
         left = ""
         if 0 < finished < total and not done:
             left = f", about {_clock(elapsed * (total - finished) / finished)} left"
         table = Table.grid(padding=(0, 1))
         if done:   # (a stage Spark skipped, its shuffle output reused, never ran its tasks)
-            table.add_row(Text(f"{self.title}: done, {finished:,} tasks, {_clock(elapsed)}",
+            table.add_row(Text(f"{self.title}: done, {finished:,} tasks{read}, {_clock(elapsed)}",
                                style="bold"))
             return table
-        table.add_row(Text(f"{self.title}: running, {finished:,}/{total:,} tasks, "
+        table.add_row(Text(f"{self.title}: running, {finished:,}/{total:,} tasks{read}, "
                            f"{_clock(elapsed)}{left}", style="bold"))
         running: List[Any] = [s for s in stages.values() if s[3] > 0 or 0 < s[2] < s[1]]
         for name, tasks, completed, active in running[:8]:
             table.add_row(Text(f"  {_short(name)}: {completed}/{tasks} tasks"
-                               + (f" ({active} running)" if active else "")))
+                               + (f" ({active} running)" if active and self.connect is None else "")))
         return table
 
 

@@ -27,13 +27,15 @@ class MetricsParam(AccumulatorParam):
 
 class TaskEnv(WorkerEnv):
     """A batch task's `WorkerEnv` with the Spark accumulators its metric updates go to (one for
-    committed, one for attempted updates)."""
+    committed, one for attempted updates), and, when the run's progress is shown, the one its
+    reads count their records in (`records_read`, else None)."""
 
     def __init__(self, committed: Any, attempted: Any, bundle_size: int, max_attempts: int,
                  marker_dir: str) -> None:
         super().__init__(bundle_size, max_attempts, marker_dir)
         self.committed = committed
         self.attempted = attempted
+        self.records_read: Any = None
 
     def report(self, committed: MetricsContainer, attempted: MetricsContainer) -> None:
         """Sends a task's metric updates to the driver."""

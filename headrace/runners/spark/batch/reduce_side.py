@@ -69,12 +69,15 @@ def reduce_fn(env: TaskEnv, label: str, windowing: Windowing, combine_fn_bytes: 
                                 input_retractions=input_retractions,
                                 inputs_are_accumulators=accumulators_in, expire_at_end_of_window=True,
                                 finish=finish)
-        if recording is not None:
-            grouping.recorder = recording.recorder(label)
+        if recording is not None:   # (named after the partition: see recording.PaneRecorder)
+            from pyspark import TaskContext
+            ctx = TaskContext.get()
+            grouping.recorder = recording.recorder(
+                label, f"p{ctx.partitionId() if ctx is not None else 0:05d}")
         committed = MetricsContainer()
         yield from guarded(env, label, "combining or grouping", _reduce_partition(
             label, grouping, lifecycle, it, env.bundle_size, follow, committed))
-        grouping.close_recording()   # (a failed attempt writes none)
+        grouping.close_recording()   # (a retry replaces a failed attempt's files, if it wrote any)
         env.report(committed, committed)
     return run
 

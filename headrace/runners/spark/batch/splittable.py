@@ -267,6 +267,9 @@ class _WaveTask:
                 if finalizer is not None:
                     self.finalizers.append(finalizer)
                 self.residuals.extend(result.residuals)
+                if env.records_read is not None:   # (the live display's: `progress`)
+                    env.records_read.add(sum(len(wv.value) if type(wv.value) is RecordBlock else 1
+                                             for lst in result.outputs.values() for wv in lst))
                 yield result.outputs
 
 

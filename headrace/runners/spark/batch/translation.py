@@ -87,6 +87,11 @@ class BatchTranslation:
         self.labels = pyspark_compat.StepLabels(self.sc)
         self.recording = RecordPanes.from_options(options)
         self.show_progress = progress.wanted(options)
+        # the records the run's reads produced, for the live display (Spark Connect's
+        # accumulators reach the driver only with the next action's result: none there)
+        self.records_read = None
+        if self.show_progress and not isinstance(self.sc, FrameContext):
+            self.records_read = self.env.records_read = self.sc.accumulator(0)
 
     # ---- building --------------------------------------------------------------------
 
@@ -447,7 +452,9 @@ class BatchTranslation:
                 # a group of its own (an id() is reused once its object is freed)
                 group = f"headrace-{uuid.uuid4().hex[:16]}"
                 sc.setJobGroup(group, f"headrace pipeline ({len(self.pipeline.primitives())} steps)")
-                with progress.BatchProgress(sc, group, "headrace", self.show_progress):
+                records = self.records_read
+                with progress.BatchProgress(sc, group, "headrace", self.show_progress,
+                                            None if records is None else lambda: records.value):
                     self._build_and_run(sc)
             finally:
                 for rdd in self.persisted:

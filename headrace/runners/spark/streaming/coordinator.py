@@ -172,7 +172,7 @@ class Coordinator:
         self._merge = [all(pt_free[g] for g in gs) for gs in self._island_groupings]
         self.merge_elements = all(self._merge)
         # the islands that take their TestStream a chunk of steps per batch (`scripts`)
-        self.chunks = ScriptChunks(self.nodes, self.scripts, self._source_island,
+        self.chunks = ScriptChunks(self.nodes, self.scripts, self.source_island,
                                    self.n_islands, set(self.unbounded), chunk_events)
         # groupings that fire only at the end of their input: a move of their input watermark
         # short of +infinity needs no round (`_busy`)
@@ -220,7 +220,7 @@ class Coordinator:
             elif node.kind in HOLDING:
                 g_island[node.ref] = k
         self.n_islands = max(1, len(label))
-        self._source_island = source_island
+        self.source_island = source_island   # each source's island, by source index
         self._g_island = g_island
         self._island_sources = [[i for i in range(len(self.scripts)) if source_island[i] == k]
                                 for k in range(self.n_islands)]
@@ -381,8 +381,8 @@ class Coordinator:
         The final step (every output to +infinity) joins a step after which it changes nothing."""
         script = self.scripts[i]
         assert script is not None
-        island = self._island_groupings[self._source_island[i]]
-        merge = self._merge[self._source_island[i]]
+        island = self._island_groupings[self.source_island[i]]
+        merge = self._merge[self.source_island[i]]
         n = len(script)
         q = p
         while q < n and isinstance(script[q], ProcessingTimeEvent):

@@ -63,10 +63,11 @@ class GroupingSpec(NamedTuple):
     # the pane recording of this grouping (`--record_panes`; it is then not lifted)
     recording: Optional["RecordPanes"] = None
 
-    def core(self, on_panes: Any = None, accumulators: Optional[bool] = None) -> GroupingCore:
+    def core(self, on_panes: Any = None, accumulators: Optional[bool] = None,
+             writer: Optional[str] = None) -> GroupingCore:
         """A fresh GroupingCore for this grouping (its CombineFn set up; with side inputs, its
         panes go to `on_panes`); its inputs are accumulators if the grouping is lifted, unless
-        `accumulators` says otherwise."""
+        `accumulators` says otherwise; `writer` names its recording's writer."""
         fn = coders.loads(self.combine_fn) if self.combine_fn is not None else None
         if fn is not None:
             fn.setup()
@@ -75,7 +76,7 @@ class GroupingSpec(NamedTuple):
                             inputs_are_accumulators=self.lifted if accumulators is None else accumulators,
                             on_panes=on_panes if self.side_combiner is not None else None)
         if self.recording is not None:
-            core.recorder = self.recording.recorder(self.label)
+            core.recorder = self.recording.recorder(self.label, writer)
         return core
 
 
@@ -106,7 +107,7 @@ class GroupingOperator(BucketOperator):
             batches, partials = got[2], got[:2]
         else:
             batches, partials = got, None
-        core = self._core(g)
+        core = self._core(g, ctl.batch)
         rec = recs.get(kb)
         prev, cur = ctl.input_watermarks_before[g], ctl.input_watermarks[g]
         pt = ctl.processing_times[g]
@@ -136,7 +137,7 @@ class GroupingOperator(BucketOperator):
                 rec, wakeup = _add_partials(core, rec, partials, prev, pt, out, late)
             if batches:
                 if partials is not None:   # a split lift's inputs behind the watermark
-                    core = self._element_core(g)
+                    core = self._element_core(g, ctl.batch)
                 rec, wakeup = _add_elements(core, rec, batches, prev, pt, out, late)
             if rec is None:  # nothing came for a key without state
                 return
@@ -164,18 +165,20 @@ class GroupingOperator(BucketOperator):
             if fn is not None:
                 fn.teardown()
 
-    def _core(self, g: int) -> GroupingCore:
-        """Grouping `g`'s core."""
+    def _core(self, g: int, batch: int) -> GroupingCore:
+        """Grouping `g`'s core (in micro-batch `batch`)."""
         core = self.cores.get(g)
         if core is None:
-            core = self.cores[g] = self.specs[g].core(self._take_panes)
+            core = self.cores[g] = self.specs[g].core(self._take_panes,
+                                                      writer=_writer(batch, "c"))
         return core
 
-    def _element_core(self, g: int) -> GroupingCore:
+    def _element_core(self, g: int, batch: int) -> GroupingCore:
         """A split-lifted grouping's core for the inputs that come as elements."""
         core = self.element_cores.get(g)
         if core is None:
-            core = self.element_cores[g] = self.specs[g].core(self._take_panes, accumulators=False)
+            core = self.element_cores[g] = self.specs[g].core(
+                self._take_panes, accumulators=False, writer=_writer(batch, "e"))
         return core
 
     def _take_panes(self, key: Any, panes: List[Any], out: List[WindowedValue]) -> None:
@@ -358,3 +361,13 @@ def partials_of(rows_: Any) -> Dict[bytes, Tuple[Any, Dict[Any, list], Batches]]
             if behind:
                 rows.add_items(entry[2], behind)
     return out
+
+
+def _writer(batch: int, role: str) -> str:
+    """The name of a core's recording writer: the micro-batch, the task's partition and the
+    core's role, so a replayed batch's task replaces the files it wrote before
+    (`recording.PaneRecorder`)."""
+    from pyspark import TaskContext
+    ctx = TaskContext.get()
+    part = ctx.partitionId() if ctx is not None else 0
+    return f"b{batch:09d}-p{part:05d}-{role}"

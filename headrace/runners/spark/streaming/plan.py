@@ -218,6 +218,7 @@ class _Planner:
         assert isinstance(t, TestStream)
         outs_by_tag = {pc.tag: pc._id for pc in u.node.outputs.values()}
         tags = tuple(sorted(outs_by_tag, key=lambda tg: (tg is not None, str(tg))))
+        self.source_labels[len(self.sources)] = u.label
         self.nodes.append(Node(Kind.TEST_STREAM, len(self.sources), (),
                                tuple(outs_by_tag[tg] for tg in tags), tags))
         self.sources.append((Kind.TEST_STREAM, list(t._events), outs_by_tag))

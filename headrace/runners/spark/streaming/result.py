@@ -8,15 +8,17 @@ import json
 import sys
 import threading
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from headrace.metrics.metric import MetricResults, MetricsContainer
 from headrace.model.time import MAX_TIMESTAMP_MICROS, MIN_TIMESTAMP_MICROS
 from headrace.runners.kit.grouping import DROPPED_LATE
+from headrace.runners.kit.plan import Kind
 from headrace.pipeline.pipeline import PipelineResult, PipelineState
 from headrace.runners.spark.progress import field
 from headrace.runners.spark.streaming.checkpoint import RunFiles
 from headrace.runners.spark.streaming.errors import query_error
+from headrace.runners.spark.streaming.scripts import SOURCES
 
 _POLL_SECONDS = 0.2
 
@@ -26,9 +28,11 @@ class StreamingPipelineResult(PipelineResult):
 
     def __init__(self, query: Any, files: RunFiles, n_groupings: int, checkpoint: str,
                  live: bool = False, lines: Optional["BatchLines"] = None,
-                 labels: Optional[Dict[int, str]] = None) -> None:
+                 labels: Optional[Dict[int, str]] = None,
+                 sources: Optional[SourceMarks] = None) -> None:
         super().__init__(PipelineState.RUNNING)
         self.labels = labels or {}   # grouping index -> step label
+        self.sources = sources       # each source step's watermark after a batch (`SourceMarks`)
         self.lines = lines   # a line per micro-batch on the terminal (`BatchLines`), if shown
         self.query = query
         self.files = files
@@ -108,7 +112,8 @@ class StreamingPipelineResult(PipelineResult):
     def batch_records(self, after: int) -> List[Dict[str, Any]]:
         """The micro-batches Spark reported after batch `after`, as plain data (the run
         report's): batch, time (its start, seconds since the epoch), rows, rows_per_second,
-        duration_s, watermarks (`watermark_lags`), late_dropped (so far) and state_rows."""
+        duration_s, watermarks (`watermark_lags`: each grouping's), source_watermarks (each
+        source step's, `source_lags`), late_dropped (so far) and state_rows."""
         out = []
         for report in reports_after(self.query, after):
             batch, rows, rate, seconds = batch_figures(report)
@@ -120,6 +125,7 @@ class StreamingPipelineResult(PipelineResult):
             out.append({
                 "batch": batch, "time": start, "rows": rows, "rows_per_second": rate,
                 "duration_s": seconds, "watermarks": watermark_lags(report, self.labels),
+                "source_watermarks": source_lags(report, self.sources),
                 "late_dropped": late_dropped(self.files, batch, self.n_groupings),
                 "state_rows": state_rows(report)})
         return out
@@ -135,7 +141,7 @@ class StreamingPipelineResult(PipelineResult):
             attempted.merge(state.metrics[1])
         progress = self._progress
         if progress is None:
-            progress = progress_metrics(self.query, self.labels)
+            progress = progress_metrics(self.query, self.labels, self.sources)
             if not self.query.isActive:  # final: read Spark's reports once
                 self._progress = progress
         committed.merge(progress)
@@ -145,15 +151,22 @@ class StreamingPipelineResult(PipelineResult):
 
 PROGRESS_NAMESPACE = "headrace.spark_streaming"
 
+#: each source step's (watermark, processing time) after a micro-batch, by step label, from the
+#: batch's offset (`source_step_watermarks`)
+SourceMarks = Callable[[Any], Dict[str, Tuple[int, int]]]
 
-def progress_metrics(query: Any, labels: Optional[Dict[int, str]] = None) -> MetricsContainer:
+
+def progress_metrics(query: Any, labels: Optional[Dict[int, str]] = None,
+                     sources: Optional[SourceMarks] = None) -> MetricsContainer:
     """The streaming query's progress reports as metrics (step: the query's name, or "query"):
     gauges `batches` (micro-batches run) and `state_rows` (rows in the stateful operators'
     state after the last batch), and, over the batches Spark still reports
     (spark.sql.streaming.numRecentProgressUpdates, default 100), distributions
     `batch_duration_ms`, `input_rows_per_batch` and `input_rows_per_second`; and per grouping
     step (`labels`: by grouping index), the gauge `input_watermark_us`, its input watermark in
-    the last batch (headrace's, from the batch's offset), as the per-batch lines show them."""
+    the last batch (headrace's, from the batch's offset), and per source step the gauge
+    `source_watermark_us`, its watermark after the last batch (`sources`), as the per-batch
+    lines show them."""
     out = MetricsContainer()
     try:
         reports = list(query.recentProgress)
@@ -181,6 +194,8 @@ def progress_metrics(query: Any, labels: Optional[Dict[int, str]] = None) -> Met
         for g, wm in enumerate(input_watermarks(last)):
             out.update("gauge", (labels or {}).get(g, str(g)), PROGRESS_NAMESPACE,
                        "input_watermark_us", int(wm))
+        for label, (wm, _) in source_marks(last, sources).items():
+            out.update("gauge", label, PROGRESS_NAMESPACE, "source_watermark_us", int(wm))
     return out
 
 
@@ -202,6 +217,38 @@ def batch_offset(report: Any) -> Any:
     return None
 
 
+def source_step_watermarks(coordinator: Any, labels: Dict[int, str], offset: Any
+                           ) -> Dict[str, Tuple[int, int]]:
+    """Each source step's (watermark, processing time) after the micro-batch that ended at
+    `offset` (`offsets.Offset`), by step label, as the query's `coordinator.Coordinator`
+    computes them: a TestStream's (its outputs' earliest), an unbounded Read's, a Create's; a
+    source read by splittable DoFns only (a bounded Read, a connector's restrictions) is shown
+    by its readers' output watermarks (`labels`: grouping and splittable step labels by index)."""
+    wms = coordinator.source_watermarks(offset.positions)
+    readers: Dict[int, set] = {}
+    for node in coordinator.nodes:
+        for pc in node.inputs:
+            readers.setdefault(pc, set()).add(node.kind)
+    out: Dict[str, Tuple[int, int]] = {}
+    for node in coordinator.nodes:
+        if node.kind in SOURCES and not all(readers.get(pc) == {Kind.SPLITTABLE}
+                                            for pc in node.outputs):
+            now = offset.island_processing_times[coordinator.source_island[node.ref]]
+            out[coordinator.labels.get(node.ref, f"source {node.ref}")] = (
+                min((wms[pc] for pc in node.outputs), default=MAX_TIMESTAMP_MICROS), now)
+        elif node.kind is Kind.SPLITTABLE:
+            out[labels.get(node.ref, f"read {node.ref}")] = (
+                offset.output_watermarks[node.ref], offset.processing_times[node.ref])
+    return out
+
+
+def source_marks(report: Any, sources: Optional[SourceMarks]) -> Dict[str, Tuple[int, int]]:
+    """Each source step's (watermark, processing time) after the micro-batch of a progress
+    report, by label; {} without `sources` or headrace's offset."""
+    offset = batch_offset(report)
+    return {} if offset is None or sources is None else sources(offset)
+
+
 def input_watermarks(report: Any) -> List[int]:
     """Each grouping's input watermark in a micro-batch (by grouping index), from headrace's
     offset in the batch's progress report; [] when it has none."""
@@ -211,16 +258,16 @@ def input_watermarks(report: Any) -> List[int]:
 
 class BatchLines:
     """One line per micro-batch on standard error (`progress`): batch id, Spark's input rows and
-    rows per second, the batch's time, each grouping's input watermark (headrace's, from the batch's
-    offset), the late elements dropped so far and the rows in state; `poll` prints the batches
-    reported since its last call."""
+    rows per second, the batch's time, each source step's watermark after it (headrace's, from
+    the batch's offset: `sources`), the late elements dropped so far and the rows in state;
+    `poll` prints the batches reported since its last call."""
 
-    def __init__(self, query: Any, files: RunFiles, n_groupings: int, labels: Dict[int, str],
-                 stream: Any = None) -> None:
+    def __init__(self, query: Any, files: RunFiles, n_groupings: int,
+                 sources: Optional[SourceMarks], stream: Any = None) -> None:
         self.query = query
         self.files = files
         self.n_groupings = n_groupings
-        self.labels = labels
+        self.sources = sources
         self.stream = sys.stderr if stream is None else stream
         self.last = -1
 
@@ -249,9 +296,10 @@ class BatchLines:
         return "headrace: " + ", ".join(parts)
 
     def _watermarks(self, report: Any) -> List[str]:
-        """Each grouping's input watermark in the batch (`input_watermarks`), the first four."""
-        return [f"{self.labels.get(g, g)} {_instant(w)}"
-                for g, w in enumerate(input_watermarks(report))][:4]
+        """Each source step's watermark after the batch (`source_marks`), the first four."""
+        marks = source_marks(report, self.sources)
+        shown = [f"{label} {_instant(w)}" for label, (w, _) in list(marks.items())[:4]]
+        return shown + ([f"{len(marks) - 4} more"] if len(marks) > 4 else [])
 
 
 def reports_after(query: Any, after: int) -> List[Any]:
@@ -288,6 +336,15 @@ def watermark_lags(report: Any, labels: Dict[int, str]) -> Dict[str, Dict[str, f
         if entry:
             out[labels.get(g, str(g))] = entry
     return out
+
+
+def source_lags(report: Any, sources: Optional[SourceMarks]) -> Dict[str, Dict[str, float]]:
+    """Each source step's watermark after a micro-batch and how far it lags its processing time,
+    in seconds (`watermark_lags`' form, as "output"), by step; watermarks at either end of time
+    are left out."""
+    return {label: {"output_us": wm, "output_lag_s": (now - wm) / 1e6}
+            for label, (wm, now) in source_marks(report, sources).items()
+            if MIN_TIMESTAMP_MICROS < wm < MAX_TIMESTAMP_MICROS}
 
 
 def late_dropped(files: RunFiles, batch: int, n_groupings: int) -> int:

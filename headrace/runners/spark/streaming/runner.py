@@ -18,6 +18,7 @@ so it runs the same on a classic session and on a Spark Connect one (`--spark_re
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import tempfile
@@ -33,7 +34,8 @@ from headrace.runners.spark.streaming import query as queries
 from headrace.runners.spark.streaming.checkpoint import RunFiles
 from headrace.runners.spark.streaming.errors import build_error, check_connect_checkpoint, check_restart
 from headrace.runners.spark.streaming.plan import build_plan
-from headrace.runners.spark.streaming.result import BatchLines, StreamingPipelineResult
+from headrace.runners.spark.streaming.result import (
+    BatchLines, StreamingPipelineResult, source_step_watermarks)
 from headrace.utils.secrets import left_out
 
 
@@ -79,11 +81,12 @@ class SparkStreamingRunner:
             raise explained from exc
         labels = {g: getattr(spec, "label", str(g)) for level in plan.groupings
                   for g, spec in level.items()}
+        sources = functools.partial(source_step_watermarks, plan.coordinator, labels)
         lines = None
         if progress.wanted(options):
-            lines = BatchLines(query, files, plan.coordinator.n_groupings, labels)
+            lines = BatchLines(query, files, plan.coordinator.n_groupings, sources)
         result = StreamingPipelineResult(query, files, plan.coordinator.n_groupings, checkpoint,
-                                         bool(plan.coordinator.unbounded), lines, labels)
+                                         bool(plan.coordinator.unbounded), lines, labels, sources)
         result.wait_until_finish()
         return result
 
