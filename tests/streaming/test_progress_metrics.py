@@ -51,7 +51,7 @@ def test_the_source_watermarks_follow_a_test_stream_and_a_bounded_read(make_pipe
     if not runner.startswith("spark"):
         pytest.skip("the query's progress is the Spark streaming runner's")
     path = tmp_path / "in.txt"
-    path.write_text("2\n")
+    path.write_text("2\n4\n6\n")
     p = make_pipeline(test_stream_events_per_batch=1)
     events = p | "Events" >> (TestStream().add_elements([TV(("a", 1), 1)]).advance_watermark_to(30)
                               .add_elements([TV(("a", 3), 31)]).advance_watermark_to_infinity())
@@ -68,6 +68,13 @@ def test_the_source_watermarks_follow_a_test_stream_and_a_bounded_read(make_pipe
     last = {g.key.step: g.committed.value for g in got}
     assert sorted(last) == ["Events", "Lines/Read"], last   # (ReadFromText's Read)
     assert all(v >= beam.window.MAX_TIMESTAMP.micros for v in last.values())
+    # the records the read produced: a counter of the step, and per batch (the lines' events)
+    read = result.metrics().query(MetricsFilter().with_namespace("headrace.spark_streaming")
+                                  .with_name("elements_read"))["counters"]
+    assert {c.key.step: c.committed for c in read} == {"Lines/Read": 3}
+    assert sum(r["records_read"] for r in result.batch_records(-1)) == 3
+    per_batch = result.metrics().query(MetricsFilter().with_name("records_read_per_batch"))
+    assert [d.committed.sum for d in per_batch["distributions"]] == [3]
 
 
 def test_the_state_a_grouping_holds_is_counted_and_dropped_when_its_windows_expire(

@@ -4,6 +4,7 @@ query's progress reports as metrics (`progress_metrics`)."""
 from __future__ import annotations
 
 import datetime
+import functools
 import json
 import sys
 import threading
@@ -29,8 +30,9 @@ class StreamingPipelineResult(PipelineResult):
     def __init__(self, query: Any, files: RunFiles, n_groupings: int, checkpoint: str,
                  live: bool = False, lines: Optional["BatchLines"] = None,
                  labels: Optional[Dict[int, str]] = None,
-                 sources: Optional[SourceMarks] = None) -> None:
+                 sources: Optional[SourceMarks] = None, reads: bool = False) -> None:
         super().__init__(PipelineState.RUNNING)
+        self.reads = reads   # the pipeline has splittable reads (their records per batch)
         self.labels = labels or {}   # grouping index -> step label
         self.sources = sources       # each source step's watermark after a batch (`SourceMarks`)
         self.lines = lines   # a line per micro-batch on the terminal (`BatchLines`), if shown
@@ -113,7 +115,8 @@ class StreamingPipelineResult(PipelineResult):
         """The micro-batches Spark reported after batch `after`, as plain data (the run
         report's): batch, time (its start, seconds since the epoch), rows, rows_per_second,
         duration_s, watermarks (`watermark_lags`: each grouping's), source_watermarks (each
-        source step's, `source_lags`), late_dropped (so far) and state_rows."""
+        source step's, `source_lags`), late_dropped (so far), records_read (by the splittable
+        reads, in the batch) and state_rows."""
         out = []
         for report in reports_after(self.query, after):
             batch, rows, rate, seconds = batch_figures(report)
@@ -127,6 +130,7 @@ class StreamingPipelineResult(PipelineResult):
                 "duration_s": seconds, "watermarks": watermark_lags(report, self.labels),
                 "source_watermarks": source_lags(report, self.sources),
                 "late_dropped": late_dropped(self.files, batch, self.n_groupings),
+                "records_read": records_read(self.files, batch, self.n_groupings),
                 "state_rows": state_rows(report)})
         return out
 
@@ -141,7 +145,9 @@ class StreamingPipelineResult(PipelineResult):
             attempted.merge(state.metrics[1])
         progress = self._progress
         if progress is None:
-            progress = progress_metrics(self.query, self.labels, self.sources)
+            read = (functools.partial(records_read, self.files, n_groupings=self.n_groupings)
+                    if self.reads else None)
+            progress = progress_metrics(self.query, self.labels, self.sources, read)
             if not self.query.isActive:  # final: read Spark's reports once
                 self._progress = progress
         committed.merge(progress)
@@ -150,6 +156,9 @@ class StreamingPipelineResult(PipelineResult):
 
 
 PROGRESS_NAMESPACE = "headrace.spark_streaming"
+#: the counter of the records a splittable step produced (its reads'), per step and batch, in
+#: that namespace (committed with the batch: `records_read`)
+ELEMENTS_READ = "elements_read"
 
 #: each source step's (watermark, processing time) after a micro-batch, by step label, from the
 #: batch's offset (`source_step_watermarks`)
@@ -157,7 +166,8 @@ SourceMarks = Callable[[Any], Dict[str, Tuple[int, int]]]
 
 
 def progress_metrics(query: Any, labels: Optional[Dict[int, str]] = None,
-                     sources: Optional[SourceMarks] = None) -> MetricsContainer:
+                     sources: Optional[SourceMarks] = None,
+                     read: Optional[Callable[[int], int]] = None) -> MetricsContainer:
     """The streaming query's progress reports as metrics (step: the query's name, or "query"):
     gauges `batches` (micro-batches run) and `state_rows` (rows in the stateful operators'
     state after the last batch), and, over the batches Spark still reports
@@ -166,7 +176,8 @@ def progress_metrics(query: Any, labels: Optional[Dict[int, str]] = None,
     step (`labels`: by grouping index), the gauge `input_watermark_us`, its input watermark in
     the last batch (headrace's, from the batch's offset), and per source step the gauge
     `source_watermark_us`, its watermark after the last batch (`sources`), as the per-batch
-    lines show them."""
+    lines show them; with `read` (the records the splittable reads produced in a batch, by batch
+    id), the distributions `records_read_per_batch` and `records_read_per_second`."""
     out = MetricsContainer()
     try:
         reports = list(query.recentProgress)
@@ -177,6 +188,12 @@ def progress_metrics(query: Any, labels: Optional[Dict[int, str]] = None,
         duration = (field(pr, "durationMs") or {}).get("triggerExecution")
         if duration is not None:
             out.update("distribution", step, PROGRESS_NAMESPACE, "batch_duration_ms", int(duration))
+        if read is not None and field(pr, "batchId") is not None:
+            n = read(int(field(pr, "batchId")))
+            out.update("distribution", step, PROGRESS_NAMESPACE, "records_read_per_batch", n)
+            if duration:
+                out.update("distribution", step, PROGRESS_NAMESPACE, "records_read_per_second",
+                           int(round(n * 1000 / int(duration))))
         rows_in = field(pr, "numInputRows")
         if rows_in is not None:
             out.update("distribution", step, PROGRESS_NAMESPACE, "input_rows_per_batch",
@@ -257,17 +274,19 @@ def input_watermarks(report: Any) -> List[int]:
 
 
 class BatchLines:
-    """One line per micro-batch on standard error (`progress`): batch id, Spark's input rows and
-    rows per second, the batch's time, each source step's watermark after it (headrace's, from
-    the batch's offset: `sources`), the late elements dropped so far and the rows in state;
+    """One line per micro-batch on standard error (`progress`): batch id, the records the
+    pipeline's splittable reads produced in it and their rate (`reads`; else Spark's input rows
+    and rows per second), the batch's time, each source step's watermark after it (headrace's,
+    from the batch's offset: `sources`), the late elements dropped so far and the rows in state;
     `poll` prints the batches reported since its last call."""
 
     def __init__(self, query: Any, files: RunFiles, n_groupings: int,
-                 sources: Optional[SourceMarks], stream: Any = None) -> None:
+                 sources: Optional[SourceMarks], reads: bool = False, stream: Any = None) -> None:
         self.query = query
         self.files = files
         self.n_groupings = n_groupings
         self.sources = sources
+        self.reads = reads
         self.stream = sys.stderr if stream is None else stream
         self.last = -1
 
@@ -284,8 +303,12 @@ class BatchLines:
     def line(self, report: Any) -> str:
         """One micro-batch's report as a line (see the class doc)."""
         batch, rows, rate, seconds = batch_figures(report)
-        # (Spark's input rows: a source's rows, which may each carry many elements)
-        parts = [f"batch {batch}", f"{rows:,} input rows", f"{rate:,.0f} rows/s"]
+        if self.reads:   # the records its splittable reads produced in the batch
+            n = records_read(self.files, batch, self.n_groupings)
+            parts = [f"batch {batch}", f"{n:,} records read",
+                     f"{n / seconds if seconds else 0.0:,.0f} records/s"]
+        else:   # (Spark's input rows: a source's rows, which may each carry many elements)
+            parts = [f"batch {batch}", f"{rows:,} input rows", f"{rate:,.0f} rows/s"]
         if seconds is not None:
             parts.append(f"{seconds:.2f} s")
         marks = self._watermarks(report)
@@ -349,11 +372,23 @@ def source_lags(report: Any, sources: Optional[SourceMarks]) -> Dict[str, Dict[s
 
 def late_dropped(files: RunFiles, batch: int, n_groupings: int) -> int:
     """The late elements dropped up to a micro-batch (headrace's committed counters)."""
+    return _counted(files, batch, n_groupings, DROPPED_LATE)
+
+
+def records_read(files: RunFiles, batch: int, n_groupings: int) -> int:
+    """The records the splittable steps produced in a micro-batch (their `ELEMENTS_READ`
+    counters after it, less those after the batch before)."""
+    before = _counted(files, batch - 1, n_groupings, ELEMENTS_READ) if batch > 0 else 0
+    return _counted(files, batch, n_groupings, ELEMENTS_READ) - before
+
+
+def _counted(files: RunFiles, batch: int, n_groupings: int, counter: str) -> int:
+    """The sum of headrace's committed counters `counter` up to a micro-batch (0: none yet)."""
     state = files.batch_state(batch, n_groupings)
     if state is None or state.metrics is None:
         return 0
     return sum(int(v) for (kind, _, _, name), v in state.metrics[0].cells.items()
-               if kind == "counter" and name == DROPPED_LATE)
+               if kind == "counter" and name == counter)
 
 
 def _instant(us: int) -> str:

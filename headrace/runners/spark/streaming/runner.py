@@ -27,6 +27,7 @@ from typing import Any, Optional, Tuple
 
 from headrace.options.pipeline_options import LocalRunnerOptions, SparkRunnerOptions
 from headrace.pipeline.pipeline import Pipeline
+from headrace.runners.kit.plan import Kind
 from headrace.diagram.recording import RecordPanes
 from headrace.runners.spark import progress
 from headrace.runners.spark import session as sessions
@@ -82,11 +83,13 @@ class SparkStreamingRunner:
         labels = {g: getattr(spec, "label", str(g)) for level in plan.groupings
                   for g, spec in level.items()}
         sources = functools.partial(source_step_watermarks, plan.coordinator, labels)
+        reads = any(node.kind is Kind.SPLITTABLE for node in plan.coordinator.nodes)
         lines = None
         if progress.wanted(options):
-            lines = BatchLines(query, files, plan.coordinator.n_groupings, sources)
+            lines = BatchLines(query, files, plan.coordinator.n_groupings, sources, reads)
         result = StreamingPipelineResult(query, files, plan.coordinator.n_groupings, checkpoint,
-                                         bool(plan.coordinator.unbounded), lines, labels, sources)
+                                         bool(plan.coordinator.unbounded), lines, labels, sources,
+                                         reads)
         result.wait_until_finish()
         return result
 
