@@ -97,3 +97,19 @@ def test_the_state_a_grouping_holds_is_counted_and_dropped_when_its_windows_expi
     totals = {(c.key.step, c.key.metric.name): c.committed for c in both["counters"]}
     assert {name for _, name in totals} == {"state_keys", "state_bytes"}
     assert all(v == 0 for v in totals.values()), totals
+
+
+def test_the_records_an_unbounded_read_produced_are_counted_per_batch(make_pipeline, runner):
+    if not runner.startswith("spark"):
+        pytest.skip("the query's progress is the Spark streaming runner's")
+    from headrace.io.periodicsequence import PeriodicImpulse
+    p = make_pipeline()
+    _ = (p | "Ticks" >> PeriodicImpulse(start_timestamp=100, stop_timestamp=130, fire_interval=2)
+         | beam.WindowInto(window.FixedWindows(10)) | beam.Map(lambda t: ("k", 1))
+         | "Count" >> beam.CombinePerKey(sum))
+    result = p.run()
+    result.wait_until_finish()
+    read = result.metrics().query(MetricsFilter().with_namespace("headrace.spark_streaming")
+                                  .with_name("elements_read"))["counters"]
+    assert [c.committed for c in read] == [15] and all("Ticks" in c.key.step for c in read)
+    assert sum(r["records_read"] for r in result.batch_records(-1)) == 15

@@ -83,7 +83,7 @@ class SparkStreamingRunner:
         labels = {g: getattr(spec, "label", str(g)) for level in plan.groupings
                   for g, spec in level.items()}
         sources = functools.partial(source_step_watermarks, plan.coordinator, labels)
-        reads = any(node.kind is Kind.SPLITTABLE for node in plan.coordinator.nodes)
+        reads = any(node.kind in (Kind.SPLITTABLE, Kind.UNBOUNDED) for node in plan.coordinator.nodes)
         lines = None
         if progress.wanted(options):
             lines = BatchLines(query, files, plan.coordinator.n_groupings, sources, reads)

@@ -33,6 +33,8 @@ from headrace.runners.spark.streaming.offsets import Control, Offset
 from headrace.runners.spark.worker.failures import task_failure
 from headrace.runners.spark.worker.packing import pack
 from headrace.utils.secrets import remember
+from headrace.metrics.metric import MetricsContainer
+from headrace.runners.spark.streaming.result import ELEMENTS_READ, PROGRESS_NAMESPACE
 
 SOURCE_NAME = "headrace_stream"
 _EPOCH = datetime.datetime(1970, 1, 1)
@@ -261,6 +263,14 @@ class SourcePlan:
         else:
             for k in spread or (b"",):
                 yield (rows.CTL, rows.CTL_PC, k, 0, 0, ctl, clock)
+        read = {pcs[None]: self.labels.get(i, "Read") for i, (kind, _, pcs) in enumerate(self.sources)
+                if kind is Kind.UNBOUNDED}
+        counted = MetricsContainer()   # the records each unbounded Read produced (`ELEMENTS_READ`)
         for pc, bundle, values in self.elements(start, end, partition.split is None):
             if values:   # a bundle is one row (its elements in order)
                 yield bundle_row(pc, bundle, values)
+                if pc in read:
+                    counted.update("counter", read[pc], PROGRESS_NAMESPACE, ELEMENTS_READ, len(values))
+        if counted.cells:
+            yield (rows.PASS, rows.REPORT_PC, b"", 0, 0,
+                   rows.dumps(("metrics", counted, counted)), clock)

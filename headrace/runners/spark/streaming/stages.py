@@ -43,6 +43,7 @@ from headrace.runners.spark.streaming import rows
 from headrace.runners.spark.streaming.splittable import emit_inputs
 from headrace.runners.spark.worker.packing import pack
 from headrace.runners.spark.worker.sides import side_reader, stage_arguments
+from headrace.runners.spark.streaming.result import ELEMENTS_READ, PROGRESS_NAMESPACE
 
 _SPREAD = 64   # keys a side step's main input is spread over
 
@@ -124,8 +125,9 @@ class _Partition:
         for (i, a, b), bundle in self.ranges:
             if i not in self.vector_reads:
                 self.vector_reads[i] = _vector_read(spec, i)
-            _read_range(spec, i, a, b, bundle, self.vector_reads[i], self.buffers, self.vectors,
-                        w_prev)
+            n = _read_range(spec, i, a, b, bundle, self.vector_reads[i], self.buffers,
+                            self.vectors, w_prev)
+            self.committed.update("counter", spec.reads[i][0], PROGRESS_NAMESPACE, ELEMENTS_READ, n)
         for unit in spec.units:
             if unit.stage is not None:
                 unit.stage.finalizes = True   # finalize_bundles once the outputs are handed on
@@ -386,20 +388,22 @@ def _vector_read(spec: LevelSpec, i: int) -> Optional[_VectorRead]:
 
 def _read_range(spec: LevelSpec, i: int, a: Any, b: Any, bundle: int, vr: Optional[_VectorRead],
                 buffers: Dict[int, List[Item]], vectors: Dict[int, Tuple[_VectorRead, VectorCombiner]],
-                w_prev: Optional[List[int]]) -> None:
+                w_prev: Optional[List[int]]) -> int:
     """Reads positions a..b of split read `i` (its bundles numbered from `bundle`): its elements
     into `buffers`, or, on the vectorised path, the Arrow batches the chain evaluates and the
     combiner accepts into `vectors` (a batch with an input behind a split lift's watermark, or
-    one the chain gives up on, goes element by element, in the same bundles)."""
+    one the chain gives up on, goes element by element, in the same bundles); how many records
+    it read."""
     label, source, out_pc = spec.reads[i]
     size = spec.bundle_size
     blocks = read_positions(label, source, a, b)   # the source's SDF wrapper (`kit.sdf`)
     if vr is None:
         lst = buffers.setdefault(out_pc, [])
+        before = len(lst)
         for nth, wvs in enumerate(batched(expand_outputs(blocks), size)):
             for wv in wvs:
                 lst.append((bundle + nth, 0, wv))
-        return
+        return len(lst) - before
     behind_of = _behind_of(spec, vr.g, w_prev)
     got = vectors.get(vr.g)
     if got is None:
@@ -422,6 +426,7 @@ def _read_range(spec: LevelSpec, i: int, a: Any, b: Any, bundle: int, vr: Option
             for j, record in enumerate(records):
                 lst.append((bundle + (offset + j) // size, 0, to_windowed_value(record)))
         offset += batch.num_rows
+    return offset
 
 
 def _vector_partials(g: int, vr: _VectorRead, combiner: Any, n_buckets: int,
