@@ -132,11 +132,15 @@ def test_a_spark_connect_batch_run_shows_its_stages_from_the_sessions_progress_h
         [handler] = frames.spark.handlers
         handler(stages=[StageInfo(0, 4, 4, 3 * 2**20, True), StageInfo(1, 2, 1, 0, False)],
                 inflight_tasks=1, operation_id="op", done=False)
+        # a second operation whose stage 3 runs after stage 2, skipped (never started)
+        handler(stages=[StageInfo(2, 5, 0, 0, False), StageInfo(3, 2, 1, 0, False)],
+                inflight_tasks=1, operation_id="op2", done=False)
         handler(stages="not stages", inflight_tasks=0, operation_id="op", done=False)  # ignored
         out = io.StringIO()
         Console(file=out, width=120).print(shown._render(shown._stages()))
     text = out.getvalue()
-    assert "headrace: running, 5/6 tasks, 3.0 MiB read" in text and "stage 1: 1/2 tasks" in text
-    assert "stage 0" not in text   # (done)
+    assert "headrace: running, 6/8 tasks, 3.0 MiB read" in text and "stage 1: 1/2 tasks" in text
+    assert "stage 3: 1/2 tasks" in text
+    assert "stage 0" not in text and "stage 2" not in text   # (done; skipped)
     assert frames.spark.handlers == []
-    assert "headrace: done, 5 tasks, 3.0 MiB read" in capsys.readouterr().err
+    assert "headrace: done, 6 tasks, 3.0 MiB read" in capsys.readouterr().err

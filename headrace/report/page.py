@@ -81,14 +81,21 @@ def _plot(title: str, ylabel: str, series: List[Tuple[str, List[float], List[flo
 
 
 def plots(batches: List[Dict[str, Any]]) -> List[str]:
-    """A streaming run's plots over its micro-batches: input rows per second, batch durations,
+    """A streaming run's plots over its micro-batches: the records its reads produced per second
+    (or, without splittable or unbounded reads, Spark's input rows per second), batch durations,
     each source step's watermark lag and each grouping's input and output watermark lag (behind
     their processing time) and the late elements dropped."""
     if not batches:
         return []
     xs = [float(b["batch"]) for b in batches]
-    out = [_plot("input rows per second", "rows/s",
-                 [("rows/s", xs, [b["rows_per_second"] for b in batches])]),
+    if any(b.get("records_read") is not None for b in batches):
+        rate = _plot("records read per second", "records/s", [("records/s", xs, [
+            (b["records_read"] or 0) / b["duration_s"] if b["duration_s"] else 0.0
+            for b in batches])])
+    else:
+        rate = _plot("input rows per second", "rows/s",
+                     [("rows/s", xs, [b["rows_per_second"] for b in batches])])
+    out = [rate,
            _plot("micro-batch duration", "seconds",
                  [("duration", xs, [b["duration_s"] or 0.0 for b in batches])])]
     lags: Dict[str, Tuple[List[float], List[float]]] = {}

@@ -77,3 +77,18 @@ def test_headrace_report_renders_the_page_again(tmp_path, capsys):
     assert "Double" in (out / "index.html").read_text(encoding="utf-8")
     assert cli.main(["report", str(tmp_path / "nothing"), "--no-open"]) == 2
     assert "--report=" in capsys.readouterr().out
+
+
+def test_the_rate_plot_shows_records_read_when_the_run_counted_them_else_input_rows():
+    from headrace.report.page import plots
+
+    def batch(n, records):
+        return {"batch": n, "time": None, "rows": 2, "rows_per_second": 4.0, "duration_s": 0.5,
+                "watermarks": {}, "source_watermarks": {"Read": {"output_us": 10**6 * n,
+                                                                 "output_lag_s": 3.0}},
+                "late_dropped": 0, "records_read": records, "state_rows": 0}
+
+    counted = plots([batch(0, 100), batch(1, 300)])
+    assert "records read per second" in counted[0] and "600" in counted[0]   # 300 in 0.5 s
+    assert any("watermark lag" in p for p in counted)   # the source's watermark lag
+    assert "input rows per second" in plots([batch(0, None), batch(1, None)])[0]

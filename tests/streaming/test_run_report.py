@@ -54,6 +54,7 @@ def test_a_streaming_run_report_draws_in_chromium(tmp_path):
         batches = report["batches"]
         assert len(batches) >= 3 and [b["batch"] for b in batches] == sorted({b["batch"] for b in batches})
         assert batches[-1]["late_dropped"] >= 1      # the paper's 9 arrives past the lateness
+        assert all(b["records_read"] is None for b in batches)   # (a TestStream: Spark's rows)
         lags = [b["watermarks"]["Sum"] for b in batches if "Sum" in b["watermarks"]]
         assert lags
         # (a watermark at either end of time is left out: the input's at +inf once it ended)

@@ -5,8 +5,8 @@
   the records its reads produced (counted by headrace, as their tasks end), the elapsed time
   and an estimate of the time left, and a line per running stage, named after the pipeline's
   steps, with its tasks done of total. On Spark Connect, which has no status tracker, from the
-  session's progress handler: tasks done of total and bytes read, per stage. Drawn with `rich`
-  on standard error.
+  session's progress handler: tasks done of total and bytes read, per stage (a stage Spark
+  skipped left out). Drawn with `rich` on standard error.
 * A streaming run (`streaming.result.BatchLines`): one line per micro-batch on standard error:
   batch id, Spark's input rows and rows per second, each grouping's input watermark, late
   elements dropped so far and rows in state (figures `PipelineResult.metrics()` reads too).
@@ -104,7 +104,8 @@ class BatchProgress:
             for st in stages or ():
                 active = 1 if inflight_tasks and not (st.done or done) else 0
                 known[st.stage_id] = (f"stage {st.stage_id}", int(st.num_tasks),
-                                      int(st.num_completed_tasks), active, int(st.num_bytes_read))
+                                      int(st.num_completed_tasks), active, int(st.num_bytes_read),
+                                      bool(st.done))
         except Exception:   # (a report of another shape: the display misses it)
             pass
 
@@ -112,7 +113,7 @@ class BatchProgress:
         """The run's stages Spark knows of: (name, tasks, done, active), by id."""
         if self.connect is not None:
             stages = {(op, sid): st for op, known in list(self._operations.items())
-                      for sid, st in list(known.items())}
+                      for sid, st in _ran(dict(known)).items()}
             self._read_bytes = sum(st[4] for st in stages.values())
             return {k: st[:4] for k, st in stages.items()}
         tracker = self.sc.statusTracker()
@@ -157,6 +158,14 @@ class BatchProgress:
             table.add_row(Text(f"  {_short(name)}: {completed}/{tasks} tasks"
                                + (f" ({active} running)" if active and self.connect is None else "")))
         return table
+
+
+def _ran(stages: Dict[int, Any]) -> Dict[int, Any]:
+    """An operation's stages (Spark Connect's reports, by id) without those Spark skipped: a
+    stage never started that a later stage of the operation has passed (a skipped stage, its
+    shuffle output reused, is never reported done)."""
+    passed = max((sid for sid, st in stages.items() if st[2] > 0 or st[5]), default=-1)
+    return {sid: st for sid, st in stages.items() if st[2] > 0 or st[5] or sid > passed}
 
 
 def _short(name: str, width: int = 90) -> str:

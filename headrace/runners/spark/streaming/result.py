@@ -32,7 +32,7 @@ class StreamingPipelineResult(PipelineResult):
                  labels: Optional[Dict[int, str]] = None,
                  sources: Optional[SourceMarks] = None, reads: bool = False) -> None:
         super().__init__(PipelineState.RUNNING)
-        self.reads = reads   # the pipeline has splittable reads (their records per batch)
+        self.reads = reads   # the pipeline has splittable or unbounded reads (their records per batch)
         self.labels = labels or {}   # grouping index -> step label
         self.sources = sources       # each source step's watermark after a batch (`SourceMarks`)
         self.lines = lines   # a line per micro-batch on the terminal (`BatchLines`), if shown
@@ -115,8 +115,9 @@ class StreamingPipelineResult(PipelineResult):
         """The micro-batches Spark reported after batch `after`, as plain data (the run
         report's): batch, time (its start, seconds since the epoch), rows, rows_per_second,
         duration_s, watermarks (`watermark_lags`: each grouping's), source_watermarks (each
-        source step's, `source_lags`), late_dropped (so far), records_read (by the splittable
-        reads, in the batch) and state_rows."""
+        source step's, `source_lags`), late_dropped (so far), records_read (the records the
+        splittable and unbounded reads produced in the batch; None without such reads) and
+        state_rows."""
         out = []
         for report in reports_after(self.query, after):
             batch, rows, rate, seconds = batch_figures(report)
@@ -130,7 +131,8 @@ class StreamingPipelineResult(PipelineResult):
                 "duration_s": seconds, "watermarks": watermark_lags(report, self.labels),
                 "source_watermarks": source_lags(report, self.sources),
                 "late_dropped": late_dropped(self.files, batch, self.n_groupings),
-                "records_read": records_read(self.files, batch, self.n_groupings),
+                "records_read": (records_read(self.files, batch, self.n_groupings)
+                                 if self.reads else None),
                 "state_rows": state_rows(report)})
         return out
 
@@ -156,8 +158,8 @@ class StreamingPipelineResult(PipelineResult):
 
 
 PROGRESS_NAMESPACE = "headrace.spark_streaming"
-#: the counter of the records a splittable step produced (its reads'), per step and batch, in
-#: that namespace (committed with the batch: `records_read`)
+#: the counter of the records a splittable step or an unbounded Read produced, per step and
+#: batch, in that namespace (committed with the batch: `records_read`)
 ELEMENTS_READ = "elements_read"
 
 #: each source step's (watermark, processing time) after a micro-batch, by step label, from the
@@ -176,7 +178,7 @@ def progress_metrics(query: Any, labels: Optional[Dict[int, str]] = None,
     step (`labels`: by grouping index), the gauge `input_watermark_us`, its input watermark in
     the last batch (headrace's, from the batch's offset), and per source step the gauge
     `source_watermark_us`, its watermark after the last batch (`sources`), as the per-batch
-    lines show them; with `read` (the records the splittable reads produced in a batch, by batch
+    lines show them; with `read` (the records the splittable and unbounded reads produced in a batch, by batch
     id), the distributions `records_read_per_batch` and `records_read_per_second`."""
     out = MetricsContainer()
     try:
@@ -275,7 +277,7 @@ def input_watermarks(report: Any) -> List[int]:
 
 class BatchLines:
     """One line per micro-batch on standard error (`progress`): batch id, the records the
-    pipeline's splittable reads produced in it and their rate (`reads`; else Spark's input rows
+    pipeline's splittable and unbounded reads produced in it and their rate (`reads`; else Spark's input rows
     and rows per second), the batch's time, each source step's watermark after it (headrace's,
     from the batch's offset: `sources`), the late elements dropped so far and the rows in state;
     `poll` prints the batches reported since its last call."""
@@ -303,7 +305,7 @@ class BatchLines:
     def line(self, report: Any) -> str:
         """One micro-batch's report as a line (see the class doc)."""
         batch, rows, rate, seconds = batch_figures(report)
-        if self.reads:   # the records its splittable reads produced in the batch
+        if self.reads:   # the records its reads produced in the batch
             n = records_read(self.files, batch, self.n_groupings)
             parts = [f"batch {batch}", f"{n:,} records read",
                      f"{n / seconds if seconds else 0.0:,.0f} records/s"]
@@ -376,8 +378,8 @@ def late_dropped(files: RunFiles, batch: int, n_groupings: int) -> int:
 
 
 def records_read(files: RunFiles, batch: int, n_groupings: int) -> int:
-    """The records the splittable steps produced in a micro-batch (their `ELEMENTS_READ`
-    counters after it, less those after the batch before)."""
+    """The records the splittable steps and unbounded Reads produced in a micro-batch (their
+    `ELEMENTS_READ` counters after it, less those after the batch before)."""
     before = _counted(files, batch - 1, n_groupings, ELEMENTS_READ) if batch > 0 else 0
     return _counted(files, batch, n_groupings, ELEMENTS_READ) - before
 
