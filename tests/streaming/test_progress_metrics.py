@@ -4,6 +4,8 @@ numbers) and what its stateful steps hold in state, under the namespace
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 import headrace as beam
@@ -113,3 +115,29 @@ def test_the_records_an_unbounded_read_produced_are_counted_per_batch(make_pipel
                                   .with_name("elements_read"))["counters"]
     assert [c.committed for c in read] == [15] and all("Ticks" in c.key.step for c in read)
     assert sum(r["records_read"] for r in result.batch_records(-1)) == 15
+
+
+def test_the_records_of_a_batch_are_unknown_once_the_state_before_it_is_dropped(tmp_path):
+    """A batch's records are its reads' counters after it less those after the batch before;
+    the driver keeps the last ten batches' states, so an older batch's records are unknown
+    (None), never its running total."""
+    from headrace.metrics.metric import MetricsContainer
+    from headrace.runners.spark.streaming.checkpoint import RunFiles
+    from headrace.runners.spark.streaming.coordinator import BatchState
+    from headrace.runners.spark.streaming.result import ELEMENTS_READ, batch_counts
+
+    files = RunFiles(str(tmp_path))
+    os.makedirs(files.batches)
+    for n in range(14):   # batch n reads n + 1 records; one element dropped late in batch 12
+        state = BatchState(1)
+        committed = MetricsContainer()
+        committed.update("counter", "Read", "headrace.spark_streaming", ELEMENTS_READ,
+                         (n + 1) * (n + 2) // 2)
+        if n >= 12:
+            committed.update("counter", "Sum", "headrace", "dropped_late_elements", 1)
+        state.metrics = (committed, committed)
+        files.write_batch_state(n, state)
+    assert batch_counts(files, 13, 1) == (1, 14)   # (late: so far)
+    assert batch_counts(files, 5, 1) == (0, 6)
+    assert batch_counts(files, 4, 1) == (0, None)   # (the state after batch 3 is dropped)
+    assert batch_counts(files, 3, 1) == (0, None)   # (and its own)

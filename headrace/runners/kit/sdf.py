@@ -468,6 +468,13 @@ def expand_outputs(outputs: Sequence[WindowedValue]) -> List[WindowedValue]:
     return out
 
 
+def output_records(outputs: Dict[int, List[WindowedValue]]) -> int:
+    """How many records a bundle's outputs (by PCollection id) carry: a RecordBlock counts its
+    records, any other output one."""
+    return sum(len(wv.value) if type(wv.value) is RecordBlock else 1
+               for lst in outputs.values() for wv in lst)
+
+
 def output_columns(outputs: Sequence[WindowedValue]) -> Iterable[Columns]:
     """A bundle's outputs as columns: one per RecordBlock, one per run of plain elements."""
     run: List[WindowedValue] = []

@@ -8,8 +8,9 @@
   session's progress handler: tasks done of total and bytes read, per stage (a stage Spark
   skipped left out). Drawn with `rich` on standard error.
 * A streaming run (`streaming.result.BatchLines`): one line per micro-batch on standard error:
-  batch id, Spark's input rows and rows per second, each grouping's input watermark, late
-  elements dropped so far and rows in state (figures `PipelineResult.metrics()` reads too).
+  batch id, the records its reads produced and their rate (Spark's input rows and rows per
+  second when it has no splittable or unbounded read), each source's watermark, late elements
+  dropped so far and rows in state (figures `PipelineResult.metrics()` reads too).
 
 Both are quiet unless standard error is a terminal, and with `--no_progress`.
 """

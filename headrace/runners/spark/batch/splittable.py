@@ -59,7 +59,8 @@ from headrace.pipeline.splittable import RecordBlock
 from headrace.runners.kit.columnar import Columns, plain_steps
 from headrace.runners.spark.fastpath import vector_chain
 from headrace.runners.kit.sdf import (SplitPolicy, SplittableSpec, SplittableStep, StragglerRule,
-                                      Work, next_resume, output_columns)
+                                      Work, next_resume, output_columns,
+                                      output_records)
 from headrace.runners.kit.stage import FusedStage, bundle_failure
 from headrace.runners.spark.batch.env import TaskEnv
 from headrace.runners.spark.batch.map_side import MapSide, PartialSide
@@ -268,8 +269,7 @@ class _WaveTask:
                     self.finalizers.append(finalizer)
                 self.residuals.extend(result.residuals)
                 if env.records_read is not None:   # (the live display's: `progress`)
-                    env.records_read.add(sum(len(wv.value) if type(wv.value) is RecordBlock else 1
-                                             for lst in result.outputs.values() for wv in lst))
+                    env.records_read.add(output_records(result.outputs))
                 yield result.outputs
 
 

@@ -116,11 +116,12 @@ class StreamingPipelineResult(PipelineResult):
         report's): batch, time (its start, seconds since the epoch), rows, rows_per_second,
         duration_s, watermarks (`watermark_lags`: each grouping's), source_watermarks (each
         source step's, `source_lags`), late_dropped (so far), records_read (the records the
-        splittable and unbounded reads produced in the batch; None without such reads) and
-        state_rows."""
+        splittable and unbounded reads produced in the batch: `batch_counts`; None without such
+        reads) and state_rows."""
         out = []
         for report in reports_after(self.query, after):
             batch, rows, rate, seconds = batch_figures(report)
+            late, read = batch_counts(self.files, batch, self.n_groupings)
             stamp = field(report, "timestamp")
             try:
                 start = datetime.datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).timestamp()
@@ -130,9 +131,7 @@ class StreamingPipelineResult(PipelineResult):
                 "batch": batch, "time": start, "rows": rows, "rows_per_second": rate,
                 "duration_s": seconds, "watermarks": watermark_lags(report, self.labels),
                 "source_watermarks": source_lags(report, self.sources),
-                "late_dropped": late_dropped(self.files, batch, self.n_groupings),
-                "records_read": (records_read(self.files, batch, self.n_groupings)
-                                 if self.reads else None),
+                "late_dropped": late, "records_read": read if self.reads else None,
                 "state_rows": state_rows(report)})
         return out
 
@@ -169,7 +168,7 @@ SourceMarks = Callable[[Any], Dict[str, Tuple[int, int]]]
 
 def progress_metrics(query: Any, labels: Optional[Dict[int, str]] = None,
                      sources: Optional[SourceMarks] = None,
-                     read: Optional[Callable[[int], int]] = None) -> MetricsContainer:
+                     read: Optional[Callable[[int], Optional[int]]] = None) -> MetricsContainer:
     """The streaming query's progress reports as metrics (step: the query's name, or "query"):
     gauges `batches` (micro-batches run) and `state_rows` (rows in the stateful operators'
     state after the last batch), and, over the batches Spark still reports
@@ -178,8 +177,9 @@ def progress_metrics(query: Any, labels: Optional[Dict[int, str]] = None,
     step (`labels`: by grouping index), the gauge `input_watermark_us`, its input watermark in
     the last batch (headrace's, from the batch's offset), and per source step the gauge
     `source_watermark_us`, its watermark after the last batch (`sources`), as the per-batch
-    lines show them; with `read` (the records the splittable and unbounded reads produced in a batch, by batch
-    id), the distributions `records_read_per_batch` and `records_read_per_second`."""
+    lines show them; with `read` (the records the splittable and unbounded reads produced in a
+    batch, by batch id; None once the batch's driver state is dropped), the distributions
+    `records_read_per_batch` and `records_read_per_second` over the batches it knows."""
     out = MetricsContainer()
     try:
         reports = list(query.recentProgress)
@@ -190,8 +190,9 @@ def progress_metrics(query: Any, labels: Optional[Dict[int, str]] = None,
         duration = (field(pr, "durationMs") or {}).get("triggerExecution")
         if duration is not None:
             out.update("distribution", step, PROGRESS_NAMESPACE, "batch_duration_ms", int(duration))
-        if read is not None and field(pr, "batchId") is not None:
-            n = read(int(field(pr, "batchId")))
+        batch = field(pr, "batchId")
+        n = read(int(batch)) if read is not None and batch is not None else None
+        if n is not None:
             out.update("distribution", step, PROGRESS_NAMESPACE, "records_read_per_batch", n)
             if duration:
                 out.update("distribution", step, PROGRESS_NAMESPACE, "records_read_per_second",
@@ -277,10 +278,10 @@ def input_watermarks(report: Any) -> List[int]:
 
 class BatchLines:
     """One line per micro-batch on standard error (`progress`): batch id, the records the
-    pipeline's splittable and unbounded reads produced in it and their rate (`reads`; else Spark's input rows
-    and rows per second), the batch's time, each source step's watermark after it (headrace's,
-    from the batch's offset: `sources`), the late elements dropped so far and the rows in state;
-    `poll` prints the batches reported since its last call."""
+    pipeline's splittable and unbounded reads produced in it and their rate (`reads`; else
+    Spark's input rows and rows per second), the batch's time, each source step's watermark
+    after it (headrace's, from the batch's offset: `sources`), the late elements dropped so far
+    and the rows in state; `poll` prints the batches reported since its last call."""
 
     def __init__(self, query: Any, files: RunFiles, n_groupings: int,
                  sources: Optional[SourceMarks], reads: bool = False, stream: Any = None) -> None:
@@ -305,8 +306,8 @@ class BatchLines:
     def line(self, report: Any) -> str:
         """One micro-batch's report as a line (see the class doc)."""
         batch, rows, rate, seconds = batch_figures(report)
-        if self.reads:   # the records its reads produced in the batch
-            n = records_read(self.files, batch, self.n_groupings)
+        late, n = batch_counts(self.files, batch, self.n_groupings)
+        if self.reads and n is not None:   # the records its reads produced in the batch
             parts = [f"batch {batch}", f"{n:,} records read",
                      f"{n / seconds if seconds else 0.0:,.0f} records/s"]
         else:   # (Spark's input rows: a source's rows, which may each carry many elements)
@@ -316,7 +317,7 @@ class BatchLines:
         marks = self._watermarks(report)
         if marks:
             parts.append("watermark " + ", ".join(marks))
-        parts.append(f"{late_dropped(self.files, batch, self.n_groupings):,} late dropped")
+        parts.append(f"{late:,} late dropped")
         parts.append(f"{state_rows(report):,} state rows")
         return "headrace: " + ", ".join(parts)
 
@@ -372,25 +373,35 @@ def source_lags(report: Any, sources: Optional[SourceMarks]) -> Dict[str, Dict[s
             if MIN_TIMESTAMP_MICROS < wm < MAX_TIMESTAMP_MICROS}
 
 
-def late_dropped(files: RunFiles, batch: int, n_groupings: int) -> int:
-    """The late elements dropped up to a micro-batch (headrace's committed counters)."""
-    return _counted(files, batch, n_groupings, DROPPED_LATE)
+def batch_counts(files: RunFiles, batch: int, n_groupings: int) -> Tuple[int, Optional[int]]:
+    """(the late elements dropped up to a micro-batch, the records the splittable steps and
+    unbounded Reads produced in it), from headrace's committed counters after it and after the
+    batch before (`ELEMENTS_READ`); the records are None once either driver state is dropped
+    (`RunFiles` keeps the last ten), and the late count then 0."""
+    now = _counter_totals(files, batch, n_groupings)
+    before = _counter_totals(files, batch - 1, n_groupings)
+    if now is None:
+        return 0, None
+    read = None if before is None else now.get(ELEMENTS_READ, 0) - before.get(ELEMENTS_READ, 0)
+    return now.get(DROPPED_LATE, 0), read
 
 
-def records_read(files: RunFiles, batch: int, n_groupings: int) -> int:
-    """The records the splittable steps and unbounded Reads produced in a micro-batch (their
-    `ELEMENTS_READ` counters after it, less those after the batch before)."""
-    before = _counted(files, batch - 1, n_groupings, ELEMENTS_READ) if batch > 0 else 0
-    return _counted(files, batch, n_groupings, ELEMENTS_READ) - before
+def records_read(files: RunFiles, batch: int, n_groupings: int) -> Optional[int]:
+    """The records the reads produced in a micro-batch (`batch_counts`)."""
+    return batch_counts(files, batch, n_groupings)[1]
 
 
-def _counted(files: RunFiles, batch: int, n_groupings: int, counter: str) -> int:
-    """The sum of headrace's committed counters `counter` up to a micro-batch (0: none yet)."""
+def _counter_totals(files: RunFiles, batch: int, n_groupings: int) -> Optional[Dict[str, int]]:
+    """headrace's committed counters after a micro-batch, summed by name (None: its driver
+    state is not kept)."""
     state = files.batch_state(batch, n_groupings)
-    if state is None or state.metrics is None:
-        return 0
-    return sum(int(v) for (kind, _, _, name), v in state.metrics[0].cells.items()
-               if kind == "counter" and name == counter)
+    if state is None:
+        return None
+    totals: Dict[str, int] = {}
+    for (kind, _, _, name), v in (state.metrics[0].cells.items() if state.metrics else ()):
+        if kind == "counter":
+            totals[name] = totals.get(name, 0) + int(v)
+    return totals
 
 
 def _instant(us: int) -> str:

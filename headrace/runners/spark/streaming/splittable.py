@@ -47,13 +47,12 @@ from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Tuple
 from headrace.errors import ElementError
 from headrace.metrics.metric import MetricsContainer
 from headrace.model.windowed import WindowedValue
-from headrace.runners.kit.sdf import ReadRecord, SplitPolicy, SplittableSpec, SplittableStep, Work
+from headrace.runners.kit.sdf import (ReadRecord, SplitPolicy, SplittableSpec, SplittableStep, Work,
+                                      output_records)
 from headrace.runners.kit.stage import bundle_failure
 from headrace.runners.spark.streaming import rows
-from headrace.pipeline.splittable import RecordBlock
-from headrace.runners.spark.streaming.buckets import (
-    STATE_NAMESPACE, Bucket, BucketOperator, KeyCell, KeyRecord)
-from headrace.runners.spark.streaming.result import ELEMENTS_READ
+from headrace.runners.spark.streaming.buckets import Bucket, BucketOperator, KeyCell, KeyRecord
+from headrace.runners.spark.streaming.result import ELEMENTS_READ, PROGRESS_NAMESPACE
 from headrace.runners.spark.streaming.offsets import Control
 from headrace.runners.spark.worker.packing import pack
 
@@ -187,9 +186,8 @@ class SplittableOperator(BucketOperator):
                                      journal=True)
             # journaled before any output leaves the task (a replay's reads are the same)
             self.journal.store(g, key, ctl.batch, result.reads)
-            committed.update("counter", self.specs[g].label, STATE_NAMESPACE, ELEMENTS_READ,
-                             sum(len(wv.value) if type(wv.value) is RecordBlock else 1
-                                 for lst in result.outputs.values() for wv in lst))
+            committed.update("counter", self.specs[g].label, PROGRESS_NAMESPACE, ELEMENTS_READ,
+                             output_records(result.outputs))
             for pc, lst in result.outputs.items():
                 if lst:
                     yield (rows.PASS, pc, b"", 2 * ctl.batch, 0, pack(lst))
