@@ -85,6 +85,11 @@ class PipelineResult:
         """DONE after a successful run, FAILED after an error."""
         return self._state
 
+    @property
+    def error(self) -> Optional[BaseException]:
+        """The error a failed run raised (`wait_until_finish` raises it again), else None."""
+        return self._error
+
     def wait_until_finish(self, duration: Optional[float] = None) -> PipelineState:
         """Blocks until the run ends, for at most `duration` milliseconds (Beam's unit), and returns
         its state.

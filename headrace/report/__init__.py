@@ -102,8 +102,8 @@ class RunReport:
         self.run["state"] = "FAILED" if error is not None else _state_name(result)
         if error is not None:
             self.run["error"] = f"{type(error).__name__}: {error}"
-        elif getattr(result, "_error", None) is not None:
-            self.run["error"] = f"{type(result._error).__name__}: {result._error}"
+        elif getattr(result, "error", None) is not None:
+            self.run["error"] = f"{type(result.error).__name__}: {result.error}"
         self.write(result, final=True)
 
     def write(self, result: Any, final: bool) -> None:

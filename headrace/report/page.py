@@ -23,6 +23,9 @@ border-radius:5px;font-size:12px} .note{color:#5b6b80;font-size:12px}
 """
 
 
+#: One line of a plot: its name, its x values and its y values.
+Series = Tuple[str, List[float], List[float]]
+
 def _fmt(value: Any) -> str:
     if isinstance(value, dict):
         if "count" in value and "sum" in value:   # a distribution
@@ -59,7 +62,7 @@ def graph_svg(graph: Dict[str, Any], counts: Dict[str, int]) -> str:
     return layout.svg(boxes, arrows)
 
 
-def _plot(title: str, ylabel: str, series: List[Tuple[str, List[float], List[float]]]) -> str:
+def _plot(title: str, ylabel: str, series: List[Series]) -> str:
     """One line plot as SVG text (matplotlib; the pane diagrams' `svg_text`)."""
     from matplotlib.figure import Figure
 
@@ -80,6 +83,20 @@ def _plot(title: str, ylabel: str, series: List[Tuple[str, List[float], List[flo
     return text[text.index("<svg"):]   # inline: without the XML prologue
 
 
+def rate_series(batches: List[Dict[str, Any]]) -> Tuple[str, str, List[Series]]:
+    """The rate plot's title, unit and series: the records the reads produced per second in
+    each micro-batch whose count is known (one whose driver state was dropped is left out, not
+    drawn as 0), or Spark's input rows per second when the run counted no records."""
+    known = [b for b in batches if b.get("records_read") is not None]
+    if known:
+        return "records read per second", "records/s", [(
+            "records/s", [float(b["batch"]) for b in known],
+            [b["records_read"] / b["duration_s"] if b["duration_s"] else 0.0 for b in known])]
+    return "input rows per second", "rows/s", [
+        ("rows/s", [float(b["batch"]) for b in batches],
+         [b["rows_per_second"] for b in batches])]
+
+
 def plots(batches: List[Dict[str, Any]]) -> List[str]:
     """A streaming run's plots over its micro-batches: the records its reads produced per second
     (or, without splittable or unbounded reads, Spark's input rows per second), batch durations,
@@ -88,13 +105,7 @@ def plots(batches: List[Dict[str, Any]]) -> List[str]:
     if not batches:
         return []
     xs = [float(b["batch"]) for b in batches]
-    if any(b.get("records_read") is not None for b in batches):
-        rate = _plot("records read per second", "records/s", [("records/s", xs, [
-            (b["records_read"] or 0) / b["duration_s"] if b["duration_s"] else 0.0
-            for b in batches])])
-    else:
-        rate = _plot("input rows per second", "rows/s",
-                     [("rows/s", xs, [b["rows_per_second"] for b in batches])])
+    rate = _plot(*rate_series(batches))
     out = [rate,
            _plot("micro-batch duration", "seconds",
                  [("duration", xs, [b["duration_s"] or 0.0 for b in batches])])]

@@ -80,7 +80,7 @@ def test_headrace_report_renders_the_page_again(tmp_path, capsys):
 
 
 def test_the_rate_plot_shows_records_read_when_the_run_counted_them_else_input_rows():
-    from headrace.report.page import plots
+    from headrace.report.page import plots, rate_series
 
     def batch(n, records):
         return {"batch": n, "time": None, "rows": 2, "rows_per_second": 4.0, "duration_s": 0.5,
@@ -92,3 +92,6 @@ def test_the_rate_plot_shows_records_read_when_the_run_counted_them_else_input_r
     assert "records read per second" in counted[0] and "600" in counted[0]   # 300 in 0.5 s
     assert any("watermark lag" in p for p in counted)   # the source's watermark lag
     assert "input rows per second" in plots([batch(0, None), batch(1, None)])[0]
+    # a batch whose count is unknown (its driver state dropped) is left out, not drawn as 0
+    title, _, [(_, xs, ys)] = rate_series([batch(0, None), batch(1, 300), batch(2, 50)])
+    assert title == "records read per second" and (xs, ys) == ([1.0, 2.0], [600.0, 100.0])
