@@ -176,3 +176,23 @@ def test_the_jvm_headrace_starts_gives_its_python_processes_the_bytecode_archive
     assert jvm_home == spark_home.bytecode_home(), jvm_home
     path = SparkContext._jvm.org.apache.spark.api.python.PythonUtils.sparkPythonPath()
     assert os.path.join(jvm_home, "python", "lib", "pyspark.zip") in path.split(os.pathsep)
+
+
+@pytest.mark.skipif("spark-local" not in RUNNERS, reason="Spark runners not selected")
+def test_a_worker_leaves_the_preloaded_modules_frozen_and_collects_young_garbage_after_a_task():
+    """PySpark's reused worker runs a full `gc.collect()` after each task (tens of ms with pandas
+    imported); headrace's daemon freezes what it preloaded and makes that a young collection."""
+    import headrace as beam
+    from headrace.options.pipeline_options import PipelineOptions
+    from headrace.testing.util import assert_that, equal_to
+    from tests.conftest import RUNNER_CONFIGS
+
+    def probe(_):
+        import gc
+        daemon = sys.modules.get("pyspark.daemon")
+        return gc.get_freeze_count() > 1000, type(getattr(daemon, "gc", None)).__name__
+
+    name, extra = RUNNER_CONFIGS["spark-local"]
+    with beam.Pipeline(runner=name, options=PipelineOptions(**extra)) as p:
+        assert_that(p | beam.Create([1, 2]) | beam.Map(probe),
+                    equal_to([(True, "YoungCollector")] * 2))
