@@ -108,6 +108,7 @@ def batch_stats(batches: List[Dict[str, Any]]) -> Dict[str, Any]:
     out: Dict[str, Any] = {
         "batches": len(batches), "data_batches": len(data),
         "first_batch_s": sum(b["ms"] for b in batches[:first + 1]) / 1000,
+        "first_batches_ms": [b["ms"] for b in batches[:first + 1]],
         "first_batch_events": batches[first]["events"],
         "flush_s": sum(b["ms"] for b in batches[last + 1:]) / 1000,
         "batch_time_sum_s": sum(b["ms"] for b in batches) / 1000}

@@ -151,6 +151,39 @@ def test_bounded_sources_emit_in_the_first_batch_and_their_watermark_then_jumps(
     assert c.next_offset(first, st, wall_us=0) is None
 
 
+class _Counting:
+    """An UnboundedSource of the integers, `per_second` of them a second of wall time from 0;
+    record n's event time is n seconds, its watermark the next record's."""
+
+    def __init__(self, per_second):
+        self.per_second = per_second
+
+    def initial_position(self):
+        return 0
+
+    def available(self, position, now_us, max_records):
+        return min(now_us * self.per_second // US, position + max_records)
+
+    def watermark(self, position):
+        return Timestamp.of(position)
+
+
+def test_an_unbounded_sources_first_batch_reads_what_it_has_and_later_ones_their_reservation():
+    """The first batch reads what an unbounded source has when it is planned: its first
+    watermark changes no pane (no key exists yet), so it is no batch of its own; later batches
+    read what the batch before them reserved, one batch ahead of the Spark clock."""
+    nodes = [Node(Kind.UNBOUNDED, 0, (), (1,)), Node(GROUPING, 0, (1,), (2,))]
+    c = Coordinator(nodes, [None], 1, unbounded={0: _Counting(10)}, max_records=5)
+    st = BatchState(1)
+    first = c.next_offset(c.initial_offset(), st, wall_us=2 * US)
+    assert first is not None and first.batch == 0 and first.positions == [5]   # 20 there, 5 a batch
+    assert first.reserved == [10] and first.clock == 0
+    second = c.next_offset(first, st, wall_us=2 * US)
+    assert second is not None and second.positions == [10] and second.reserved == [15]
+    # each batch's stamp covers the watermark the next batch's groupings can see
+    assert second.clock == first.next_clock >= to_clock(10 * US)
+
+
 def test_the_clock_covers_every_watermark_and_keeps_order():
     assert to_clock(MIN) == 0
     assert to_clock(MAX) == CLOCK_MAX_MS
@@ -197,7 +230,8 @@ def test_a_processing_time_wakeup_in_one_part_does_not_hold_the_other_back():
     c = Coordinator(_two_islands(), [script(), script()], 4)
     st = BatchState(4)
     st.apply("pt", 0, MAX, 0)                    # a key of island 0 is due now: a round there
-    first = c.next_offset(c.initial_offset(), st, wall_us=0)
+    # (keys exist only after a batch: before the first no key is due and nothing is a round)
+    first = c.next_offset(replace(c.initial_offset(), batch=0), st, wall_us=0)
     assert first.positions == [0, 1]                # island 1 moved on meanwhile
 
 
