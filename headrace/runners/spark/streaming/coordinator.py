@@ -29,10 +29,8 @@ events whose batching cannot change a pane, see `Coordinator._step_end`). So a s
 same panes as on the local runner. An unbounded source (`UnboundedSource`) advances to the
 position it *reserved* when the previous batch was planned (what it had then, at most
 `max_records` further): the reservation makes its next watermark known one batch ahead, for
-the Spark clock below; new records thus wait one batch (two when the stream was idle). The
-first batch reads what the source has when it is planned: before it no key exists whose timer
-the clock must reach, and a watermark moving from the start changes no pane, so no round
-delivers it first.
+the Spark clock below; new records thus wait one batch (two when the stream was idle), but the
+first batch reads what the sources have (no key exists before it: no pane can change).
 
 A splittable step's works (`splittable`) report their resume times as processing-time wakeups
 and their watermark holds as holds. Due works make a batch run but not a round (the sources may
@@ -290,12 +288,8 @@ class Coordinator:
         positions with the holds after the previous batch); its elements were read while the
         watermarks were the previous batch's, and are judged against those."""
         pos = list(start.positions)
-        reserved = list(start.reserved)
-        if start.batch < 0:
-            # the first batch reads what the unbounded sources have now: the reservation keeps
-            # Spark's clock a batch ahead of their watermarks, and before the first batch no key
-            # exists whose timer that clock must reach
-            reserved = self._reserve(pos, wall_us)
+        # the first batch reads what the unbounded sources have now (module doc)
+        reserved = self._reserve(pos, wall_us) if start.batch < 0 else list(start.reserved)
         prev_in, prev_out = start.input_watermarks, start.output_watermarks
         in_wm, out_wm = self.watermarks(pos, state, prev_out, prev_in)
         sides = self.side_watermarks(pos, state, prev_out, prev_in)
@@ -333,10 +327,7 @@ class Coordinator:
         watermarks would move, or its keys are due at its processing time, or its side step
         released what waited for its output watermark (one batch after it moved: the next level
         judges lateness against the watermark before the batch)."""
-        if start.batch < 0:
-            # before the first batch no key, held element or timer exists: a watermark that
-            # moves from the start (an unbounded source's first watermark) changes no pane, so
-            # the first batch reads instead of delivering it alone
+        if start.batch < 0:   # no key, held element or timer yet: no pane can change
             return [False] * self.n_islands
         # a timer due at the last batch's watermarks that Spark's clock did not reach yet (only
         # keys that existed before that batch have such timers: none before batch 0)

@@ -122,7 +122,7 @@ def main() -> None:
     from pyspark import daemon
     gc.collect()
     gc.freeze()
-    daemon.gc = YoungCollector()  # type: ignore[attr-defined]
+    daemon.gc = YoungCollector()  # type: ignore[assignment]
     daemon.manager()
 
 
