@@ -106,6 +106,9 @@ def progress_batches(query: Any, events_of: Callable[[Dict[str, Any]], int],
         out.append({"id": p.batchId,
                     "events": events_of({"start": src.startOffset, "end": src.endOffset}) if src else 0,
                     "ms": int(p.durationMs.get("triggerExecution", 0)),
+                    # Spark's phases of the batch (planning, the jobs, the offset and commit logs)
+                    "phases_ms": {k: int(v) for k, v in p.durationMs.items()
+                                  if k != "triggerExecution"},
                     "rows": int(p.numInputRows),
                     # the state's size after the batch, over every stateful operator: rows, the
                     # RocksDB instances' memory and their SST files on disk (when reported)

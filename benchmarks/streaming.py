@@ -45,6 +45,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import statistics
 import sys
 import tempfile
 import textwrap
@@ -115,6 +116,9 @@ def batch_stats(batches: List[Dict[str, Any]]) -> Dict[str, Any]:
         "batch_time_sum_s": sum(b["ms"] for b in batches) / 1000}
     if steady:
         ms = [b["ms"] for b in steady]
+        phases = sorted({k for b in steady for k in b.get("phases_ms", {})})
+        out["steady_phases_mean_ms"] = {k: round(statistics.mean(
+            b.get("phases_ms", {}).get(k, 0) for b in steady), 1) for k in phases}
         out.update(p50_s=percentile(ms, 50) / 1000, p99_s=percentile(ms, 99) / 1000,
                    steady_events=sum(b["events"] for b in steady), steady_s=sum(ms) / 1000)
         out["steady_events_per_s"] = out["steady_events"] / out["steady_s"] if out["steady_s"] else None
