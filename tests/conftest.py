@@ -110,7 +110,9 @@ def _on_cluster_by_default(item):
 # 58464c4 (two shards at once, 2 cores): 29.5 min for shard 1, 38 min for shard 2 of which the
 # quick chaos run (then Redis only, opt-in) took 5.7 min and the logging tests, then in shard 1,
 # 1.7 min. At f031711: shard 1 20.4 min, shard 2 17.2 min; the logging tests (1.3 min, each
-# a Spark of its own in a subprocess) moved to shard 2.
+# a Spark of its own in a subprocess) moved to shard 2. At d9028f0 on one machine: 24:37 and 25:24;
+# at d1c745c, after the workers' full collection after every task became a young one
+# (runners/spark/worker/daemon.py), on the same machine: 17:56 and 17:39.
 SHARD_2_PATHS = ("streaming/test_restart.py", "streaming/test_spark_connect.py",
                  "streaming/test_chaos.py", "test_spark_logging.py", "streaming/test_run_report.py")
 
