@@ -97,10 +97,10 @@ def percentile(values: List[float], q: float) -> float:
 def batch_stats(batches: List[Dict[str, Any]]) -> Dict[str, Any]:
     """First-batch time, p50 / p99 batch time and steady-state events/s of a run's batches.
 
-    The first batch is every batch up to and including the first that carries events (headrace's
-    query starts with a batch of control rows only); the steady state is the batches that carry
-    events after it; flush batches come after the last one that carries events (the native and
-    tws queries' end-of-stream batch).
+    The first batch is every batch up to and including the first that carries events (before
+    2026-11-30 headrace's query started with a batch of control rows only); the steady state is
+    the batches that carry events after it; flush batches come after the last one that carries
+    events (the native and tws queries' end-of-stream batch).
     """
     data = [i for i, b in enumerate(batches) if b["events"] > 0]
     if not data:
@@ -346,8 +346,8 @@ def growth_targets(results: Dict[int, Dict[str, Dict[str, Dict[str, Any]]]]) -> 
 
 def print_notes(args: argparse.Namespace, results: Dict[int, Any], refs: Dict[Any, Dict[str, Any]]) -> None:
     print(f"""
-batches: micro-batches with events + the others (headrace's first, control-only batch; the native
-  and tws queries' end-of-stream flush batch). first s: the time of the batches up to and including
+batches: micro-batches with events + the others (the native and tws queries' end-of-stream flush
+  batch). first s: the time of the batches up to and including
   the first with events (the query's warm-up: planning, Python workers, state stores). p50 / p99 s:
   batch times (Spark's durationMs.triggerExecution; Beam: between the arrivals of consecutive
   batches' first events at its Map) of the batches with events after the first. steady ev/s: their
