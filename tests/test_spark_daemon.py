@@ -28,6 +28,26 @@ def test_preloading_starts_no_thread_and_leaves_pyarrow_and_pandas_to_the_worker
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
+def test_the_heavy_modules_are_preloaded_without_a_thread_unless_the_user_set_other_values():
+    """pyarrow, numpy and pandas are imported before the fork with the settings under which they
+    start no thread (jemalloc's background thread off, one OpenBLAS thread); a user's other
+    values leave them to the workers."""
+    code = ("import os, sys\n"
+            "from headrace.runners.spark.worker import daemon as spark_daemon\n"
+            "spark_daemon.preload()\n"
+            "done = spark_daemon.preload_heavy()\n"
+            "print(done, 'pyarrow' in sys.modules, 'pandas' in sys.modules, spark_daemon.threads())\n")
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("JE_ARROW_MALLOC_CONF", "OPENBLAS_NUM_THREADS", "HEADRACE_DAEMON_LIGHT")}
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True,
+                         env=env).stdout.split()
+    assert out == ["True", "True", "True", "1"], out
+    env["OPENBLAS_NUM_THREADS"] = "4"
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True,
+                         env=env).stdout.split()
+    assert out == ["False", "False", "False", "1"], out
+
+
 def test_spark_archives_are_dropped_only_when_the_packages_are_installed(tmp_path):
     site = tmp_path / "site"
     for name in ("pyspark", "py4j"):

@@ -19,9 +19,11 @@ This daemon drops those archives from the path, and their cached finders, when t
 packages are installed outside them (a pip-installed pyspark: the same files), and the jars
 on the path that hold no Python file, imports
 pyspark's worker modules and headrace's modules that start no thread before it forks
-(`PRELOAD`), then runs PySpark's daemon. Modules that start threads when imported (pyarrow,
-pandas) are still imported after the fork, in each worker, as PySpark's daemon requires: a
-fork copies only the thread that forks.
+(`PRELOAD`), then runs PySpark's daemon. pyarrow, numpy and pandas start threads when
+imported (jemalloc's background thread, OpenBLAS's pool), and a fork copies only the thread that
+forks: they are imported before the fork only under settings that keep them thread-free
+(`THREADLESS_ENV`, unless the user set other values; `HEAVY_PRELOAD`), and a daemon that finds a
+thread after them starts itself again without them.
 
 A reused worker of PySpark's daemon also runs a full garbage collection after every task
 (`gc.collect()`), which walks every object of the process: the modules above, pyarrow's and
@@ -55,6 +57,18 @@ PRELOAD = (
 
 _ARCHIVES = ("pyspark", "py4j")
 
+#: Set, unless already set, before the imports of `HEAVY_PRELOAD`, which then start no thread:
+#: pyarrow's bundled jemalloc starts a background purging thread and numpy's OpenBLAS its thread
+#: pool unless told otherwise (one BLAS thread a worker, a worker a core: what Spark's own
+#: OMP_NUM_THREADS for Python workers aims at too).
+THREADLESS_ENV = (("JE_ARROW_MALLOC_CONF", "background_thread:false"), ("OPENBLAS_NUM_THREADS", "1"))
+#: Imported before the fork too when `THREADLESS_ENV` holds and they start no thread: a fresh
+#: worker otherwise spent about 0.35 s importing them (pandas 0.21 s) before its first task.
+HEAVY_PRELOAD = ("numpy", "pyarrow", "pandas", "headrace.runners.spark.streaming.stages",
+                 "headrace.runners.spark.streaming.processor", "headrace.runners.spark.batch.env")
+#: Set by a daemon that found a thread after `HEAVY_PRELOAD` and started itself again without it.
+LIGHT = "HEADRACE_DAEMON_LIGHT"
+
 
 def drop_spark_archives(path: List[str]) -> List[str]:
     """`path` without Spark's pyspark / py4j archives, if both packages are found without
@@ -84,6 +98,31 @@ def preload() -> None:
             importlib.import_module(name)
         except Exception:  # noqa: BLE001 - the worker imports it itself and reports any error
             pass
+
+
+def threads() -> int:
+    """The threads of this process (1 where /proc cannot tell)."""
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return 1
+
+
+def preload_heavy() -> bool:
+    """Imports `HEAVY_PRELOAD` when `THREADLESS_ENV` holds (set here unless the user set other
+    values); False if they were left to the workers (the user's settings, or `LIGHT`)."""
+    if os.environ.get(LIGHT):
+        return False
+    for key, value in THREADLESS_ENV:
+        os.environ.setdefault(key, value)
+    if any(os.environ[key] != value for key, value in THREADLESS_ENV):
+        return False
+    for name in HEAVY_PRELOAD:
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - the worker imports it itself and reports any error
+            pass
+    return True
 
 
 def forget_finders(dropped: List[str]) -> None:
@@ -119,6 +158,12 @@ def main() -> None:
     frozen out of the collector's reach and a young collection after each task."""
     fix_path()
     preload()
+    if preload_heavy() and threads() > 1:
+        # a thread started after all (an import the settings above do not cover): a fork would
+        # copy only this one, so start again and leave those imports to the workers
+        os.environ[LIGHT] = "1"
+        os.execv(sys.executable, [sys.executable, "-m", __spec__.name if __spec__ else
+                                  "headrace.runners.spark.worker.daemon", *sys.argv[1:]])
     from pyspark import daemon
     gc.collect()
     gc.freeze()
