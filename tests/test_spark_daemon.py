@@ -13,9 +13,10 @@ from headrace.runners.spark.worker.daemon import drop_spark_archives
 from tests.conftest import RUNNERS
 
 
-def test_preloading_starts_no_thread_and_leaves_pyarrow_and_pandas_to_the_workers():
+def test_the_first_preload_starts_no_thread_and_leaves_pyarrow_and_pandas_to_the_heavy_one():
     # PySpark's daemon forks its workers; a module that starts a thread must not be imported
-    # before the fork (the child has only the forking thread).
+    # before the fork (the child has only the forking thread): pyarrow and pandas come only with
+    # `preload_heavy`, under settings that keep them thread-free (the next test).
     code = ("import os, sys, threading\n"
             "from headrace.runners.spark.worker import daemon as spark_daemon\n"
             "spark_daemon.preload()\n"

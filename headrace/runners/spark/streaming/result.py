@@ -379,9 +379,9 @@ def batch_counts(files: RunFiles, batch: int, n_groupings: int) -> Tuple[int, Op
     batch before (`ELEMENTS_READ`); the records are None once either driver state is dropped
     (`RunFiles` keeps the last ten), and the late count then 0."""
     now = _counter_totals(files, batch, n_groupings)
-    before = _counter_totals(files, batch - 1, n_groupings)
     if now is None:
         return 0, None
+    before = _counter_totals(files, batch - 1, n_groupings)
     read = None if before is None else now.get(ELEMENTS_READ, 0) - before.get(ELEMENTS_READ, 0)
     return now.get(DROPPED_LATE, 0), read
 
