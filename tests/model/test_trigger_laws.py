@@ -487,6 +487,46 @@ def test_wakeup_never_misses_a_firing(t, window, history, times):
             assert wm >= w_at or pt >= p_at, (t.current(s), (w_at, p_at), (wm, pt))
 
 
+@LAWS
+@given(t=TRIGGERS_WITH_DONE, window=WINDOWS, history=EVENTS)
+def test_fires_is_ready_and_not_done(t, window, history):
+    # the core asks `fires` (one call per window) for "not isDone and ready"; every node's own
+    # answer must be that, in every state of a history, whatever its shortcut
+    _, _, _, trace = drive(t, window, history)
+    for s, c in [(t.initial_state(), TriggerContext(window, 0, 0))] + trace:
+        for node, ns in _nodes_with_states(t, s):
+            assert node.fires(ns, c) == (not node.is_done(ns) and node.ready(ns, c)), node
+
+
+def _nodes_with_states(t, s):
+    """(node, its state) of every node of `t` in state `s` (a sugar name: its expression's)."""
+    yield t, s
+    inner = getattr(t, "expr", None)
+    if inner is not None:
+        yield from _nodes_with_states(inner, s)
+    elif isinstance(t, Repeat):
+        yield from _nodes_with_states(t.triggers[0], s)
+    elif isinstance(t, (AfterEach, AfterFirst, AfterAll, OrFinally)):
+        for child, cs in zip(t.triggers, s):
+            yield from _nodes_with_states(child, cs)
+
+
+@LAWS
+@given(t=TRIGGERS_WITH_DONE, window=WINDOWS, history=EVENTS)
+def test_the_lowered_trigger_is_the_same_trigger(t, window, history):
+    # the core runs `lowered()`: Beam's and the paper's names replaced by their expressions.
+    # No name is left in it, and it goes through the same states, firing alike
+    low = t.lowered()
+    assert not any(hasattr(n, "expr") for n in walk(low)), low
+    assert low.lowered() is low
+    _, _, _, trace = drive(t, window, history)
+    _, _, _, low_trace = drive(low, window, history)
+    assert [s for s, _ in low_trace] == [s for s, _ in trace]
+    for s, c in trace:
+        assert low.ready(s, c) == t.ready(s, c) and low.is_done(s) == t.is_done(s)
+        assert low.wakeup(s, c) == t.wakeup(s, c)
+
+
 # ---- 7. triggers are values ---------------------------------------------------------------
 
 

@@ -204,6 +204,10 @@ class TriggerFn(ABC):
 
     # ---- derived ------------------------------------------------------------------------
 
+    def fires(self, state: Any, ctx: TriggerContext) -> bool:
+        """True when the trigger is not done and is ready: its window fires."""
+        return not self.is_done(state) and self.ready(state, ctx)
+
     def next_if_ready(self, state: Any, ctx: TriggerContext) -> Any:
         """`next(state)` when the trigger is ready, else `state` unchanged."""
         return self.next(state, ctx) if self.ready(state, ctx) else state
@@ -215,6 +219,12 @@ class TriggerFn(ABC):
 
     def current(self, state: Any) -> "TriggerFn":
         """The trigger as the spec writes it after transitions: Done(...) tombstones in place."""
+        return self
+
+    def lowered(self) -> "TriggerFn":
+        """The trigger with every name over the algebra replaced by its expression (`sugar`):
+        the same states, readiness and merging, evaluated without a call per name; the
+        per-key core runs this form."""
         return self
 
     def or_finally(self, until: "TriggerFn") -> "OrFinally":
@@ -633,11 +643,11 @@ class _Composite(TriggerFn):
 
     def initial_state(self) -> Any:
         """Every child's initial state."""
-        return tuple(t.initial_state() for t in self.triggers)
+        return tuple([t.initial_state() for t in self.triggers])
 
     def on_element(self, state: Any, timestamp_us: int, ctx: TriggerContext) -> Any:
         """Every child sees the element (Done leaves ignore it)."""
-        return tuple(t.on_element(s, timestamp_us, ctx) for t, s in zip(self.triggers, state))
+        return tuple([t.on_element(s, timestamp_us, ctx) for t, s in zip(self.triggers, state)])
 
     def restart(self, state: Any) -> Any:
         """Restart every child."""
@@ -665,9 +675,20 @@ class _Composite(TriggerFn):
 
     def current(self, state: Any) -> TriggerFn:
         """The same composite over the children's current triggers."""
+        return self._over(tuple(t.current(s) for t, s in zip(self.triggers, state)))
+
+    def lowered(self) -> TriggerFn:
+        """The same composite over the children lowered (itself when none changes)."""
+        children = tuple(t.lowered() for t in self.triggers)
+        if all(a is b for a, b in zip(children, self.triggers)):
+            return self
+        return self._over(children)
+
+    def _over(self, children: Tuple[TriggerFn, ...]) -> TriggerFn:
+        """A copy of this composite over `children` (the grammar's checks already passed)."""
         out = object.__new__(type(self))
         out.__dict__.update(self.__dict__)
-        out.triggers = tuple(t.current(s) for t, s in zip(self.triggers, state))
+        out.triggers = children
         return out
 
     def __eq__(self, other: object) -> bool:
@@ -737,10 +758,13 @@ class AfterEach(_Composite):
         return all(t.blind_before_end_of_window for t in self.triggers)
 
     def _active(self, state: Any) -> int:
-        for i, (t, s) in enumerate(zip(self.triggers, state)):
-            if not t.is_done(s):
+        """The index of the first unfinished child (the number of children: none)."""
+        i = 0
+        for t in self.triggers:
+            if not t.is_done(state[i]):
                 return i
-        return len(self.triggers)
+            i += 1
+        return i
 
     def is_done(self, state: Any) -> bool:
         """All children done."""
@@ -750,6 +774,10 @@ class AfterEach(_Composite):
         """The first unfinished child is ready."""
         i = self._active(state)
         return i < len(self.triggers) and self.triggers[i].ready(state[i], ctx)
+
+    def fires(self, state: Any, ctx: TriggerContext) -> bool:
+        """As `ready`, which is False once every child is done."""
+        return self.ready(state, ctx)
 
     def next(self, state: Any, ctx: TriggerContext) -> Any:
         """Advance the first unfinished child; later ones start afresh (they saw only emitted elements)."""
@@ -805,6 +833,10 @@ class Repeat(_Composite):
 
     def ready(self, state: Any, ctx: TriggerContext) -> bool:
         """The child is ready."""
+        return self.triggers[0].ready(state, ctx)
+
+    def fires(self, state: Any, ctx: TriggerContext) -> bool:
+        """As `ready` (never done)."""
         return self.triggers[0].ready(state, ctx)
 
     def on_element(self, state: Any, timestamp_us: int, ctx: TriggerContext) -> Any:
@@ -879,11 +911,13 @@ class OrFinally(_Composite):
 
     def is_done(self, state: Any) -> bool:
         """Either branch done."""
-        return self.triggers[0].is_done(state[0]) or self.triggers[1].is_done(state[1])
+        main, until = self.triggers
+        return main.is_done(state[0]) or until.is_done(state[1])
 
     def ready(self, state: Any, ctx: TriggerContext) -> bool:
         """Either branch ready."""
-        return self.triggers[0].ready(state[0], ctx) or self.triggers[1].ready(state[1], ctx)
+        main, until = self.triggers
+        return main.ready(state[0], ctx) or until.ready(state[1], ctx)
 
     def next(self, state: Any, ctx: TriggerContext) -> Any:
         """next_if_ready of both branches."""

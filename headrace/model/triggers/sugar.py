@@ -108,6 +108,10 @@ class _Sugar(TriggerFn):
         """As the expression."""
         return self.expr.ready(state, ctx)
 
+    def fires(self, state: Any, ctx: TriggerContext) -> bool:
+        """As the expression."""
+        return self.expr.fires(state, ctx)
+
     def on_element(self, state: Any, timestamp_us: int, ctx: TriggerContext) -> Any:
         """As the expression."""
         return self.expr.on_element(state, timestamp_us, ctx)
@@ -143,6 +147,10 @@ class _Sugar(TriggerFn):
     def current(self, state: Any) -> TriggerFn:
         """The expression's current trigger."""
         return self.expr.current(state)
+
+    def lowered(self) -> TriggerFn:
+        """The expression, lowered."""
+        return self.expr.lowered()
 
     def __eq__(self, other: object) -> bool:
         return type(other) is type(self) and other.expr == self.expr

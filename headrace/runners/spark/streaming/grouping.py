@@ -132,18 +132,19 @@ class GroupingOperator(BucketOperator):
                 rec.seen = prev
             # The key's processing-time wakeup, as the local runner keeps it: computed after
             # each call that changed the key, due when it is at or before `pt`.
-            wakeup = rec.ptime if rec is not None else MAX
+            # (None: the key's input changed it, its wakeup is computed in `_advance`)
+            before: Optional[int] = rec.ptime if rec is not None else MAX
             if partials is not None:   # a lifted combine: the batch's partials in one call
-                rec, wakeup = _add_partials(core, rec, partials, prev, pt, out, late)
+                rec, before = _add_partials(core, rec, partials, prev, pt, out, late), None
             if batches:
                 if partials is not None:   # a split lift's inputs behind the watermark
                     core = self._element_core(g, ctl.batch)
-                rec, wakeup = _add_elements(core, rec, batches, prev, pt, out, late)
+                rec, before = _add_elements(core, rec, batches, prev, pt, out, late), None
             if rec is None:  # nothing came for a key without state
                 return
             recs[kb] = rec
             split = len(out)
-            wakeup = _advance(core, rec, cur, pt, out, wakeup)
+            wakeup = _advance(core, rec, cur, pt, out, before, prev)
             if spec.side_combiner is not None:
                 rec.waiting.extend(self.panes)
                 self.panes = []
@@ -230,7 +231,7 @@ def _run_steps(core: GroupingCore, rec: Optional[KeyRecord], batches: Batches,
     had none and got no element) and its processing-time wakeup."""
     order = sorted(batches)
     i = 0
-    wakeup = rec.ptime if rec is not None else MAX
+    wakeup: Optional[int] = rec.ptime if rec is not None else MAX
     w = steps[0][1]
     for end, wm, pt in steps:
         j = i
@@ -238,19 +239,19 @@ def _run_steps(core: GroupingCore, rec: Optional[KeyRecord], batches: Batches,
             j += 1
         if j > i:
             rec, wakeup = _add_elements(core, rec, {b: batches[b] for b in order[i:j]}, w, pt,
-                                        out, late)
+                                        out, late), None
             i = j
         if rec is not None:
-            wakeup = _advance(core, rec, wm, pt, out, wakeup)
+            wakeup = _advance(core, rec, wm, pt, out, wakeup, w)
         w = wm
-    return rec, wakeup
+    return rec, MAX if wakeup is None else wakeup
 
 
 def _add_partials(core: GroupingCore, rec: Optional[KeyRecord], partials: Partials, prev: int,
                   pt: int, out: List[WindowedValue], late: Optional[List[WindowedValue]]
-                  ) -> Tuple[KeyRecord, int]:
+                  ) -> KeyRecord:
     """Hands a lifted combine's partials of one key to its core in one call (the partials of
-    one window merged); the key's record and its processing-time wakeup after."""
+    one window merged); the key's record after (its processing-time wakeup: `_advance`)."""
     k, cells = partials
     if rec is None:
         rec = KeyRecord(k, KeyState(), prev)
@@ -263,15 +264,14 @@ def _add_partials(core: GroupingCore, rec: Optional[KeyRecord], partials: Partia
         elements.append(Element(acc, ts, w, False))
         weights[w] = n
     core.process(rec.key, rec.state, elements, prev, pt, out, late, weights)
-    return rec, core.next_processing_time(rec.state, prev, pt)
+    return rec
 
 
 def _add_elements(core: GroupingCore, rec: Optional[KeyRecord], batches: Batches, prev: int,
                   pt: int, out: List[WindowedValue], late: Optional[List[WindowedValue]]
-                  ) -> Tuple[KeyRecord, int]:
+                  ) -> KeyRecord:
     """Hands a key's new elements (`batches` not empty) to its core bundle by bundle; the key's
-    record and its processing-time wakeup after."""
-    wakeup = MAX
+    record after (its processing-time wakeup: `_advance`)."""
     for bundle in sorted(batches):
         items = sorted(batches[bundle], key=lambda x: x[0])
         elements: List[Element] = []
@@ -284,19 +284,22 @@ def _add_elements(core: GroupingCore, rec: Optional[KeyRecord], batches: Batches
                 elements.append(Element(v, ts, w, r))
         assert rec is not None
         core.process(rec.key, rec.state, elements, prev, pt, out, late)
-        wakeup = core.next_processing_time(rec.state, prev, pt)
     assert rec is not None
-    return rec, wakeup
+    return rec
 
 
 def _advance(core: GroupingCore, rec: KeyRecord, cur: int, pt: int, out: List[WindowedValue],
-             wakeup: int) -> int:
+             wakeup: Optional[int], prev: int) -> int:
     """Moves a key to this batch's watermark `cur` and fires its processing-time triggers due at
-    `pt`; its processing-time wakeup after."""
+    `pt`; its processing-time wakeup after. `wakeup`: the key's wakeup before, or None when
+    its new input (at watermark `prev`) changed it: computed here, once, unless the watermark
+    moves for the key (as the local runner keeps it: after each call that changed the key)."""
     if cur > rec.seen:
         core.on_watermark(rec.key, rec.state, cur, pt, out)
         rec.seen = cur
         wakeup = core.next_processing_time(rec.state, cur, pt)
+    elif wakeup is None:
+        wakeup = core.next_processing_time(rec.state, prev, pt)
     if wakeup <= pt:
         core.on_processing_time(rec.key, rec.state, pt, cur, out)
         wakeup = core.next_processing_time(rec.state, cur, pt)
