@@ -86,10 +86,9 @@ class KeyCell:
     and its Spark timers, shared by the operators of one processor; also holds the batch's
     control values once its control row came."""
 
-    def __init__(self, handle: Any) -> None:
-        from pyspark.sql.types import BinaryType, StructField, StructType
+    def __init__(self, handle: Any, cell: Any) -> None:
         self.handle = handle
-        self.cell = handle.getValueState("key_state", StructType([StructField("b", BinaryType())]))
+        self.cell = cell   # the processor's ValueState "key_state" of one binary column (`processor`)
         self.ctl: Optional[Control] = None
         #: the current Spark grouping key's bytes (set by the processor before each call)
         self.key = b""
