@@ -178,3 +178,34 @@ class _Legacy:
 
     def __reduce__(self):
         return (IntervalWindow._of, self.bounds)
+
+
+def _window_state_fields(ws):
+    from headrace.model.reduce import WindowState
+    return tuple(getattr(ws, s) for s in WindowState.__slots__)
+
+
+def test_a_window_state_pickles_whole_and_its_older_pickles_load(monkeypatch):
+    # the per-key core's state of one window is pickled at every visit of a streaming grouping
+    # (a module-level function of its fields); checkpoints hold pickles of the earlier form
+    # (the class, then __setstate__ with the fields), which must still load
+    import copy
+
+    from headrace.model.reduce import WindowState
+    from headrace.model.windowed import PaneInfoTiming
+
+    ws = WindowState([1, 2], (False, 3))
+    ws.pending, ws.hold_us, ws.eow_timer, ws.pane_index, ws.nonspec_index = 2, 99, True, 4, 1
+    ws.last_timing, ws.to_retract, ws.unmatched = PaneInfoTiming.LATE, ["pane"], [7]
+    fields = _window_state_fields(ws)
+    for protocol in (2, pickle.HIGHEST_PROTOCOL):
+        back = pickle.loads(pickle.dumps(ws, protocol))
+        assert type(back) is WindowState and _window_state_fields(back) == fields
+    assert _window_state_fields(copy.deepcopy(ws)) == fields
+
+    with monkeypatch.context() as m:   # the earlier form: object's own reduce, __getstate__
+        m.setattr(WindowState, "__reduce__", object.__reduce__)
+        earlier = pickle.dumps(ws, pickle.HIGHEST_PROTOCOL)
+    assert b"_window_state" not in earlier
+    old = pickle.loads(earlier)
+    assert type(old) is WindowState and _window_state_fields(old) == fields
