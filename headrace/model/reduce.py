@@ -159,14 +159,12 @@ class WindowState:
 
     def __reduce__(self) -> Tuple[Callable[..., "WindowState"], Tuple[Any, ...]]:
         # a module-level function of the fields: a third less time to pickle, a quarter less
-        # to load than __getstate__ / __setstate__ (a key's state is loaded and stored at
-        # every visit of a streaming grouping); pickles made with __getstate__ still load
+        # to load than the earlier field tuple given to __setstate__ (a key's state is loaded
+        # and stored at every visit of a streaming grouping)
         return (_window_state, _WINDOW_STATE_FIELDS(self))
 
-    def __getstate__(self) -> Tuple[Any, ...]:
-        return _WINDOW_STATE_FIELDS(self)
-
     def __setstate__(self, state: Tuple[Any, ...]) -> None:
+        # the earlier pickles (the class, then the field tuple), kept in checkpoints
         for s, v in zip(WindowState.__slots__, state):
             setattr(self, s, v)
 

@@ -775,9 +775,8 @@ class AfterEach(_Composite):
         i = self._active(state)
         return i < len(self.triggers) and self.triggers[i].ready(state[i], ctx)
 
-    def fires(self, state: Any, ctx: TriggerContext) -> bool:
-        """As `ready`, which is False once every child is done."""
-        return self.ready(state, ctx)
+    #: `ready` is False once every child is done, so a window fires exactly when it is ready
+    fires = ready
 
     def next(self, state: Any, ctx: TriggerContext) -> Any:
         """Advance the first unfinished child; later ones start afresh (they saw only emitted elements)."""
@@ -835,9 +834,8 @@ class Repeat(_Composite):
         """The child is ready."""
         return self.triggers[0].ready(state, ctx)
 
-    def fires(self, state: Any, ctx: TriggerContext) -> bool:
-        """As `ready` (never done)."""
-        return self.triggers[0].ready(state, ctx)
+    #: never done, so a window fires exactly when it is ready
+    fires = ready
 
     def on_element(self, state: Any, timestamp_us: int, ctx: TriggerContext) -> Any:
         """The child sees the element."""
