@@ -217,3 +217,45 @@ def test_a_worker_leaves_the_preloaded_modules_frozen_and_collects_young_garbage
     with beam.Pipeline(runner=name, options=PipelineOptions(**extra)) as p:
         assert_that(p | beam.Create([1, 2]) | beam.Map(probe),
                     equal_to([(True, "YoungCollector")] * 2))
+
+
+
+def _parent_pids_fn():
+    """A CombineFn whose output is the parent pids of the processes that ran its steps and
+    made its inputs (each input is its maker's parent pid)."""
+    import headrace as beam
+
+    class ParentPids(beam.CombineFn):
+        def create_accumulator(self):
+            return frozenset()
+
+        def add_input(self, acc, pid):
+            return acc | {pid, os.getppid()}
+
+        def merge_accumulators(self, accs):
+            return frozenset().union(*accs) | {os.getppid()}
+
+        def extract_output(self, acc):
+            return sorted(acc | {os.getppid()})
+
+    return ParentPids()
+
+
+@pytest.mark.skipif("spark-local" not in RUNNERS, reason="Spark runners not selected")
+def test_the_stateful_operators_workers_fork_from_the_daemon_of_the_other_workers():
+    """Spark keeps a daemon per set of worker environment variables; its SQL runners add
+    SPARK_SIMPLIFIED_TRACEBACK and `transformWithState`'s did not, so the stateful operator's
+    workers came from a second daemon, started in the first micro-batch. In a session headrace
+    starts, every worker has it: one daemon forks them all."""
+    import headrace as beam
+    from headrace.options.pipeline_options import PipelineOptions
+    from headrace.testing.util import assert_that, equal_to
+    from tests.conftest import RUNNER_CONFIGS
+
+    name, extra = RUNNER_CONFIGS["spark-local"]
+    with beam.Pipeline(runner=name, options=PipelineOptions(streaming=True, **extra)) as p:
+        pids = (p | beam.Create(range(40))
+                | beam.Map(lambda i: (i % 2, os.getppid()))
+                | beam.CombinePerKey(_parent_pids_fn())
+                | beam.Map(lambda kv: len(kv[1])))
+        assert_that(pids, equal_to([1, 1]))
