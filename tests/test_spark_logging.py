@@ -157,10 +157,23 @@ def test_headraces_log_configuration_comes_first_unless_the_user_names_one(monke
     names a log4j configuration of its own."""
     from headrace.runners.spark import jvm_archive, logs
     monkeypatch.setenv(jvm_archive.ENV, "off")
-    assert logs.java_options([]) == logs.LOG4J_OPTION
-    assert logs.java_options([("spark.driver.extraJavaOptions", "-Da=1")]) == f"{logs.LOG4J_OPTION} -Da=1"
+    jit = logs.JIT_OPTION
+    assert logs.java_options([]) == f"{logs.LOG4J_OPTION} {jit}"
+    assert (logs.java_options([("spark.driver.extraJavaOptions", "-Da=1")])
+            == f"{logs.LOG4J_OPTION} {jit} -Da=1")
     own = "-Dlog4j2.configurationFile=/etc/mine.properties"
-    assert logs.java_options([("spark.driver.extraJavaOptions", own)]) == own
+    assert logs.java_options([("spark.driver.extraJavaOptions", own)]) == f"{jit} {own}"
+
+
+def test_the_driver_runs_c1_alone_unless_the_user_chooses_the_tiers(monkeypatch):
+    """headrace's driver JVM compiles with C1 alone (`JIT_OPTION`); options of the user's that
+    choose the compilation tiers are kept as given, without it."""
+    from headrace.runners.spark import jvm_archive, logs
+    monkeypatch.setenv(jvm_archive.ENV, "off")
+    assert logs.JIT_OPTION == "-XX:TieredStopAtLevel=1"
+    assert logs.java_options([]).split()[-1] == logs.JIT_OPTION
+    for own in ("-XX:TieredStopAtLevel=4", "-XX:-TieredCompilation", "-Da=1 -XX:TieredStopAtLevel=3"):
+        assert logs.java_options([("spark.driver.extraJavaOptions", own)]) == f"{logs.LOG4J_OPTION} {own}"
 
 
 def test_the_jvm_class_archive_is_used_once_built_unless_turned_off(monkeypatch, tmp_path):
@@ -172,15 +185,16 @@ def test_the_jvm_class_archive_is_used_once_built_unless_turned_off(monkeypatch,
     monkeypatch.delenv(jvm_archive.ENV, raising=False)
     path = jvm_archive.archive_path()
     assert path is not None and path.startswith(str(tmp_path))
-    assert logs.java_options([]) == logs.LOG4J_OPTION           # not built
+    jit = logs.JIT_OPTION
+    assert logs.java_options([]) == f"{logs.LOG4J_OPTION} {jit}"   # not built
     with open(path, "wb") as f:                                  # never mapped: no JVM starts
         f.write(b"built")
     assert logs.java_options([]) == (f"{logs.LOG4J_OPTION} -XX:SharedArchiveFile={path} "
-                                     "-Xlog:cds*=off")
+                                     f"-Xlog:cds*=off {jit}")
     own = "-XX:SharedArchiveFile=/elsewhere.jsa"
-    assert logs.java_options([("spark.driver.extraJavaOptions", own)]) == f"{logs.LOG4J_OPTION} {own}"
+    assert logs.java_options([("spark.driver.extraJavaOptions", own)]) == f"{logs.LOG4J_OPTION} {jit} {own}"
     monkeypatch.setenv(jvm_archive.ENV, "off")
-    assert logs.java_options([]) == logs.LOG4J_OPTION
+    assert logs.java_options([]) == f"{logs.LOG4J_OPTION} {jit}"
     # another Java (JAVA_HOME elsewhere) has another archive
     monkeypatch.delenv(jvm_archive.ENV)
     fake = tmp_path / "jdk" / "bin"
@@ -188,7 +202,7 @@ def test_the_jvm_class_archive_is_used_once_built_unless_turned_off(monkeypatch,
     (fake / "java").write_text("")
     monkeypatch.setenv("JAVA_HOME", str(tmp_path / "jdk"))
     assert jvm_archive.archive_path() not in (None, path)
-    assert logs.java_options([]) == logs.LOG4J_OPTION
+    assert logs.java_options([]) == f"{logs.LOG4J_OPTION} {jit}"
 
 
 def test_a_failed_archive_build_leaves_no_archive(monkeypatch, tmp_path):

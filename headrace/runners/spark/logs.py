@@ -48,16 +48,28 @@ def current_log() -> Optional[str]:
     return _LOG
 
 
+#: The driver JVM's JIT compiler when the user's options choose none: C1 alone. The driver's
+#: work per Spark job and micro-batch is wide rather than hot (Spark's planner, scheduler and
+#: state code, each method run a few times a batch), so full tiered compilation kept its C2
+#: compiler busy for minutes: headrace's streaming benchmark at 200 micro-batches ran 1.11x
+#: faster with C1 alone, at 40 micro-batches 1.33x, using about 30-45% less CPU
+#: (benchmarks/README.md, "The driver's JIT compiler").
+JIT_OPTION = "-XX:TieredStopAtLevel=1"
+
+
 def java_options(conf: List[Tuple[str, str]]) -> str:
     """`spark.driver.extraJavaOptions` for a Spark headrace starts: the --spark_conf value, with
     headrace's log configuration first unless that value names a log4j configuration itself,
-    and the JVM class archive (`jvm_archive`) when one is built and the value names none."""
+    the JVM class archive (`jvm_archive`) when one is built and the value names none, and C1
+    as the JIT compiler (`JIT_OPTION`) unless the value chooses the compilation tiers."""
     from headrace.runners.spark import jvm_archive
     given = [v for k, v in conf if k == "spark.driver.extraJavaOptions"]
     value = given[-1] if given else ""
     parts = [] if "log4j2.configurationFile" in value else [LOG4J_OPTION]
     if "SharedArchiveFile" not in value and "ArchiveClassesAtExit" not in value:
         parts.append(jvm_archive.java_options())
+    if "TieredStopAtLevel" not in value and "TieredCompilation" not in value:
+        parts.append(JIT_OPTION)
     parts.append(value)
     return " ".join(p for p in parts if p)
 
