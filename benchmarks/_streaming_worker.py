@@ -78,7 +78,9 @@ def spark_conf(args: argparse.Namespace) -> List[str]:
             f"spark.driver.memory={args.driver_memory}",
             "spark.sql.session.timeZone=UTC",
             f"spark.sql.streaming.stateStore.providerClass={ROCKSDB}",
-            "spark.sql.streaming.numRecentProgressUpdates=100000"]
+            "spark.sql.streaming.numRecentProgressUpdates=100000"] + (
+                [f"spark.driver.extraJavaOptions={args.java_options}"]
+                if getattr(args, "java_options", "") else [])
 
 
 def start_spark(args: argparse.Namespace) -> Any:
@@ -596,6 +598,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--driver-memory", default="2g")
     ap.add_argument("--headrace-option", action="append", default=None, metavar="FLAG",
                     help="a pipeline flag for the headrace contender (repeatable)")
+    ap.add_argument("--java-options", default="",
+                    help="spark.driver.extraJavaOptions of the native and tws contenders")
     ap.add_argument("--headrace-source", choices=("source", "impulse"), default="source",
                     help="headrace's input: an UnboundedSource that makes the events with numpy "
                          "(as the native contender's source does), or PeriodicImpulse | Map(event)")

@@ -211,6 +211,8 @@ def measure(args: argparse.Namespace, contender: str, pipeline: str, n: int, bat
            "--headrace-repo", args.headrace_repo, "--headrace-source", args.headrace_source]
     if contender == "headrace":
         cmd += [f"--headrace-option={flag}" for flag in args.headrace_option or []]
+    elif contender != "beam" and args.native_java_options:
+        cmd.append(f"--java-options={args.native_java_options}")
     rec: Dict[str, Any] = {"contender": contender, "pipeline": pipeline, "events": n, "keys": keys,
                            "batch_events": batch}
     label = NATIVE_LABELS[pipeline] if contender == "native" else LABELS[contender]
@@ -407,6 +409,10 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     ap.add_argument("--headrace-option", action="append", default=None, metavar="FLAG",
                     help="a pipeline flag for the headrace contender (repeatable), e.g. "
                          "--headrace-option=--record_panes=DIR")
+    ap.add_argument("--native-java-options", default="", metavar="OPTIONS",
+                    help="spark.driver.extraJavaOptions of the native and tws contenders (default: "
+                         "Spark's defaults, as a user runs it; headrace's JVM compiles with C1 "
+                         "alone, and -XX:TieredStopAtLevel=1 here gives them the same)")
     ap.add_argument("--headrace-source", choices=("source", "impulse"), default="source",
                     help="headrace's input: an UnboundedSource making the events with numpy, as "
                          "the native contender's Spark source does (default), or PeriodicImpulse "
