@@ -53,7 +53,7 @@ def current_log() -> Optional[str]:
 #: state code, each method run a few times a batch), so full tiered compilation kept its C2
 #: compiler busy for minutes: headrace's streaming benchmark at 200 micro-batches ran 1.11x
 #: faster with C1 alone, at 40 micro-batches 1.33x, using about 30-45% less CPU
-#: (benchmarks/README.md, "The driver's JIT compiler").
+#: (benchmarks/README.md, "One Python daemon, and the driver's JIT compiler").
 JIT_OPTION = "-XX:TieredStopAtLevel=1"
 
 
