@@ -219,7 +219,6 @@ def test_a_worker_leaves_the_preloaded_modules_frozen_and_collects_young_garbage
                     equal_to([(True, "YoungCollector")] * 2))
 
 
-
 def _parent_pids_fn():
     """A CombineFn whose output is the parent pids of the processes that ran its steps and
     made its inputs (each input is its maker's parent pid)."""

@@ -157,6 +157,8 @@ def test_headraces_log_configuration_comes_first_unless_the_user_names_one(monke
     names a log4j configuration of its own."""
     from headrace.runners.spark import jvm_archive, logs
     monkeypatch.setenv(jvm_archive.ENV, "off")
+    for var in ("JDK_JAVA_OPTIONS", "JAVA_TOOL_OPTIONS"):   # (the suite sets the first)
+        monkeypatch.delenv(var, raising=False)
     jit = logs.JIT_OPTION
     assert logs.java_options([]) == f"{logs.LOG4J_OPTION} {jit}"
     assert (logs.java_options([("spark.driver.extraJavaOptions", "-Da=1")])
@@ -171,9 +173,16 @@ def test_the_driver_runs_c1_alone_unless_the_user_chooses_the_tiers(monkeypatch)
     from headrace.runners.spark import jvm_archive, logs
     monkeypatch.setenv(jvm_archive.ENV, "off")
     assert logs.JIT_OPTION == "-XX:TieredStopAtLevel=1"
+    monkeypatch.delenv("JDK_JAVA_OPTIONS", raising=False)
+    monkeypatch.delenv("JAVA_TOOL_OPTIONS", raising=False)
     assert logs.java_options([]).split()[-1] == logs.JIT_OPTION
     for own in ("-XX:TieredStopAtLevel=4", "-XX:-TieredCompilation", "-Da=1 -XX:TieredStopAtLevel=3"):
         assert logs.java_options([("spark.driver.extraJavaOptions", own)]) == f"{logs.LOG4J_OPTION} {own}"
+    # options every java takes come before headrace's on its command line: a choice there is kept
+    for var in ("JDK_JAVA_OPTIONS", "JAVA_TOOL_OPTIONS"):
+        monkeypatch.setenv(var, "-XX:TieredStopAtLevel=4")
+        assert logs.java_options([]) == logs.LOG4J_OPTION
+        monkeypatch.delenv(var)
 
 
 def test_the_jvm_class_archive_is_used_once_built_unless_turned_off(monkeypatch, tmp_path):
@@ -183,6 +192,8 @@ def test_the_jvm_class_archive_is_used_once_built_unless_turned_off(monkeypatch,
     from headrace.runners.spark import jvm_archive, logs
     monkeypatch.setenv("HEADRACE_CACHE", str(tmp_path))
     monkeypatch.delenv(jvm_archive.ENV, raising=False)
+    for var in ("JDK_JAVA_OPTIONS", "JAVA_TOOL_OPTIONS"):   # (the suite sets the first)
+        monkeypatch.delenv(var, raising=False)
     path = jvm_archive.archive_path()
     assert path is not None and path.startswith(str(tmp_path))
     jit = logs.JIT_OPTION

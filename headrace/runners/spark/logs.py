@@ -61,14 +61,18 @@ def java_options(conf: List[Tuple[str, str]]) -> str:
     """`spark.driver.extraJavaOptions` for a Spark headrace starts: the --spark_conf value, with
     headrace's log configuration first unless that value names a log4j configuration itself,
     the JVM class archive (`jvm_archive`) when one is built and the value names none, and C1
-    as the JIT compiler (`JIT_OPTION`) unless the value chooses the compilation tiers."""
+    as the JIT compiler (`JIT_OPTION`) unless the value, JDK_JAVA_OPTIONS or JAVA_TOOL_OPTIONS
+    chooses the compilation tiers."""
     from headrace.runners.spark import jvm_archive
     given = [v for k, v in conf if k == "spark.driver.extraJavaOptions"]
     value = given[-1] if given else ""
     parts = [] if "log4j2.configurationFile" in value else [LOG4J_OPTION]
     if "SharedArchiveFile" not in value and "ArchiveClassesAtExit" not in value:
         parts.append(jvm_archive.java_options())
-    if "TieredStopAtLevel" not in value and "TieredCompilation" not in value:
+    # the user's choice of tiers, in the value or in the options every java takes (which come
+    # first on its command line, so headrace's would override them)
+    chosen = " ".join([value] + [os.environ.get(v, "") for v in ("JDK_JAVA_OPTIONS", "JAVA_TOOL_OPTIONS")])
+    if "TieredStopAtLevel" not in chosen and "TieredCompilation" not in chosen:
         parts.append(JIT_OPTION)
     parts.append(value)
     return " ".join(p for p in parts if p)
