@@ -80,7 +80,7 @@ def spark_conf(args: argparse.Namespace) -> List[str]:
             f"spark.sql.streaming.stateStore.providerClass={ROCKSDB}",
             "spark.sql.streaming.numRecentProgressUpdates=100000"] + (
                 [f"spark.driver.extraJavaOptions={args.java_options}"]
-                if getattr(args, "java_options", "") else [])
+                if args.java_options else [])
 
 
 def start_spark(args: argparse.Namespace) -> Any:

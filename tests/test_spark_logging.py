@@ -152,13 +152,20 @@ def test_the_streaming_demo_prints_only_headraces_lines(tmp_path):
     assert total and total.group(1) == total.group(2) and total.group(1) != "0.00", report
 
 
+@pytest.fixture
+def no_java_env_options(monkeypatch):
+    """No JDK_JAVA_OPTIONS / JAVA_TOOL_OPTIONS (the suite sets the first, with its JIT choice)."""
+    from headrace.runners.spark import logs
+    for var in logs.JAVA_ENV_OPTIONS:
+        monkeypatch.delenv(var, raising=False)
+
+
+@pytest.mark.usefixtures("no_java_env_options")
 def test_headraces_log_configuration_comes_first_unless_the_user_names_one(monkeypatch):
     """--spark_conf spark.driver.extraJavaOptions keeps headrace's log4j configuration, unless it
     names a log4j configuration of its own."""
     from headrace.runners.spark import jvm_archive, logs
     monkeypatch.setenv(jvm_archive.ENV, "off")
-    for var in ("JDK_JAVA_OPTIONS", "JAVA_TOOL_OPTIONS"):   # (the suite sets the first)
-        monkeypatch.delenv(var, raising=False)
     jit = logs.JIT_OPTION
     assert logs.java_options([]) == f"{logs.LOG4J_OPTION} {jit}"
     assert (logs.java_options([("spark.driver.extraJavaOptions", "-Da=1")])
@@ -167,24 +174,24 @@ def test_headraces_log_configuration_comes_first_unless_the_user_names_one(monke
     assert logs.java_options([("spark.driver.extraJavaOptions", own)]) == f"{jit} {own}"
 
 
+@pytest.mark.usefixtures("no_java_env_options")
 def test_the_driver_runs_c1_alone_unless_the_user_chooses_the_tiers(monkeypatch):
     """headrace's driver JVM compiles with C1 alone (`JIT_OPTION`); options of the user's that
     choose the compilation tiers are kept as given, without it."""
     from headrace.runners.spark import jvm_archive, logs
     monkeypatch.setenv(jvm_archive.ENV, "off")
     assert logs.JIT_OPTION == "-XX:TieredStopAtLevel=1"
-    monkeypatch.delenv("JDK_JAVA_OPTIONS", raising=False)
-    monkeypatch.delenv("JAVA_TOOL_OPTIONS", raising=False)
     assert logs.java_options([]).split()[-1] == logs.JIT_OPTION
     for own in ("-XX:TieredStopAtLevel=4", "-XX:-TieredCompilation", "-Da=1 -XX:TieredStopAtLevel=3"):
         assert logs.java_options([("spark.driver.extraJavaOptions", own)]) == f"{logs.LOG4J_OPTION} {own}"
     # options every java takes come before headrace's on its command line: a choice there is kept
-    for var in ("JDK_JAVA_OPTIONS", "JAVA_TOOL_OPTIONS"):
+    for var in logs.JAVA_ENV_OPTIONS:
         monkeypatch.setenv(var, "-XX:TieredStopAtLevel=4")
         assert logs.java_options([]) == logs.LOG4J_OPTION
         monkeypatch.delenv(var)
 
 
+@pytest.mark.usefixtures("no_java_env_options")
 def test_the_jvm_class_archive_is_used_once_built_unless_turned_off(monkeypatch, tmp_path):
     """A built archive (in headrace's cache, keyed by Java and PySpark) goes into the driver's
     options with the JVM's messages about it turned off; HEADRACE_JVM_ARCHIVE=off, an option of
@@ -192,8 +199,6 @@ def test_the_jvm_class_archive_is_used_once_built_unless_turned_off(monkeypatch,
     from headrace.runners.spark import jvm_archive, logs
     monkeypatch.setenv("HEADRACE_CACHE", str(tmp_path))
     monkeypatch.delenv(jvm_archive.ENV, raising=False)
-    for var in ("JDK_JAVA_OPTIONS", "JAVA_TOOL_OPTIONS"):   # (the suite sets the first)
-        monkeypatch.delenv(var, raising=False)
     path = jvm_archive.archive_path()
     assert path is not None and path.startswith(str(tmp_path))
     jit = logs.JIT_OPTION

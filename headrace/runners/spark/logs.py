@@ -56,6 +56,9 @@ def current_log() -> Optional[str]:
 #: (benchmarks/README.md, "One Python daemon, and the driver's JIT compiler").
 JIT_OPTION = "-XX:TieredStopAtLevel=1"
 
+#: the environment variables whose options every java takes, before its command line's
+JAVA_ENV_OPTIONS = ("JDK_JAVA_OPTIONS", "JAVA_TOOL_OPTIONS")
+
 
 def java_options(conf: List[Tuple[str, str]]) -> str:
     """`spark.driver.extraJavaOptions` for a Spark headrace starts: the --spark_conf value, with
@@ -71,7 +74,7 @@ def java_options(conf: List[Tuple[str, str]]) -> str:
         parts.append(jvm_archive.java_options())
     # the user's choice of tiers, in the value or in the options every java takes (which come
     # first on its command line, so headrace's would override them)
-    chosen = " ".join([value] + [os.environ.get(v, "") for v in ("JDK_JAVA_OPTIONS", "JAVA_TOOL_OPTIONS")])
+    chosen = " ".join([value] + [os.environ.get(v, "") for v in JAVA_ENV_OPTIONS])
     if "TieredStopAtLevel" not in chosen and "TieredCompilation" not in chosen:
         parts.append(JIT_OPTION)
     parts.append(value)
