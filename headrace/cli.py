@@ -48,7 +48,8 @@ def version_text() -> str:
 def _jvm_archive_workload(target: str) -> int:
     """The child process of `jvm_archive.build`: runs a small batch and a small streaming
     pipeline on a Spark whose driver JVM writes the classes it loaded to `target` when it exits,
-    then closes that JVM and waits for it."""
+    and a small bounded one over a Spark Connect server in that JVM (when PySpark's Spark
+    Connect client is installed), then closes that JVM and waits for it."""
     import headrace as beam
     from headrace.options.pipeline_options import PipelineOptions
     from headrace.runners.spark import jvm_archive, session
@@ -74,6 +75,17 @@ def _jvm_archive_workload(target: str) -> int:
                                           allowed_lateness=60)
              | beam.CombinePerKey(sum) | beam.Map(str))
     session.stop_session()
+    if not session.connect_client_missing():
+        # a bounded pipeline over a Spark Connect server started in this JVM: the server's
+        # gRPC service and planner, Spark SQL's analyser, optimiser, adaptive execution and
+        # Arrow UDFs (the batch runner's plan as DataFrames), which a classic run never loads
+        with beam.Pipeline(options=PipelineOptions(
+                ["--runner=SparkRunner", "--spark_remote=local[2]",
+                 "--spark_conf=spark.sql.shuffle.partitions=2"])) as p:
+            _ = (p | beam.Create([(f"k{i % 5}", i) for i in range(200)])
+                 | beam.WindowInto(window.Sessions(10)) | beam.CombinePerKey(sum)
+                 | beam.GroupByKey() | beam.Map(str))
+        session.stop_session()
     from pyspark import SparkContext
     gateway = SparkContext._gateway
     proc = getattr(gateway, "proc", None)

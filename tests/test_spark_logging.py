@@ -237,3 +237,41 @@ def test_a_failed_archive_build_leaves_no_archive(monkeypatch, tmp_path):
     with pytest.raises(RuntimeError, match="(?s)failed.*exit 1.*the JVM died"):
         jvm_archive.build()
     assert [n for n in os.listdir(tmp_path) if n.endswith(".jsa") or ".building" in n] == []
+
+
+def test_pysparks_sql_modules_are_imported_while_the_jvm_starts_in_a_thread_started_after_its_spawn(
+        monkeypatch):
+    """A Spark start imports PySpark's SQL modules (and pandas, pyarrow; Spark Connect's client
+    for a local server) in a thread while the launcher waits for the JVM; the thread starts
+    after the JVM's process is spawned, and the block waits for it."""
+    import threading
+
+    from pyspark import java_gateway
+
+    from headrace.runners.spark import logs
+
+    at_spawn = []
+
+    def spawned(*args, **kwargs):
+        at_spawn.append([t.name for t in threading.enumerate()])
+        return "process"
+
+    imported = []
+
+    def import_module(name):
+        imported.append((name, threading.current_thread().name))
+        if name == "pandas":
+            raise ImportError("a module that fails is left for its user to report")
+
+    monkeypatch.setattr(java_gateway, "Popen", spawned)
+    monkeypatch.setattr(logs.importlib, "import_module", import_module)
+    with logs._imports_while_starting(connect=True):
+        assert java_gateway.Popen(["java"]) == "process"
+    assert at_spawn and "headrace-early-imports" not in at_spawn[0]
+    assert [name for name, _ in imported] == list(logs.EARLY_IMPORTS + logs.EARLY_CONNECT_IMPORTS)
+    assert {thread for _, thread in imported} == {"headrace-early-imports"}
+    assert java_gateway.Popen is spawned   # the launcher's own again
+    imported.clear()
+    with logs._imports_while_starting(connect=False):
+        java_gateway.Popen(["java"])
+    assert [name for name, _ in imported] == list(logs.EARLY_IMPORTS)

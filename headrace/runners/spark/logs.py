@@ -25,12 +25,14 @@ writes on the terminal, as before.
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import os
 import sys
 import tempfile
 import threading
 import uuid
-from typing import IO, List, Optional, Tuple, Union
+from typing import IO, Any, Iterator, List, Optional, Tuple, Union
 
 from headrace.errors import PipelineExecutionError
 from headrace.runners.spark import spark_home
@@ -129,7 +131,7 @@ def start_jvm(conf: List[Tuple[str, str]], chosen: Optional[str], connect: bool 
             if python_path:
                 os.environ["PYTHONPATH"] = python_path  # for the JVM only: restored below
         try:
-            with open(path, "ab") as log:
+            with open(path, "ab") as log, _imports_while_starting(connect):
                 # stdout: log4j's one-line errors for the user (and nothing else Spark writes)
                 gateway = launch_gateway(spark_conf, popen_kwargs={"stdout": _terminal(log),
                                                                    "stderr": log})
@@ -152,6 +154,52 @@ def start_jvm(conf: List[Tuple[str, str]], chosen: Optional[str], connect: bool 
         _LOG = path
     print(f"headrace: Spark's log (its warnings, and what its Python workers print) is {path}",
           file=sys.stderr)
+
+
+#: What a Spark start imports once its JVM is up (PySpark's SQL modules, and the pandas and
+#: pyarrow they load: about 0.5 s of one core here), imported while the JVM starts instead.
+EARLY_IMPORTS = ("pyspark.sql", "pandas", "pyarrow")
+#: ... and, for a Spark Connect server in this process, PySpark's Spark Connect client (gRPC).
+EARLY_CONNECT_IMPORTS = ("pyspark.sql.connect.session",)
+
+
+@contextlib.contextmanager
+def _imports_while_starting(connect: bool) -> Iterator[None]:
+    """Imports `EARLY_IMPORTS` in a thread while PySpark's launcher waits for the JVM it
+    spawned (it polls for the JVM's connection file), and waits for them where the block ends:
+    0.1-0.4 s less per Spark start here (benchmarks/README.md, "Spark Connect's first job").
+    The thread starts once the JVM's process is spawned, never before: no thread of this
+    process runs while the launcher forks (its `preexec_fn` runs Python in the child)."""
+    from pyspark import java_gateway
+    spawn = getattr(java_gateway, "Popen", None)
+    if spawn is None:   # a PySpark whose launcher spawns otherwise: the imports come later
+        yield
+        return
+    names = EARLY_IMPORTS + (EARLY_CONNECT_IMPORTS if connect else ())
+    started: List[threading.Thread] = []
+
+    def imports() -> None:
+        for name in names:
+            try:
+                importlib.import_module(name)
+            except Exception:   # imported again where it is needed, and reported there
+                pass
+
+    def popen(*args: Any, **kwargs: Any) -> Any:
+        process = spawn(*args, **kwargs)
+        if not started:
+            thread = threading.Thread(target=imports, name="headrace-early-imports", daemon=True)
+            thread.start()
+            started.append(thread)
+        return process
+
+    setattr(java_gateway, "Popen", popen)
+    try:
+        yield
+    finally:
+        setattr(java_gateway, "Popen", spawn)
+        for thread in started:
+            thread.join()
 
 
 def _terminal(fallback: IO[bytes]) -> Union[int, IO[bytes]]:
