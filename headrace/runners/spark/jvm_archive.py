@@ -3,8 +3,9 @@
 A JVM that starts Spark loads, parses and verifies thousands of classes from Spark's jars.
 Java's AppCDS (application class-data sharing; JEP 350's dynamic archives, in every Java 17 and
 21) keeps those classes, already parsed and verified, in a file that a later JVM maps into
-memory: a fresh process's Spark start and first small job on `local[2]` took 6.2 s with one
-and 9.9 s without (`benchmarks/README.md`, "A JVM class archive").
+memory: a fresh process's Spark start and first small job on `local[2]` took 4.1-4.3 s with one
+and 7.1-7.2 s without (`benchmarks/README.md`, "A JVM class archive", and "Spark Connect's
+classes in the archive").
 
 `headrace jvm-archive` (or `build()`) makes the archive: it runs a small batch pipeline and a
 small streaming pipeline on Spark `local[2]` in a child process (`headrace.cli`'s workload),

@@ -167,8 +167,8 @@ EARLY_CONNECT_IMPORTS = ("pyspark.sql.connect.session",)
 def _imports_while_starting(connect: bool) -> Iterator[None]:
     """Imports `EARLY_IMPORTS` in a thread while PySpark's launcher waits for the JVM it
     spawned (it polls for the JVM's connection file), and waits for them where the block ends:
-    0.1-0.4 s less per Spark start here (benchmarks/README.md, "Spark Connect's first job").
-    The thread starts once the JVM's process is spawned, never before: no thread of this
+    0.1-0.4 s less per Spark start here (benchmarks/README.md, "Spark Connect's classes in the
+    archive"). The thread starts once the JVM's process is spawned, never before: no thread of this
     process runs while the launcher forks (its `preexec_fn` runs Python in the child)."""
     from pyspark import java_gateway
     spawn = getattr(java_gateway, "Popen", None)
