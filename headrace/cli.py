@@ -79,12 +79,16 @@ def _jvm_archive_workload(target: str) -> int:
         # a bounded pipeline over a Spark Connect server started in this JVM: the server's
         # gRPC service and planner, Spark SQL's analyser, optimiser, adaptive execution and
         # Arrow UDFs (the batch runner's plan as DataFrames), which a classic run never loads
-        with beam.Pipeline(options=PipelineOptions(
-                ["--runner=SparkRunner", "--spark_remote=local[2]",
-                 "--spark_conf=spark.sql.shuffle.partitions=2"])) as p:
-            _ = (p | beam.Create([(f"k{i % 5}", i) for i in range(200)])
-                 | beam.WindowInto(window.Sessions(10)) | beam.CombinePerKey(sum)
-                 | beam.GroupByKey() | beam.Map(str))
+        try:
+            with beam.Pipeline(options=PipelineOptions(
+                    ["--runner=SparkRunner", "--spark_remote=local[2]",
+                     "--spark_conf=spark.sql.shuffle.partitions=2"])) as p:
+                _ = (p | beam.Create([(f"k{i % 5}", i) for i in range(200)])
+                     | beam.WindowInto(window.Sessions(10)) | beam.CombinePerKey(sum)
+                     | beam.GroupByKey() | beam.Map(str))
+        except Exception as exc:  # e.g. another Spark Connect server holds its port
+            print(f"jvm-archive: the Spark Connect run failed ({type(exc).__name__}: "
+                  f"{str(exc).strip()[:300]}); the archive holds the classic runs' classes")
         session.stop_session()
     from pyspark import SparkContext
     gateway = SparkContext._gateway
