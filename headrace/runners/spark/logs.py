@@ -168,8 +168,9 @@ def _imports_while_starting(connect: bool) -> Iterator[None]:
     """Imports `EARLY_IMPORTS` in a thread while PySpark's launcher waits for the JVM it
     spawned (it polls for the JVM's connection file), and waits for them where the block ends:
     0.1-0.4 s less per Spark start here (benchmarks/README.md, "Spark Connect's classes in the
-    archive"). The thread starts once the JVM's process is spawned, never before: no thread of this
-    process runs while the launcher forks (its `preexec_fn` runs Python in the child)."""
+    archive"). The thread starts once the JVM's process is spawned (the launcher's `Popen`,
+    wrapped for the block; checked against PySpark 4.3.0), never before: it does not run while
+    the launcher forks, whose `preexec_fn` runs Python in the child."""
     from pyspark import java_gateway
     spawn = getattr(java_gateway, "Popen", None)
     if spawn is None:   # a PySpark whose launcher spawns otherwise: the imports come later
