@@ -17,7 +17,7 @@ maps a partial one (a truncated archive crashes the JVM that maps it). It is abo
 is made once per Java installation, PySpark version and Spark home (its key); building took
 31-43 s here. The Spark Connect run adds the classes a Spark Connect server's first requests
 load (gRPC, its planner, Spark SQL's analyser and planner, Arrow): a pipeline's first job over
-a server that `--spark_remote=local[2]` starts took 0.3-0.7 s less with them.
+a server that `--spark_remote=local[2]` starts took 0.2-0.7 s less with them.
 
 When the archive for the current Java and PySpark exists, headrace starts its driver JVM with
 it (`-XX:SharedArchiveFile`); `HEADRACE_JVM_ARCHIVE=off` starts it without. A JVM whose class
