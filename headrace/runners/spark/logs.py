@@ -177,7 +177,6 @@ def _imports_while_starting(connect: bool) -> Iterator[None]:
         yield
         return
     names = EARLY_IMPORTS + (EARLY_CONNECT_IMPORTS if connect else ())
-    started: List[threading.Thread] = []
 
     def imports() -> None:
         for name in names:
@@ -186,12 +185,12 @@ def _imports_while_starting(connect: bool) -> Iterator[None]:
             except Exception:   # imported again where it is needed, and reported there
                 pass
 
+    thread = threading.Thread(target=imports, name="headrace-early-imports", daemon=True)
+
     def popen(*args: Any, **kwargs: Any) -> Any:
         process = spawn(*args, **kwargs)
-        if not started:
-            thread = threading.Thread(target=imports, name="headrace-early-imports", daemon=True)
+        if thread.ident is None:   # not started yet
             thread.start()
-            started.append(thread)
         return process
 
     setattr(java_gateway, "Popen", popen)
@@ -199,7 +198,7 @@ def _imports_while_starting(connect: bool) -> Iterator[None]:
         yield
     finally:
         setattr(java_gateway, "Popen", spawn)
-        for thread in started:
+        if thread.ident is not None:
             thread.join()
 
 
