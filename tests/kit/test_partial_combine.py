@@ -126,3 +126,60 @@ def test_a_proto_session_column_reads_as_a_list_of_window_tuples():
     # an element in two windows keeps its two copies of the window: no lazy column then
     two = Columns(["x"], [5], [(IntervalWindow._of(0, 10), IntervalWindow._of(5, 15))], None, None)
     assert window_columns(Sessions(3 / 1e6), two).windows == [(IntervalWindow._of(5, 8),) * 2]
+
+
+@settings(max_examples=200, deadline=None)
+@given(batches=st.lists(st.lists(_event, max_size=40), max_size=8), gap=st.integers(1, 30),
+       max_cells=st.integers(1, 12), kind=st.sampled_from(["sweep", "general", "fixed"]))
+def test_a_full_table_emitted_early_merges_to_the_same_partials(batches, gap, max_cells, kind):
+    # A table that `full` says to emit is emitted and starts again: its partials, merged per key
+    # and window as the reduce side merges those of several workers, are the one table's.
+    from headrace.model.window import FixedWindows
+    sessions = kind != "fixed"
+    windowfn = {"sweep": Sessions, "general": _GeneralSessions, "fixed": FixedWindows}[kind](gap / 1e6)
+    windowing = Windowing(windowfn)
+    emit = lambda kb, k, a, ts, w: (k, w, ts, a)  # noqa: E731
+    whole = PartialCombiner("Combine", _Collect(), windowing)
+    bounded = PartialCombiner("Combine", _Collect(), windowing, max_cells=max_cells)
+    parts = []
+    for batch in batches:
+        triples = [((k, v), ts, windowfn._assign(None, ts, (None,) * copies))
+                   for k, v, ts, copies in batch]
+        whole.add_all(triples)
+        bounded.add_all(triples)
+        assert bounded.cells == _held(bounded)
+        if bounded.full():
+            assert bounded.cells == _held(bounded) and bounded.cells > max_cells // 2
+            parts.extend(bounded.emit(emit))
+            assert bounded.cells == 0
+        else:
+            assert bounded.cells == _held(bounded) and bounded.cells <= max_cells
+    parts.extend(bounded.emit(emit))
+    assert _merged(parts, sessions) == _merged(list(whole.emit(emit)), sessions)
+
+
+def _held(partial):
+    if partial.sessions:
+        return sum(len(e[1]) + len(e[2]) for e in partial.swept.values())
+    return sum(len(windows) for _, windows in partial.table.values())
+
+
+def _merged(partials, sessions):
+    """Per key, the partials merged as the reduce side merges them: sessions that overlap joined,
+    equal windows' accumulators joined; the earliest timestamp kept."""
+    by_key = {}
+    for k, w, ts, acc in partials:
+        by_key.setdefault(repr(k), []).append([w.start_us, w.end_us, ts, list(acc)])
+    out = {}
+    for k, cells in by_key.items():
+        cells.sort()
+        joined = []
+        for s, e, ts, acc in cells:
+            last = joined[-1] if joined else None
+            if last is not None and (s < last[1] if sessions else (s, e) == (last[0], last[1])):
+                last[1], last[2] = max(last[1], e), min(last[2], ts)
+                last[3] = sorted(last[3] + acc)
+            else:
+                joined.append([s, e, ts, sorted(acc)])
+        out[k] = joined
+    return out

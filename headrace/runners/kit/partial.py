@@ -25,6 +25,10 @@ from headrace.transforms.core import CombinePerKey
 Record = Callable[[bytes, Any, Any, int, BoundedWindow], Any]
 
 _MERGE_EVERY = 64  # a key's windows are merged when their number passes this (then doubles)
+#: The cells (an accumulator per key and window, or an input a key holds for its next sessions
+#: sweep) a `PartialCombiner` holds before `full` compacts it: about 100 MB at the 250-330 bytes
+#: a cell of small accumulators measured (benchmarks/README.md, "Cost that grows linearly").
+MAX_CELLS = 400_000
 _start = itemgetter(0)
 
 
@@ -116,8 +120,12 @@ class PartialCombiner:
     """
 
     def __init__(self, label: str, combine_fn: CombineFn, windowing: Windowing,
-                 bound: Optional[Callable[[BoundedWindow], CombineFn]] = None) -> None:
+                 bound: Optional[Callable[[BoundedWindow], CombineFn]] = None,
+                 max_cells: int = MAX_CELLS) -> None:
         self.label = label
+        self.max_cells = max_cells
+        #: cells held: accumulators per key and window, and inputs waiting for a sessions sweep
+        self.cells = 0
         self.combine_fn = combine_fn
         windowfn = windowing.windowfn
         self.merging_fn: Optional[WindowFn] = windowfn if windowfn.is_merging() else None
@@ -156,6 +164,7 @@ class PartialCombiner:
         create, add = self.combine_fn.create_accumulator, self.combine_fn.add_input
         merging_fn, latest = self.merging_fn, self.latest
         by_str = self.by_str
+        new = 0
         for kv, ts, wins in triples:
             try:
                 k, v = kv
@@ -183,6 +192,7 @@ class PartialCombiner:
                 cell = windows.get(w)
                 if cell is None:
                     windows[w] = [add(create(), v), ts, 1]
+                    new += 1
                 else:
                     cell[0] = add(cell[0], v)
                     if (ts > cell[1]) if latest else (ts < cell[1]):
@@ -191,6 +201,7 @@ class PartialCombiner:
             if merging_fn is not None and len(windows) > limits.get(id(windows), _MERGE_EVERY):
                 self._merge(windows)
                 limits[id(windows)] = max(_MERGE_EVERY, 2 * len(windows))
+        self.cells += new
 
     def _entry(self, kv: Any) -> Tuple[Any, list]:
         """(value, the key's swept entry) of one input."""
@@ -223,12 +234,15 @@ class PartialCombiner:
     def add_spans(self, spans: Iterable[Tuple[Any, int, int, int]]) -> None:
         """Accumulates (kv, window start, window end, timestamp) of a merging (Sessions) combine."""
         entry_of = self._entry
+        new = 0
         for kv, start, end, ts in spans:
             v, entry = entry_of(kv)
             pending = entry[1]
             pending.append((start, end, ts, v, False, 1))
+            new += 1
             if len(pending) > _MERGE_EVERY and len(pending) > len(entry[2]):
                 self._sweep(entry)
+        self.cells += new
 
     def _sweep(self, entry: list) -> None:
         """Merges a key's pending inputs and its sessions into sessions (see the class doc)."""
@@ -236,6 +250,7 @@ class PartialCombiner:
         create, add, merge = fn.create_accumulator, fn.add_input, fn.merge_accumulators
         items: List[tuple] = entry[1]
         items += entry[2]
+        held = len(items)
         items.sort(key=_start)
         out: List[tuple] = []
         cur_s = cur_e = cur_ts = cur_n = 0
@@ -263,6 +278,7 @@ class PartialCombiner:
                         cur_n))
         entry[1] = []
         entry[2] = out
+        self.cells += len(out) - held
 
     def _add_all_bound(self, triples: Iterable[Tuple[Any, int, Tuple[BoundedWindow, ...]]]) -> None:
         label, table, latest = self.label, self.table, self.latest
@@ -274,6 +290,7 @@ class PartialCombiner:
                 cell = windows.get(w)
                 if cell is None:
                     windows[w] = [fn.add_input(fn.create_accumulator(), v), ts, 1]
+                    self.cells += 1
                 else:
                     cell[0] = fn.add_input(cell[0], v)
                     if (ts > cell[1]) if latest else (ts < cell[1]):
@@ -284,6 +301,7 @@ class PartialCombiner:
         """Merges a key's windows as the WindowFn says, and their accumulators and timestamps."""
         assert self.merging_fn is not None
         fn, latest = self.combine_fn, self.latest
+        held = len(windows)
         for group, result in self.merging_fn._merge(list(windows)):
             cells = [windows.pop(w) for w in group if w in windows]
             if not cells:
@@ -291,6 +309,25 @@ class PartialCombiner:
             acc = cells[0][0] if len(cells) == 1 else fn.merge_accumulators([c[0] for c in cells])
             times = [c[1] for c in cells]
             windows[result] = [acc, max(times) if latest else min(times), sum(c[2] for c in cells)]
+        self.cells += len(windows) - held
+
+    def full(self) -> bool:
+        """Whether the table holds more than `max_cells` cells even once compacted (each key's
+        inputs swept into sessions, its merging windows merged), keeping half of it free: the
+        caller then emits it (`emit`), which empties it. A key's partials from several emits
+        are merged on the reduce side as those of several workers are, so a worker's memory is
+        bounded whatever the size of its partition (Spark's own map-side combines spill past a
+        memory bound likewise)."""
+        if self.cells <= self.max_cells:
+            return False
+        if self.sessions:
+            for entry in self.swept.values():
+                if entry[1]:
+                    self._sweep(entry)
+        elif self.merging_fn is not None:
+            for _, windows in self.table.values():
+                self._merge(windows)
+        return self.cells > self.max_cells // 2
 
     def emit(self, record: Record) -> Iterator[Any]:
         """Yields `record(key bytes, key, compacted accumulator, timestamp, window)` per group."""
@@ -310,6 +347,8 @@ class PartialCombiner:
                                      for s, e, ts, acc, _, n in entry[2]]
             self.swept = {}
             self.swept_by_str = {}
+            self.kb_of = {}
+            self.cells = 0
             return
         for kb, (k, windows) in self.table.items():
             if self.merging_fn is not None:
@@ -318,6 +357,8 @@ class PartialCombiner:
         self.table = {}
         self.by_str = {}
         self.limits = {}
+        self.kb_of = {}
+        self.cells = 0
 
 
 

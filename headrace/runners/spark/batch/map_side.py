@@ -16,6 +16,7 @@ from headrace.model import coders
 from headrace.model.strategy import Windowing
 from headrace.model.windowed import WindowedValue
 from headrace.runners.kit.grouping import grouping_errors, grouping_key_bytes, key_of
+from headrace.runners.kit import partial as partial_module
 from headrace.runners.kit.partial import PartialCombiner
 from headrace.runners.kit.side_inputs import SideInputCombiner
 from headrace.runners.kit.stateful import keyed_elements
@@ -23,6 +24,9 @@ from headrace.runners.spark.batch.env import TaskEnv, guarded
 from headrace.runners.kit.columnar import Columns, ProtoSessions
 from headrace.runners.spark.fastpath import (VectorBundle, vector_combiner)
 from headrace.runners.spark.worker.sides import combiner_arguments, side_reader
+
+
+_SIDE_BATCH = 1024  # inputs added between checks of a side-input combine's table
 
 
 def partition_of(key: Tuple[bytes, int, bool]) -> int:
@@ -83,54 +87,69 @@ class KeySide(MapSide):
 
 class PartialSide(MapSide):
     """Lifted CombinePerKey: one partial accumulator per key and window of the partition
-    (`kit.partial.PartialCombiner`), sent at the end; the CombineFn is set up and torn down
-    around the partition and its failures name the grouping."""
+    (`kit.partial.PartialCombiner`), sent at the end, or before whenever the partition's table
+    is full (`PartialCombiner.full`: `max_cells`, fixed on the driver); the CombineFn is set up
+    and torn down around the partition and its failures name the grouping."""
 
-    def __init__(self, label: str, windowing: Windowing, combine_fn_bytes: bytes) -> None:
+    def __init__(self, label: str, windowing: Windowing, combine_fn_bytes: bytes,
+                 max_cells: Optional[int] = None) -> None:
         self.label = label
         self.windowing = windowing
         self.combine_fn_bytes = combine_fn_bytes
+        self.max_cells = partial_module.MAX_CELLS if max_cells is None else max_cells
         self.partial: Optional[PartialCombiner] = None
         self.vector: Optional[Any] = None  # fastpath's VectorCombiner, when the CombineFn has one
         self.committed: Optional[MetricsContainer] = None
+        self.emits = 0  # the table's emits so far in this partition (the last in records' keys)
 
     def start(self, committed: MetricsContainer) -> "PartialSide":
-        side = PartialSide(self.label, self.windowing, self.combine_fn_bytes)
+        side = PartialSide(self.label, self.windowing, self.combine_fn_bytes, self.max_cells)
         side.committed = committed
         combine_fn = coders.loads(self.combine_fn_bytes)
         with _combining(self.label, committed):
             combine_fn.setup()
-        side.partial = PartialCombiner(self.label, combine_fn, self.windowing)
+        side.partial = PartialCombiner(self.label, combine_fn, self.windowing,
+                                       max_cells=self.max_cells)
         side.vector = vector_combiner(combine_fn, self.windowing)
         return side
 
     def add(self, elements: Columns) -> List[Any]:
-        assert self.partial is not None
+        partial = self.partial
+        assert partial is not None
         windows = elements.windows
         with _combining(self.label, self.committed):
-            if type(windows) is ProtoSessions and self.partial.sessions:
-                self.partial.add_proto_sessions(elements.values, windows.ts, windows.gap_us)
+            if type(windows) is ProtoSessions and partial.sessions:
+                partial.add_proto_sessions(elements.values, windows.ts, windows.gap_us)
             else:
-                self.partial.add_all(zip(elements.values, elements.ts, windows))
+                partial.add_all(zip(elements.values, elements.ts, windows))
+            if partial.full():
+                return list(partial.emit(self._record()))
         return []
 
-    def add_vector(self, bundle: VectorBundle) -> None:
+    def _record(self) -> Callable[[bytes, Any, Any, int, Any], tuple]:
+        self.emits += 1
+        return _partial_record(self.windowing.windowfn.is_merging(), self.emits)
+
+    def add_vector(self, bundle: VectorBundle) -> List[Any]:
         """Adds a vectorised bundle (`fastpath`): to the vectorised combiner when it takes it,
-        else element by element."""
-        assert self.partial is not None
+        else element by element; returns the records to send now, as `add`."""
+        partial = self.partial
+        assert partial is not None
         with _combining(self.label, self.committed):
             if self.vector is not None and self.vector.accepts(bundle):
                 self.vector.add(bundle)
-            else:
-                self.partial.add_all(zip(bundle.values(), bundle.ts_array().tolist(),
-                                         bundle.window_tuples()))
+                return []
+            partial.add_all(zip(bundle.values(), bundle.ts_array().tolist(), bundle.window_tuples()))
+            if partial.full():
+                return list(partial.emit(self._record()))
+        return []
 
     def finish(self) -> List[Any]:
         assert self.partial is not None
         partial, label = self.partial, self.label
         combine_fn = partial.combine_fn
         with _combining(label, self.committed):
-            record = _partial_record(self.windowing.windowfn.is_merging())
+            record = self._record()
             out = list(partial.emit(record))
             if self.vector is not None:
                 out.extend(self.vector.emit(
@@ -140,17 +159,18 @@ class PartialSide(MapSide):
         return out
 
 
-def _partial_record(merging: bool) -> Callable[[bytes, Any, Any, int, Any], tuple]:
+def _partial_record(merging: bool, emit: int) -> Callable[[bytes, Any, Any, int, Any], tuple]:
     """The shuffle record of a partial accumulator (a `PartialCombiner.emit` record function).
-    Its key ends with the map partition's index, so a key's accumulators of equal time reach
-    the reduce side, and are merged, in the order of the partitions, whatever order Spark
-    fetches them in (which of equal elements `Top` keeps depends on it, docs/semantics.md)."""
+    Its key ends with the map partition's index and the partition's emit it is of, so a key's
+    accumulators of equal time reach the reduce side, and are merged, in the order of the
+    partitions and of their emits, whatever order Spark fetches them in (which of equal elements
+    `Top` keeps depends on it, docs/semantics.md)."""
     from pyspark import TaskContext
     ctx = TaskContext.get()
     part = ctx.partitionId() if ctx is not None else 0
 
     def record(kb: bytes, k: Any, a: Any, ts: int, w: Any) -> tuple:
-        return ((kb, _sort_time(merging, ts, w), False, part), (k, a, ts, w))
+        return ((kb, _sort_time(merging, ts, w), False, part, emit), (k, a, ts, w))
     return record
 
 
@@ -181,12 +201,16 @@ def map_side_fn(env: TaskEnv, side: MapSide) -> Callable[[Iterator[WindowedValue
 def side_partial_combine_fn(env: TaskEnv, label: str, windowing: Windowing, combiner_bytes: bytes,
                             sides: Any) -> Callable[[Iterator[WindowedValue]], Iterator[Any]]:
     """Lifted CombinePerKey with side inputs, map side: one accumulator per key and window of the
-    partition, made by the CombineFn with the side inputs of that window (`SideInputCombiner`).
-    Only for non-merging windows, which are final here. Records as `PartialSide`'s."""
+    partition, made by the CombineFn with the side inputs of that window (`SideInputCombiner`),
+    emitted whenever the table is full as `PartialSide`'s. Only for non-merging windows, which
+    are final here. Records as `PartialSide`'s."""
+    max_cells = partial_module.MAX_CELLS
+
     def run(it: Iterator[WindowedValue]) -> Iterator[Any]:
         env.check_earlier_attempt()
         combiner = side_combiner(combiner_bytes, sides)
-        partial = PartialCombiner(label, combiner.combine_fn, windowing, bound=combiner.bound)
+        partial = PartialCombiner(label, combiner.combine_fn, windowing, bound=combiner.bound,
+                                  max_cells=max_cells)
         committed = MetricsContainer()
         yield from guarded(env, label, "combining", _side_partial(label, it, combiner, partial, committed))
         env.report(committed, committed)
@@ -202,10 +226,15 @@ def side_combiner(combiner_bytes: bytes, sides: Any) -> SideInputCombiner:
 
 def _side_partial(label: str, it: Iterator[WindowedValue], combiner: SideInputCombiner,
                   partial: PartialCombiner, committed: MetricsContainer) -> Iterator[Any]:
+    def record(kb: bytes, k: Any, a: Any, ts: int, w: Any) -> tuple:
+        return ((kb, ts, False), (k, a, ts, w))
     with metrics_scope(committed, label):
         combiner.setup()
-        partial.add_all((wv.value, wv.timestamp_us, wv.windows) for wv in it)
-        yield from partial.emit(lambda kb, k, a, ts, w: ((kb, ts, False), (k, a, ts, w)))
+        for bundle in batched(it, _SIDE_BATCH):
+            partial.add_all((wv.value, wv.timestamp_us, wv.windows) for wv in bundle)
+            if partial.full():
+                yield from partial.emit(record)
+        yield from partial.emit(record)
         combiner.teardown()
 
 

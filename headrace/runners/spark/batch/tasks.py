@@ -54,6 +54,11 @@ def stage_fn(env: TaskEnv, stage: FusedStage, sides: Optional[Any], tagged: Opti
     one output (`PartialSide.add_vector`). `packer` packs a record's list (the identity where
     the records stay in the task that reads them: a lazily computed wave, `splittable`).
     """
+    def chunked(pc: Any, records: List[Any]) -> Iterator[Any]:
+        # a map side's records, a tagged record per bundle_size of them
+        for i in range(0, len(records), env.bundle_size):
+            yield (tagged[pc], packer(records[i:i + env.bundle_size]))  # type: ignore[index]
+
     def run(it: Iterator[Any]) -> Iterator[Any]:
         env.check_earlier_attempt()
         reader = None
@@ -68,9 +73,10 @@ def stage_fn(env: TaskEnv, stage: FusedStage, sides: Optional[Any], tagged: Opti
             bundle: Any
             for bundle in (it if columns else batched(it, env.bundle_size)):
                 if type(bundle) is VectorBundle:  # (`columns`) for the one output's lifted combine
-                    vector_side = mapped[stage.materialized[0]]
+                    pc = stage.materialized[0]
+                    vector_side = mapped[pc]
                     assert isinstance(vector_side, PartialSide)
-                    vector_side.add_vector(bundle)
+                    yield from chunked(pc, vector_side.add_vector(bundle))
                     continue
                 if not mapped:  # every output as elements
                     outs = (stage.process_bundle(bundle, reader, env.max_attempts, committed, attempted)
@@ -91,13 +97,12 @@ def stage_fn(env: TaskEnv, stage: FusedStage, sides: Optional[Any], tagged: Opti
                     if not out.values:
                         continue
                     side = mapped.get(pc)
-                    lst = side.add(out) if side is not None else out.elements()
-                    if lst:
-                        yield (tagged[pc], packer(lst))  # type: ignore[index]
+                    if side is None:
+                        yield (tagged[pc], packer(out.elements()))  # type: ignore[index]
+                    else:
+                        yield from chunked(pc, side.add(out))
             for pc, side in mapped.items():
-                rest = side.finish()
-                for i in range(0, len(rest), env.bundle_size):
-                    yield (tagged[pc], packer(rest[i:i + env.bundle_size]))  # type: ignore[index]
+                yield from chunked(pc, side.finish())
             stage.finalize_bundles()  # every output of the partition is in Spark's hands
         except PipelineExecutionError as exc:
             raise env.fail(exc) from exc
