@@ -109,7 +109,11 @@ EMPTY = _Empty.__new__(_Empty)
 
 
 class CallableWrapperCombineFn(CombineFn):
-    """Wraps `fn(iterable) -> value`; buffers inputs and compacts them by calling `fn` on the buffer."""
+    """Wraps `fn(iterable) -> value`; buffers inputs and compacts them by calling `fn` on the buffer.
+
+    As in Beam, `fn` must be associative and commutative (`sum`, `max`, `lambda vs: min(sum(vs),
+    cap)`): it is applied to partial buffers and then to its own results, in an order that depends
+    on bundles and, on Spark, on the partitions combined before the shuffle."""
 
     _BUFFER = 10
 
