@@ -26,9 +26,6 @@ from headrace.runners.spark.fastpath import (VectorBundle, vector_combiner)
 from headrace.runners.spark.worker.sides import combiner_arguments, side_reader
 
 
-_SIDE_BATCH = 1024  # inputs added between checks of a side-input combine's table
-
-
 def partition_of(key: Tuple[bytes, int, bool]) -> int:
     """Spark partitioner of grouping records: a stable hash of the key bytes only."""
     return zlib.crc32(key[0])
@@ -122,9 +119,12 @@ class PartialSide(MapSide):
                 partial.add_proto_sessions(elements.values, windows.ts, windows.gap_us)
             else:
                 partial.add_all(zip(elements.values, elements.ts, windows))
-            if partial.full():
-                return list(partial.emit(self._record()))
-        return []
+            return self._emitted_if_full()
+
+    def _emitted_if_full(self) -> List[Any]:
+        """The table's records if it is full (`PartialCombiner.full`), which empties it; else []."""
+        assert self.partial is not None
+        return list(self.partial.emit(self._record())) if self.partial.full() else []
 
     def _record(self) -> Callable[[bytes, Any, Any, int, Any], tuple]:
         self.emits += 1
@@ -140,9 +140,7 @@ class PartialSide(MapSide):
                 self.vector.add(bundle)
                 return []
             partial.add_all(zip(bundle.values(), bundle.ts_array().tolist(), bundle.window_tuples()))
-            if partial.full():
-                return list(partial.emit(self._record()))
-        return []
+            return self._emitted_if_full()
 
     def finish(self) -> List[Any]:
         assert self.partial is not None
@@ -212,7 +210,8 @@ def side_partial_combine_fn(env: TaskEnv, label: str, windowing: Windowing, comb
         partial = PartialCombiner(label, combiner.combine_fn, windowing, bound=combiner.bound,
                                   max_cells=max_cells)
         committed = MetricsContainer()
-        yield from guarded(env, label, "combining", _side_partial(label, it, combiner, partial, committed))
+        yield from guarded(env, label, "combining",
+                           _side_partial(label, it, combiner, partial, committed, env.bundle_size))
         env.report(committed, committed)
     return run
 
@@ -225,12 +224,13 @@ def side_combiner(combiner_bytes: bytes, sides: Any) -> SideInputCombiner:
 
 
 def _side_partial(label: str, it: Iterator[WindowedValue], combiner: SideInputCombiner,
-                  partial: PartialCombiner, committed: MetricsContainer) -> Iterator[Any]:
+                  partial: PartialCombiner, committed: MetricsContainer, bundle_size: int
+                  ) -> Iterator[Any]:
     def record(kb: bytes, k: Any, a: Any, ts: int, w: Any) -> tuple:
         return ((kb, ts, False), (k, a, ts, w))
     with metrics_scope(committed, label):
         combiner.setup()
-        for bundle in batched(it, _SIDE_BATCH):
+        for bundle in batched(it, bundle_size):
             partial.add_all((wv.value, wv.timestamp_us, wv.windows) for wv in bundle)
             if partial.full():
                 yield from partial.emit(record)
