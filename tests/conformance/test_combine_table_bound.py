@@ -1,11 +1,12 @@
 """A lifted CombinePerKey whose map-side table is full emits its partial accumulators early.
 
 The Spark batch runner combines each partition's inputs before the shuffle in a table bounded
-by `runners.kit.partial.MAX_CELLS` (a worker's memory then does not grow with its partition);
-a full table is emitted and starts again, and the reduce side merges a key's partials of
-several emits as those of several workers. Here the bound is a few cells, so every partition
-emits many times: the panes, their timestamps and the element counts must be those of the
-element-by-element execution (the other runners do not lift, and give the reference).
+by `runners.kit.partial.MAX_CELLS` cells and `MAX_BYTES` estimated bytes (a worker's memory
+then does not grow with its partition); a full table is emitted and starts again, and the
+reduce side merges a key's partials of several emits as those of several workers. Here either
+bound is a few cells' worth, so every partition emits many times: the panes, their timestamps
+and the element counts must be those of the element-by-element execution (the other runners do
+not lift, and give the reference).
 """
 
 from __future__ import annotations
@@ -24,9 +25,12 @@ US = 1_000_000
 EVENTS = [(f"u{i % 7}", (i * 37) % 900 + (i % 3) * 2) for i in range(400)]
 
 
-@pytest.fixture(autouse=True)
-def tiny_table(monkeypatch):
-    monkeypatch.setattr(partial, "MAX_CELLS", 3)
+@pytest.fixture(autouse=True, params=["cells", "bytes"])
+def tiny_table(request, monkeypatch):
+    if request.param == "cells":
+        monkeypatch.setattr(partial, "MAX_CELLS", 3)
+    else:
+        monkeypatch.setattr(partial, "MAX_BYTES", 1500)
 
 
 class SpanFn(beam.CombineFn):

@@ -9,12 +9,17 @@ timestamps, whatever the order and batching of the inputs.
 
 from __future__ import annotations
 
+import gc
+import sys
+import tracemalloc
+
+import pytest
 from hypothesis import given, settings, strategies as st
 
 import headrace as beam
-from headrace.model.window import IntervalWindow, Sessions
+from headrace.model.window import FixedWindows, IntervalWindow, Sessions
 from headrace.model.strategy import TimestampCombiner, Windowing
-from headrace.runners.kit.partial import PartialCombiner
+from headrace.runners.kit.partial import MAX_BYTES, PartialCombiner, deep_size
 
 
 class _GeneralSessions(Sessions):
@@ -130,17 +135,20 @@ def test_a_proto_session_column_reads_as_a_list_of_window_tuples():
 
 @settings(max_examples=200, deadline=None)
 @given(batches=st.lists(st.lists(_event, max_size=40), max_size=8), gap=st.integers(1, 30),
-       max_cells=st.integers(1, 12), kind=st.sampled_from(["sweep", "general", "fixed"]))
-def test_a_full_table_emitted_early_merges_to_the_same_partials(batches, gap, max_cells, kind):
+       max_cells=st.integers(1, 12), kind=st.sampled_from(["sweep", "general", "fixed"]),
+       max_bytes=st.sampled_from([MAX_BYTES, 3000, 300]))
+def test_a_full_table_emitted_early_merges_to_the_same_partials(batches, gap, max_cells, kind,
+                                                                 max_bytes):
     # A table that `full` says to emit is emitted and starts again: its partials, merged per key
-    # and window as the reduce side merges those of several workers, are the one table's.
-    from headrace.model.window import FixedWindows
+    # and window as the reduce side merges those of several workers, are the one table's. Its
+    # bounds are `max_cells` cells and `max_bytes` estimated bytes.
     sessions = kind != "fixed"
     windowfn = {"sweep": Sessions, "general": _GeneralSessions, "fixed": FixedWindows}[kind](gap / 1e6)
     windowing = Windowing(windowfn)
     emit = lambda kb, k, a, ts, w: (k, w, ts, a)  # noqa: E731
     whole = PartialCombiner("Combine", _Collect(), windowing)
-    bounded = PartialCombiner("Combine", _Collect(), windowing, max_cells=max_cells)
+    bounded = PartialCombiner("Combine", _Collect(), windowing, max_cells=max_cells,
+                              max_bytes=max_bytes)
     parts = []
     for batch in batches:
         triples = [((k, v), ts, windowfn._assign(None, ts, (None,) * copies))
@@ -149,11 +157,14 @@ def test_a_full_table_emitted_early_merges_to_the_same_partials(batches, gap, ma
         bounded.add_all(triples)
         assert bounded.cells == _held(bounded)
         if bounded.full():
-            assert bounded.cells == _held(bounded) and bounded.cells > max_cells // 2
+            assert bounded.cells == _held(bounded)
+            assert bounded.cells > max_cells // 2 or bounded.estimated_bytes() > max_bytes // 2
+            assert max_bytes < MAX_BYTES or bounded.cells > max_cells // 2  # small accumulators
             parts.extend(bounded.emit(emit))
-            assert bounded.cells == 0
+            assert bounded.cells == 0 and bounded.estimated_bytes() == 0
         else:
             assert bounded.cells == _held(bounded) and bounded.cells <= max_cells
+            assert bounded.estimated_bytes() <= max_bytes
     parts.extend(bounded.emit(emit))
     assert _merged(parts, sessions) == _merged(list(whole.emit(emit)), sessions)
 
@@ -183,3 +194,129 @@ def _merged(partials, sessions):
                 joined.append([s, e, ts, sorted(acc)])
         out[k] = joined
     return out
+
+
+class _Growing(beam.CombineFn):
+    """Keeps every input: an accumulator that grows with its inputs (as ToList's)."""
+
+    def create_accumulator(self):
+        return []
+
+    def add_input(self, acc, v):
+        acc.append((v, str(v)))
+        return acc
+
+    def merge_accumulators(self, accs):
+        return [x for a in accs for x in a]
+
+    def extract_output(self, acc):
+        return sorted(acc)
+
+
+@pytest.mark.parametrize("windowfn", [FixedWindows(3600), Sessions(600)], ids=["fixed", "sessions"])
+def test_growing_accumulators_are_bounded_by_their_estimated_bytes(windowfn):
+    # Four keys' accumulators keep every input: four cells, far below any count bound, whose
+    # memory grows with the partition. The table's memory (traced) stays within twice
+    # max_bytes (estimates lag the growth by at most half), and its early emits merge to the
+    # partials of one unbounded table.
+    windowing = Windowing(windowfn)
+    batches = [[((f"k{i % 4}", b * 200 + i), (b * 200 + i) % 7200, windowfn._assign(None, 0, (None,)))
+                for i in range(200)] for b in range(800)]
+    max_bytes = 4_000_000
+    emit = lambda kb, k, a, ts, w: (k, w, ts, a)  # noqa: E731
+    gc.collect()
+    tracemalloc.start()
+    peak = 0
+    try:  # the table's memory, its emits dropped
+        bounded = PartialCombiner("Combine", _Growing(), windowing, max_bytes=max_bytes)
+        base = tracemalloc.get_traced_memory()[0]
+        for batch in batches:
+            bounded.add_all(batch)
+            if bounded.full():
+                for _ in bounded.emit(emit):
+                    pass
+            peak = max(peak, tracemalloc.get_traced_memory()[0] - base)
+    finally:
+        tracemalloc.stop()
+    assert peak < 1.25 * max_bytes
+    bounded = PartialCombiner("Combine", _Growing(), windowing, max_bytes=max_bytes)
+    whole = PartialCombiner("Combine", _Growing(), windowing)
+    parts, emits = [], 0
+    for batch in batches:
+        bounded.add_all(batch)
+        whole.add_all(batch)
+        if bounded.full():
+            emits += 1
+            parts.extend(bounded.emit(emit))
+    parts.extend(bounded.emit(emit))
+    assert emits >= 3
+    assert _merged(parts, windowfn.is_merging()) == _merged(list(whole.emit(emit)), windowfn.is_merging())
+
+
+@pytest.mark.parametrize("windowfn", [FixedWindows(3600), Sessions(600)], ids=["fixed", "sessions"])
+def test_the_estimate_of_a_cell_is_near_its_traced_bytes(windowfn):
+    # Sums per key and window: the table's estimated bytes are those tracemalloc sees it take
+    # (within 0.7x-2x: the estimate errs on the large side).
+    class Sum(beam.CombineFn):
+        def create_accumulator(self):
+            return 0
+
+        def add_input(self, acc, v):
+            return acc + v
+
+        def merge_accumulators(self, accs):
+            return sum(accs)
+
+        def extract_output(self, acc):
+            return acc
+
+    windowing = Windowing(windowfn)
+    triples = [((f"user-{i * 7919 % 997}", i % 1000), ts, windowfn._assign(None, ts, (None,)))
+               for i in range(60_000) for ts in [(i * 104_729) % (7 * 86_400) * 10**6]]
+    partial = PartialCombiner("Combine", Sum(), windowing, max_cells=10**9, max_bytes=1 << 40)
+    gc.collect()
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        for i in range(0, len(triples), 1000):
+            partial.add_all(triples[i:i + 1000])
+        if partial.sessions:
+            for entry in partial.swept.values():
+                partial._sweep(entry)
+        traced = tracemalloc.get_traced_memory()[0] - base
+    finally:
+        tracemalloc.stop()
+    partial.full()
+    assert partial.cells > 10_000
+    assert 0.7 * traced <= partial.estimated_bytes() <= 2 * traced
+
+
+def test_deep_size_counts_each_object_once_and_extrapolates_past_its_limit():
+    class Slotted:
+        __slots__ = ("a", "b")
+
+        def __init__(self, a, b):
+            self.a, self.b = a, b
+
+    class Plain:
+        def __init__(self, x):
+            self.x = x
+
+    text = "y" * 1000
+    shared = [text, text]
+    plain = Plain(text)
+    slotted = Slotted(text, plain)
+    row = (shared, shared, slotted)
+    outer = {"k": row}
+    size, visited = deep_size(outer, set(), 10**6)
+    attribute = next(iter(vars(plain)))  # "x", as the instance's dictionary holds it
+    parts = [outer, "k", row, shared, text, slotted, plain, vars(plain), attribute]
+    assert size == sum(sys.getsizeof(p) for p in parts) and visited == len(parts)
+    seen = set()
+    deep_size(text, seen, 10)
+    assert deep_size([text], seen, 10) == (sys.getsizeof([text]), 1)  # the text was seen already
+    big = [str(i) * 10 for i in range(10_000)]
+    estimate, visited = deep_size(big, set(), 1_000)
+    exact = deep_size(big, set(), 10**6)[0]
+    assert visited == 1_000 and 0.8 * exact <= estimate <= 1.2 * exact
+    assert deep_size(Plain, set(), 10) == (sys.getsizeof(Plain), 1)  # a class is not followed

@@ -12,6 +12,9 @@ OUTPUT_AT_LATEST (the core then derives the pane's timestamp from it as from an 
 from __future__ import annotations
 
 import enum
+import itertools
+import sys
+import types
 from operator import itemgetter
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
@@ -29,6 +32,12 @@ _MERGE_EVERY = 64  # a key's windows are merged when their number passes this (t
 #: sweep) a `PartialCombiner` holds before `full` compacts it: about 100 MB at the 250-330 bytes
 #: a cell of small accumulators measured (benchmarks/README.md, "Cost that grows linearly").
 MAX_CELLS = 400_000
+#: The bytes a `PartialCombiner`'s table may take (`estimated_bytes`): accumulators that grow
+#: (a list of inputs, a large `Top`) bound it before `MAX_CELLS` does.
+MAX_BYTES = 128 << 20
+_SAMPLE_ENTRIES = 16      # keys' entries measured per sample of the table's size
+_SAMPLE_OBJECTS = 20_000  # objects visited at most per sample (the rest extrapolated)
+_SLOT_BYTES = 120         # a key's slots in the table's dictionaries, beyond its entry
 _start = itemgetter(0)
 
 
@@ -121,11 +130,17 @@ class PartialCombiner:
 
     def __init__(self, label: str, combine_fn: CombineFn, windowing: Windowing,
                  bound: Optional[Callable[[BoundedWindow], CombineFn]] = None,
-                 max_cells: int = MAX_CELLS) -> None:
+                 max_cells: int = MAX_CELLS, max_bytes: int = MAX_BYTES) -> None:
         self.label = label
         self.max_cells = max_cells
+        self.max_bytes = max_bytes
         #: cells held: accumulators per key and window, and inputs waiting for a sessions sweep
         self.cells = 0
+        # the table's size: `full`'s calls since it was empty, the last two samples (calls,
+        # bytes), the call at which to sample again
+        self._checks = 0
+        self._samples: List[Tuple[int, float]] = []
+        self._next_sample = 1
         self.combine_fn = combine_fn
         windowfn = windowing.windowfn
         self.merging_fn: Optional[WindowFn] = windowfn if windowfn.is_merging() else None
@@ -312,13 +327,17 @@ class PartialCombiner:
         self.cells += len(windows) - held
 
     def full(self) -> bool:
-        """Whether the table holds more than `max_cells` cells even once compacted (each key's
-        inputs swept into sessions, its merging windows merged), keeping half of it free: the
-        caller then emits it (`emit`), which empties it. A key's partials from several emits
-        are merged on the reduce side as those of several workers are, so a worker's memory is
-        bounded whatever the size of its partition (Spark's own map-side combines spill past a
-        memory bound likewise)."""
-        if self.cells <= self.max_cells:
+        """Whether the table holds more than `max_cells` cells or `max_bytes` bytes
+        (`estimated_bytes`) even once compacted (each key's inputs swept into sessions, its
+        merging windows merged), keeping half of each free: the caller then emits it (`emit`),
+        which empties it. A key's partials from several emits are merged on the reduce side as
+        those of several workers are, so a worker's memory is bounded whatever the size of its
+        partition (Spark's own map-side combines spill past a memory bound likewise). Called once
+        per batch of inputs added."""
+        self._checks += 1
+        if self._checks >= self._next_sample and self.cells:
+            self._sample()
+        if self.cells <= self.max_cells and self.estimated_bytes() <= self.max_bytes:
             return False
         if self.sessions:
             for entry in self.swept.values():
@@ -327,7 +346,37 @@ class PartialCombiner:
         elif self.merging_fn is not None:
             for _, windows in self.table.values():
                 self._merge(windows)
-        return self.cells > self.max_cells // 2
+        if self.estimated_bytes() > self.max_bytes:
+            self._sample()  # compacted: measured again
+        return self.cells > self.max_cells // 2 or self.estimated_bytes() > self.max_bytes // 2
+
+    def estimated_bytes(self) -> float:
+        """The table's bytes, as Spark's `SizeTracker` estimates a map's: sampled at calls of
+        `full` growing geometrically (the keys' entries measured deep, `deep_size`, a few of
+        them when there are many), extrapolated between samples at the rate of the last two."""
+        if not self._samples:
+            return 0.0
+        at, size = self._samples[-1]
+        if len(self._samples) < 2:
+            return size
+        before, earlier = self._samples[0]
+        return size + max(0.0, (size - earlier) / (at - before)) * (self._checks - at)
+
+    def _sample(self) -> None:
+        """Measures the table's bytes now (`estimated_bytes`) and sets when to do it again."""
+        entries: Dict[bytes, Any] = self.swept if self.sessions else self.table  # type: ignore[assignment]
+        seen: set = set()
+        size = visited = sampled = 0
+        for kb, entry in itertools.islice(entries.items(), _SAMPLE_ENTRIES):
+            n, objects = deep_size(entry, seen, _SAMPLE_OBJECTS - visited)
+            size += n + sys.getsizeof(kb) + _SLOT_BYTES
+            visited += objects
+            sampled += 1
+            if visited >= _SAMPLE_OBJECTS:
+                break
+        total = size * len(entries) / sampled if sampled else 0.0
+        self._samples = [s for s in self._samples[-1:] if s[0] < self._checks] + [(self._checks, total)]
+        self._next_sample = self._checks + (self._checks + 1) // 2
 
     def emit(self, record: Record) -> Iterator[Any]:
         """Yields `record(key bytes, key, compacted accumulator, timestamp, window)` per group."""
@@ -348,7 +397,7 @@ class PartialCombiner:
             self.swept = {}
             self.swept_by_str = {}
             self.kb_of = {}
-            self.cells = 0
+            self._emptied()
             return
         for kb, (k, windows) in self.table.items():
             if self.merging_fn is not None:
@@ -358,8 +407,13 @@ class PartialCombiner:
         self.by_str = {}
         self.limits = {}
         self.kb_of = {}
-        self.cells = 0
+        self._emptied()
 
+    def _emptied(self) -> None:
+        self.cells = 0
+        self._checks = 0
+        self._samples = []
+        self._next_sample = 1
 
 
 def _combined(create: Callable[[], Any], add: Callable[[Any, Any], Any],
@@ -369,3 +423,49 @@ def _combined(create: Callable[[], Any], add: Callable[[Any, Any], Any],
     for v in values:
         acc = add(acc, v)
     return acc
+
+
+_OPAQUE = (type, types.ModuleType, types.FunctionType, types.BuiltinFunctionType, types.MethodType,
+           types.CodeType)
+
+
+def deep_size(obj: Any, seen: set, max_objects: int) -> Tuple[int, int]:
+    """(bytes, objects visited): `sys.getsizeof` of `obj` and of what it holds (containers'
+    items, instances' attributes; classes, modules and functions not followed), each object
+    once (`seen`); past `max_objects` the rest is counted at the mean size of those visited
+    after `obj` itself."""
+    stack = [obj]
+    size = visited = 0
+    while stack and visited < max_objects:
+        o = stack.pop()
+        if id(o) in seen:
+            continue
+        seen.add(id(o))
+        visited += 1
+        size += sys.getsizeof(o)
+        t = type(o)
+        if t is list or t is tuple or t is set or t is frozenset:
+            stack.extend(o)
+        elif t is dict:
+            stack.extend(o.keys())
+            stack.extend(o.values())
+        elif isinstance(o, _OPAQUE) or t in (str, bytes, int, float, bool):
+            continue
+        else:
+            if isinstance(o, (list, tuple, set, frozenset)):
+                stack.extend(o)
+            elif isinstance(o, dict):
+                stack.extend(o.keys())
+                stack.extend(o.values())
+            attrs = getattr(o, "__dict__", None)
+            if attrs is not None:
+                stack.append(attrs)
+            slots = getattr(t, "__slots__", ())
+            for slot in (slots,) if isinstance(slots, str) else slots:
+                value = getattr(o, slot, None)
+                if value is not None:
+                    stack.append(value)
+    if stack and visited > 1:
+        root = sys.getsizeof(obj)
+        size += len(stack) * (size - root) // (visited - 1)
+    return size, visited

@@ -85,28 +85,30 @@ class KeySide(MapSide):
 class PartialSide(MapSide):
     """Lifted CombinePerKey: one partial accumulator per key and window of the partition
     (`kit.partial.PartialCombiner`), sent at the end, or before whenever the partition's table
-    is full (`PartialCombiner.full`: `max_cells`, fixed on the driver); the CombineFn is set up
-    and torn down around the partition and its failures name the grouping."""
+    is full (`PartialCombiner.full`: `max_cells` and `max_bytes`, fixed on the driver); the
+    CombineFn is set up and torn down around the partition and its failures name the grouping."""
 
     def __init__(self, label: str, windowing: Windowing, combine_fn_bytes: bytes,
-                 max_cells: Optional[int] = None) -> None:
+                 max_cells: Optional[int] = None, max_bytes: Optional[int] = None) -> None:
         self.label = label
         self.windowing = windowing
         self.combine_fn_bytes = combine_fn_bytes
         self.max_cells = partial_module.MAX_CELLS if max_cells is None else max_cells
+        self.max_bytes = partial_module.MAX_BYTES if max_bytes is None else max_bytes
         self.partial: Optional[PartialCombiner] = None
         self.vector: Optional[Any] = None  # fastpath's VectorCombiner, when the CombineFn has one
         self.committed: Optional[MetricsContainer] = None
         self.emits = 0  # the table's emits so far in this partition (the last in records' keys)
 
     def start(self, committed: MetricsContainer) -> "PartialSide":
-        side = PartialSide(self.label, self.windowing, self.combine_fn_bytes, self.max_cells)
+        side = PartialSide(self.label, self.windowing, self.combine_fn_bytes, self.max_cells,
+                           self.max_bytes)
         side.committed = committed
         combine_fn = coders.loads(self.combine_fn_bytes)
         with _combining(self.label, committed):
             combine_fn.setup()
         side.partial = PartialCombiner(self.label, combine_fn, self.windowing,
-                                       max_cells=self.max_cells)
+                                       max_cells=self.max_cells, max_bytes=self.max_bytes)
         side.vector = vector_combiner(combine_fn, self.windowing)
         return side
 
@@ -202,13 +204,13 @@ def side_partial_combine_fn(env: TaskEnv, label: str, windowing: Windowing, comb
     partition, made by the CombineFn with the side inputs of that window (`SideInputCombiner`),
     emitted whenever the table is full as `PartialSide`'s. Only for non-merging windows, which
     are final here. Records as `PartialSide`'s."""
-    max_cells = partial_module.MAX_CELLS
+    max_cells, max_bytes = partial_module.MAX_CELLS, partial_module.MAX_BYTES
 
     def run(it: Iterator[WindowedValue]) -> Iterator[Any]:
         env.check_earlier_attempt()
         combiner = side_combiner(combiner_bytes, sides)
         partial = PartialCombiner(label, combiner.combine_fn, windowing, bound=combiner.bound,
-                                  max_cells=max_cells)
+                                  max_cells=max_cells, max_bytes=max_bytes)
         committed = MetricsContainer()
         yield from guarded(env, label, "combining",
                            _side_partial(label, it, combiner, partial, committed, env.bundle_size))
