@@ -320,3 +320,10 @@ def test_deep_size_counts_each_object_once_and_extrapolates_past_its_limit():
     exact = deep_size(big, set(), 10**6)[0]
     assert visited == 1_000 and 0.8 * exact <= estimate <= 1.2 * exact
     assert deep_size(Plain, set(), 10) == (sys.getsizeof(Plain), 1)  # a class is not followed
+
+    class Proxy:
+        def __getattribute__(self, name):
+            raise RuntimeError("no attributes here")
+
+    proxy = Proxy()
+    assert deep_size([proxy], set(), 10) == (sys.getsizeof([proxy]) + sys.getsizeof(proxy), 2)

@@ -442,29 +442,32 @@ def deep_size(obj: Any, seen: set, max_objects: int) -> Tuple[int, int]:
             continue
         seen.add(id(o))
         visited += 1
-        size += sys.getsizeof(o)
+        size += sys.getsizeof(o, 64)  # 64: an object that cannot tell its size
         t = type(o)
         if t is list or t is tuple or t is set or t is frozenset:
             stack.extend(o)
         elif t is dict:
             stack.extend(o.keys())
             stack.extend(o.values())
-        elif isinstance(o, _OPAQUE) or t in (str, bytes, int, float, bool):
+        elif issubclass(t, _OPAQUE) or t in (str, bytes, int, float, bool):
             continue
         else:
-            if isinstance(o, (list, tuple, set, frozenset)):
-                stack.extend(o)
-            elif isinstance(o, dict):
-                stack.extend(o.keys())
-                stack.extend(o.values())
-            attrs = getattr(o, "__dict__", None)
-            if attrs is not None:
-                stack.append(attrs)
-            slots = getattr(t, "__slots__", ())
-            for slot in (slots,) if isinstance(slots, str) else slots:
-                value = getattr(o, slot, None)
-                if value is not None:
-                    stack.append(value)
+            try:  # an object of the user's: what it holds, if it says so plainly
+                if issubclass(t, (list, tuple, set, frozenset)):
+                    stack.extend(o)
+                elif issubclass(t, dict):
+                    stack.extend(o.keys())
+                    stack.extend(o.values())
+                attrs = getattr(o, "__dict__", None)
+                if attrs is not None:
+                    stack.append(attrs)
+                slots = getattr(t, "__slots__", ())
+                for slot in (slots,) if isinstance(slots, str) else slots:
+                    value = getattr(o, slot, None)
+                    if value is not None:
+                        stack.append(value)
+            except Exception:  # e.g. a proxy whose attribute lookup fails: counted alone
+                continue
     if stack and visited > 1:
         root = sys.getsizeof(obj)
         size += len(stack) * (size - root) // (visited - 1)
