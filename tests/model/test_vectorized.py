@@ -655,6 +655,55 @@ def test_sessions_merge_across_batches_added_in_any_order(seed):
     assert_same_groups(SumCombineFn(), got, expected, False)
 
 
+@pytest.mark.parametrize("combine_fn", COMBINE_FNS, ids=lambda f: type(f).__name__)
+@pytest.mark.parametrize("windowfn", [GlobalWindows(), FixedWindows(60), Sessions(10)], ids=repr)
+@pytest.mark.parametrize("seed", range(3))
+def test_a_full_vector_combiner_emitted_early_merges_to_the_model(combine_fn, windowfn, seed):
+    """A combiner past `full(max_groups)` is emitted and starts again (its keys too): at most
+    `max_groups` groups and keys held between adds, and its emits, merged per key and window as
+    the reduce side merges partials (overlapping sessions joined), are the model's groups."""
+    rnd = random.Random(seed)
+    keys = [f"k{i}" for i in range(12)] if seed % 2 == 0 else list(range(12))
+    batches_ = make_batches(rnd, keys, lambda: rnd.randint(-1000, 1000), lambda: rnd.randint(0, 600), 15)
+    steps = [("map", lambda r: TV((r["k"], r["v"]), r["t"])), ("window", windowfn)]
+    windowing = Windowing(windowfn, timestamp_combiner=EARLIEST)
+    chain = compile_chain(steps, False)
+    combiner = vector_combiner(combine_fn, windowing)
+    max_groups, emits, parts, elements = 8, 0, [], []
+    record = lambda kb, k, a, t, w: (k, _wkey(w), a, t)  # noqa: E731
+    for b in batches_:
+        bundle = chain.run(b)
+        combiner.add(bundle)
+        elements += reference(steps, b)
+        if combiner.full(max_groups):
+            emits += 1
+            parts += list(combiner.emit(lambda k: repr(k).encode(), record))
+            assert combiner.rows == 0 and not combiner.keys
+        else:
+            assert combiner.rows <= max_groups and len(combiner.keys) <= max_groups
+    parts += list(combiner.emit(lambda k: repr(k).encode(), record))
+    assert emits >= 2
+    by_key = collections.defaultdict(list)
+    for k, w, a, t in parts:
+        by_key[k].append([w, a, t])
+    got = {}
+    for k, cells in by_key.items():
+        cells.sort(key=lambda c: (0, 0) if c[0] == "global" else c[0])
+        joined = []
+        for w, a, t in cells:
+            last = joined[-1] if joined else None
+            if last is not None and (w == last[0] or (windowfn.is_merging() and w[0] < last[0][1])):
+                if w != last[0]:
+                    last[0] = (last[0][0], max(last[0][1], w[1]))
+                last[1] = combine_fn.merge_accumulators([last[1], a])
+                last[2] = min(last[2], t)
+            else:
+                joined.append([w, a, t])
+        for w, a, t in joined:
+            got[(k, w)] = (a, t)
+    assert_same_groups(combine_fn, got, combine_reference(combine_fn, windowing, elements), False)
+
+
 def test_vector_combiner_refuses_what_it_cannot_combine_exactly():
     """Min/max of floats, bool values and a different WindowFn go down the element path."""
     chain = compile_chain([("map", lambda r: (r["key"], r["f"]))], False)

@@ -85,8 +85,9 @@ class KeySide(MapSide):
 class PartialSide(MapSide):
     """Lifted CombinePerKey: one partial accumulator per key and window of the partition
     (`kit.partial.PartialCombiner`), sent at the end, or before whenever the partition's table
-    is full (`PartialCombiner.full`: `max_cells` and `max_bytes`, fixed on the driver); the
-    CombineFn is set up and torn down around the partition and its failures name the grouping."""
+    is full (`PartialCombiner.full`: `max_cells` and `max_bytes`, fixed on the driver; the
+    vectorised combiner's, `VectorCombiner.full`: `max_cells` groups); the CombineFn is set up
+    and torn down around the partition and its failures name the grouping."""
 
     def __init__(self, label: str, windowing: Windowing, combine_fn_bytes: bytes,
                  max_cells: Optional[int] = None, max_bytes: Optional[int] = None) -> None:
@@ -140,9 +141,18 @@ class PartialSide(MapSide):
         with _combining(self.label, self.committed):
             if self.vector is not None and self.vector.accepts(bundle):
                 self.vector.add(bundle)
+                if self.vector.full(self.max_cells):
+                    return list(self._vector_records(self._record()))
                 return []
             partial.add_all(zip(bundle.values(), bundle.ts_array().tolist(), bundle.window_tuples()))
             return self._emitted_if_full()
+
+    def _vector_records(self, record: Callable[[bytes, Any, Any, int, Any], tuple]) -> Iterator[Any]:
+        """The vectorised combiner's groups as records (compacted accumulators); empties it."""
+        assert self.vector is not None and self.partial is not None
+        label, combine_fn = self.label, self.partial.combine_fn
+        return self.vector.emit(lambda k: grouping_key_bytes(label, k, k),
+                                lambda kb, k, a, ts, w: record(kb, k, combine_fn.compact(a), ts, w))
 
     def finish(self) -> List[Any]:
         assert self.partial is not None
@@ -152,9 +162,7 @@ class PartialSide(MapSide):
             record = self._record()
             out = list(partial.emit(record))
             if self.vector is not None:
-                out.extend(self.vector.emit(
-                    lambda k: grouping_key_bytes(label, k, k),
-                    lambda kb, k, a, ts, w: record(kb, k, combine_fn.compact(a), ts, w)))
+                out.extend(self._vector_records(record))
             combine_fn.teardown()
         return out
 

@@ -124,6 +124,15 @@ class VectorCombiner:
             local.append(c)
         return np.asarray(local, np.int64)[enc.indices.to_numpy()]
 
+    def full(self, max_groups: int) -> bool:
+        """Whether it holds more than `max_groups` groups (key and window) or keys even once
+        compacted, keeping half of them free: the caller then emits it (`emit`), which empties
+        it, its keys too (as `kit.partial.PartialCombiner.full` bounds its table)."""
+        if self.rows <= max_groups and len(self.keys) <= max_groups:
+            return False
+        self._compact()
+        return self.rows > max_groups // 2 or len(self.keys) > max_groups // 2
+
     def _windows(self, ts: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
         """Each timestamp's window bounds, as the WindowFn's `_assign` gives them."""
         fn = self.windowfn
@@ -219,6 +228,8 @@ class VectorCombiner:
                 if w is None:
                     w = windows[(s, e)] = IntervalWindow._of(s, e)
             yield kb, keys[c], a, t, w, n
+        self.keys = []      # empty: the codes start again
+        self.code_of = {}
 
 
 def _wide(what: str, acc: np.ndarray) -> np.ndarray:
