@@ -19,7 +19,8 @@ import headrace as beam
 from headrace.runners.kit import partial
 from headrace.testing.util import assert_that, equal_to
 from headrace.transforms import window
-from tests.conformance.test_parquet_combine import events, micros, rows_of, sessions, with_window, write_files
+from tests.conformance.test_parquet_combine import (assert_benchmark_shape_sums, events, micros, rows_of,
+                                                    sessions, write_files)
 
 US = 1_000_000
 # (user, seconds): visits of a few events, keys interleaved, some visits joining later
@@ -144,13 +145,5 @@ def test_a_vectorised_combine_of_parquet_rows_in_a_tiny_table(make_pipeline, tmp
     for r in rows_of(data):
         start = micros(r["ts_ms"]) // size * size
         sums[(r["key"], start, start + size)] += r["value"]
-    for windowfn, expected in [(window.FixedWindows(3600), sums),
-                               (window.Sessions(600), sessions(data, 600 * 10**6))]:
-        with make_pipeline(bundle_size=40) as p:
-            out = (p | beam.io.ReadFromParquet(files)
-                   | beam.Map(lambda r: beam.window.TimestampedValue((r["key"], r["value"]),
-                                                                     r["ts_ms"] / 1000.0))
-                   | beam.WindowInto(windowfn)
-                   | beam.CombinePerKey(sum)
-                   | beam.Map(with_window))
-            assert_that(out, equal_to([(k, s, e, v, "int") for (k, s, e), v in expected.items()]))
+    assert_benchmark_shape_sums(make_pipeline, files, window.FixedWindows(3600), sums)
+    assert_benchmark_shape_sums(make_pipeline, files, window.Sessions(600), sessions(data, 600 * 10**6))

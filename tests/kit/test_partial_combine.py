@@ -17,6 +17,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import headrace as beam
+from headrace.model.combine import SumCombineFn
 from headrace.model.window import FixedWindows, IntervalWindow, Sessions
 from headrace.model.strategy import TimestampCombiner, Windowing
 from headrace.runners.kit.partial import MAX_BYTES, PartialCombiner, deep_size
@@ -196,21 +197,12 @@ def _merged(partials, sessions):
     return out
 
 
-class _Growing(beam.CombineFn):
-    """Keeps every input: an accumulator that grows with its inputs (as ToList's)."""
-
-    def create_accumulator(self):
-        return []
+class _Growing(_Collect):
+    """Keeps every input and its text: an accumulator that grows with its inputs (as ToList's)."""
 
     def add_input(self, acc, v):
         acc.append((v, str(v)))
         return acc
-
-    def merge_accumulators(self, accs):
-        return [x for a in accs for x in a]
-
-    def extract_output(self, acc):
-        return sorted(acc)
 
 
 @pytest.mark.parametrize("windowfn", [FixedWindows(3600), Sessions(600)], ids=["fixed", "sessions"])
@@ -257,23 +249,10 @@ def test_growing_accumulators_are_bounded_by_their_estimated_bytes(windowfn):
 def test_the_estimate_of_a_cell_is_near_its_traced_bytes(windowfn):
     # Sums per key and window: the table's estimated bytes are those tracemalloc sees it take
     # (within 0.7x-2x: the estimate errs on the large side).
-    class Sum(beam.CombineFn):
-        def create_accumulator(self):
-            return 0
-
-        def add_input(self, acc, v):
-            return acc + v
-
-        def merge_accumulators(self, accs):
-            return sum(accs)
-
-        def extract_output(self, acc):
-            return acc
-
     windowing = Windowing(windowfn)
     triples = [((f"user-{i * 7919 % 997}", i % 1000), ts, windowfn._assign(None, ts, (None,)))
                for i in range(60_000) for ts in [(i * 104_729) % (7 * 86_400) * 10**6]]
-    partial = PartialCombiner("Combine", Sum(), windowing, max_cells=10**9, max_bytes=1 << 40)
+    partial = PartialCombiner("Combine", SumCombineFn(), windowing, max_cells=10**9, max_bytes=1 << 40)
     gc.collect()
     tracemalloc.start()
     try:

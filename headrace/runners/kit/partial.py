@@ -346,8 +346,9 @@ class PartialCombiner:
         elif self.merging_fn is not None:
             for _, windows in self.table.values():
                 self._merge(windows)
-        if self.estimated_bytes() > self.max_bytes:
-            self._sample()  # compacted: measured again
+        compacted = self.sessions or self.merging_fn is not None
+        if compacted and self.estimated_bytes() > self.max_bytes:
+            self._sample()  # measured again (else the table is as it was measured)
         return self.cells > self.max_cells // 2 or self.estimated_bytes() > self.max_bytes // 2
 
     def estimated_bytes(self) -> float:
@@ -427,6 +428,8 @@ def _combined(create: Callable[[], Any], add: Callable[[Any, Any], Any],
 
 _OPAQUE = (type, types.ModuleType, types.FunctionType, types.BuiltinFunctionType, types.MethodType,
            types.CodeType)
+_LEAVES = (str, bytes, int, float, bool, type(None))
+_BUILTIN = (list, tuple, set, frozenset, dict)
 
 
 def deep_size(obj: Any, seen: set, max_objects: int) -> Tuple[int, int]:
@@ -435,40 +438,38 @@ def deep_size(obj: Any, seen: set, max_objects: int) -> Tuple[int, int]:
     once (`seen`); past `max_objects` the rest is counted at the mean size of those visited
     after `obj` itself."""
     stack = [obj]
-    size = visited = 0
+    size = visited = root = 0
     while stack and visited < max_objects:
         o = stack.pop()
         if id(o) in seen:
             continue
         seen.add(id(o))
         visited += 1
-        size += sys.getsizeof(o, 64)  # 64: an object that cannot tell its size
+        n = sys.getsizeof(o, 64)  # 64: an object that cannot tell its size
+        size += n
+        if visited == 1:
+            root = n
         t = type(o)
-        if t is list or t is tuple or t is set or t is frozenset:
-            stack.extend(o)
-        elif t is dict:
-            stack.extend(o.keys())
-            stack.extend(o.values())
-        elif issubclass(t, _OPAQUE) or t in (str, bytes, int, float, bool):
+        if t in _LEAVES or issubclass(t, _OPAQUE):
             continue
-        else:
-            try:  # an object of the user's: what it holds, if it says so plainly
-                if issubclass(t, (list, tuple, set, frozenset)):
-                    stack.extend(o)
-                elif issubclass(t, dict):
-                    stack.extend(o.keys())
-                    stack.extend(o.values())
-                attrs = getattr(o, "__dict__", None)
-                if attrs is not None:
-                    stack.append(attrs)
-                slots = getattr(t, "__slots__", ())
-                for slot in (slots,) if isinstance(slots, str) else slots:
-                    value = getattr(o, slot, None)
-                    if value is not None:
-                        stack.append(value)
-            except Exception:  # e.g. a proxy whose attribute lookup fails: counted alone
+        try:  # a user's object: what it holds, if it says so plainly
+            if issubclass(t, dict):
+                stack.extend(o.keys())
+                stack.extend(o.values())
+            elif issubclass(t, (list, tuple, set, frozenset)):
+                stack.extend(o)
+            if t in _BUILTIN:
                 continue
+            attrs = getattr(o, "__dict__", None)
+            if attrs is not None:
+                stack.append(attrs)
+            slots = getattr(t, "__slots__", ())
+            for slot in (slots,) if isinstance(slots, str) else slots:
+                value = getattr(o, slot, None)
+                if value is not None:
+                    stack.append(value)
+        except Exception:  # e.g. a proxy whose attribute lookup fails: counted alone
+            continue
     if stack and visited > 1:
-        root = sys.getsizeof(obj)
         size += len(stack) * (size - root) // (visited - 1)
     return size, visited
