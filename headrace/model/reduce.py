@@ -88,7 +88,7 @@ The core never reads a clock and does no I/O: time comes in as arguments.
 from __future__ import annotations
 
 from operator import attrgetter
-from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Set, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List, NamedTuple, Optional, Set, Tuple
 
 from headrace.errors import InvalidArgumentError
 from headrace.model.combine import CombineFn
@@ -96,12 +96,13 @@ from headrace.model.time import MAX_TIMESTAMP_MICROS, MIN_TIMESTAMP_MICROS
 from headrace.model.trigger import (
     AccumulationMode, ClosingBehavior, OnTimeBehavior, TriggerContext,
 )
-from headrace.model.window import BoundedWindow
+from headrace.model.window import BoundedWindow, IntervalWindow, Sessions
 from headrace.model.strategy import TimestampCombiner, Windowing
 from headrace.model.windowed import PaneInfo, PaneInfoTiming
 
 _WINDOW_ORDER = attrgetter("end_us", "start_us")
 _EARLY, _ON_TIME, _LATE = PaneInfoTiming.EARLY, PaneInfoTiming.ON_TIME, PaneInfoTiming.LATE
+_FINAL_PANE = PaneInfo(True, True, _ON_TIME, 0, 0)   # a window's only pane (`final_panes`)
 
 
 class Element(NamedTuple):
@@ -242,6 +243,11 @@ class ReduceFnRunner:
         self.recompute = (combine_fn is not None and input_retractions
                           and not combine_fn.can_retract())
         self.buffering = combine_fn is None or self.recompute
+        #: Whether `final_panes` gives this grouping's panes of a key's complete input (see it).
+        self.one_pane_per_window = (
+            expire_at_end_of_window and self.trigger.watermark_only and not input_retractions
+            and self.combiner is not TimestampCombiner.OUTPUT_AT_EARLIEST_TRANSFORMED
+            and (not self.merging or type(self.windowfn) is Sessions))
 
     # ---- contents -------------------------------------------------------------------
 
@@ -448,6 +454,114 @@ class ReduceFnRunner:
             if ws.pending and ws.hold_us is not None and ws.hold_us < best:
                 best = ws.hold_us
         return best
+
+    # ---- complete input, one pane per window -----------------------------------------
+
+    def final_panes(self, items: Iterable[Tuple[Any, int, BoundedWindow]]) -> Iterator[Pane]:
+        """The panes of one key's complete input, (value, timestamp, window) items sorted by
+        timestamp (by window start for `Sessions`), under a perfect watermark that follows them
+        and then jumps past every window: what `process_elements` and `on_watermark` give when
+        fed them in that order, chunk by chunk, whenever `one_pane_per_window` holds.
+
+        It holds for complete input (`expire_at_end_of_window`) with a watermark-only trigger
+        and no retractions, in windows that do not merge or in `Sessions`, under any timestamp
+        combiner but OUTPUT_AT_EARLIEST_TRANSFORMED. Then nothing is late, no trigger can fire
+        before the watermark passes a window's end, which is also when the window expires, and
+        every window (every session: the overlapping windows of the key merged) has exactly one
+        pane: ON_TIME, first and last, index 0, at the hold of its inputs (the earliest or
+        latest timestamp, or the end of the window), holding its values, or the CombineFn's
+        output of its inputs (added with `add_input`, or partial accumulators merged one by one
+        with `merge_accumulators`), in order of window end. The panes of a window come as soon
+        as an item at or after its end arrives."""
+        if not self.one_pane_per_window:
+            raise InvalidArgumentError(
+                "ReduceFnRunner.final_panes: this grouping's panes depend on more than its "
+                "complete input (a trigger that is not watermark-only, retractions, a custom "
+                "merging WindowFn or OUTPUT_AT_EARLIEST_TRANSFORMED); feed it with "
+                "process_elements and on_watermark instead")
+        if self.merging:
+            return self._final_sessions(items)
+        return self._final_windows(items)
+
+    def _contents_fns(self) -> Tuple[Callable[[], Any], Callable[[Any, Any], Any],
+                                     Callable[[Any], Any]]:
+        """(empty contents, contents + one input, the pane's value) of this grouping."""
+        fn = self.combine_fn
+        if fn is None or self.buffering:
+            def append(contents: Any, value: Any) -> Any:
+                contents.append(value)
+                return contents
+            return list, append, list
+        merge = fn.merge_accumulators
+        if self.inputs_are_accumulators:
+            def add(contents: Any, value: Any) -> Any:
+                return merge([contents, value])
+            return fn.create_accumulator, add, fn.extract_output
+        return fn.create_accumulator, fn.add_input, fn.extract_output
+
+    def _final_windows(self, items: Iterable[Tuple[Any, int, BoundedWindow]]) -> Iterator[Pane]:
+        empty, add, output = self._contents_fns()
+        combiner = self.combiner
+        eow = combiner is TimestampCombiner.OUTPUT_AT_EOW
+        latest = combiner is TimestampCombiner.OUTPUT_AT_LATEST
+        cells: Dict[BoundedWindow, List[Any]] = {}   # window -> [contents, hold]
+        first_end = MAX_TIMESTAMP_MICROS + 1          # the earliest end of an open window
+        for value, ts, window in items:
+            if ts >= first_end:  # the watermark passed some windows: their panes
+                yield from self._final_window_panes(cells, ts, output, eow)
+                first_end = min([w.end_us for w in cells], default=MAX_TIMESTAMP_MICROS + 1)
+            cell = cells.get(window)
+            if cell is None:
+                cells[window] = [add(empty(), value), ts]  # (the earliest: items come by time)
+                if window.end_us < first_end:
+                    first_end = window.end_us
+            else:
+                cell[0] = add(cell[0], value)
+                if latest:
+                    cell[1] = ts
+        yield from self._final_window_panes(cells, MAX_TIMESTAMP_MICROS + 1, output, eow)
+
+    @staticmethod
+    def _final_window_panes(cells: Dict[BoundedWindow, List[Any]], wm: int,
+                            output: Callable[[Any], Any], eow: bool) -> Iterator[Pane]:
+        """The panes of the windows in `cells` that end at or before `wm`, removed, by end."""
+        done = sorted((w for w in cells if w.end_us <= wm), key=_WINDOW_ORDER)
+        for window in done:
+            contents, hold = cells.pop(window)
+            yield Pane(window, output(contents), window.end_us - 1 if eow else hold, _FINAL_PANE)
+
+    def _final_sessions(self, items: Iterable[Tuple[Any, int, Any]]) -> Iterator[Pane]:  # IntervalWindows
+        # Items come by window start, so a session is complete once an item starts at or after
+        # its end (windows that merely touch stay apart); it takes in each item that overlaps it.
+        empty, add, output = self._contents_fns()
+        combiner = self.combiner
+        eow = combiner is TimestampCombiner.OUTPUT_AT_EOW
+        pick = max if combiner is TimestampCombiner.OUTPUT_AT_LATEST else min
+        window: Optional[BoundedWindow] = None
+        start = end = hold = 0
+        contents: Any = None
+        started = False
+        for value, ts, w in items:
+            if started and w.start_us < end:
+                if w.end_us > end:
+                    end = w.end_us
+                    window = None   # grown: a window of its own bounds, made when it is done
+                contents = add(contents, value)
+                hold = pick(hold, ts)
+                continue
+            if started:
+                yield self._session_pane(window, start, end, output(contents), hold, eow)
+            window, start, end, contents, hold = w, w.start_us, w.end_us, add(empty(), value), ts
+            started = True
+        if started:
+            yield self._session_pane(window, start, end, output(contents), hold, eow)
+
+    @staticmethod
+    def _session_pane(window: Optional[BoundedWindow], start: int, end: int, value: Any,
+                      hold: int, eow: bool) -> Pane:
+        if window is None:
+            window = IntervalWindow._of(start, end)
+        return Pane(window, value, end - 1 if eow else hold, _FINAL_PANE)
 
     # ---- firing ---------------------------------------------------------------------
 

@@ -4,6 +4,7 @@ stateful ParDo (`kit.stateful.StatefulCore`)."""
 
 from __future__ import annotations
 
+from itertools import chain, groupby
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from headrace.errors import PipelineExecutionError
@@ -75,19 +76,23 @@ def reduce_fn(env: TaskEnv, label: str, windowing: Windowing, combine_fn_bytes: 
             grouping.recorder = recording.recorder(
                 label, f"p{ctx.partitionId() if ctx is not None else 0:05d}")
         committed = MetricsContainer()
+        final = grouping.core.one_pane_per_window and finish is None and recording is None
         yield from guarded(env, label, "combining or grouping", _reduce_partition(
-            label, grouping, lifecycle, it, env.bundle_size, follow, committed))
+            label, grouping, lifecycle, it, env.bundle_size, follow, committed, final))
         grouping.close_recording()   # (a retry replaces a failed attempt's files, if it wrote any)
         env.report(committed, committed)
     return run
 
 
 def _reduce_partition(label: str, grouping: GroupingCore, lifecycle: Any, it: Iterator[Any], size: int,
-                      follow: bool, committed: MetricsContainer) -> Iterator[Any]:
+                      follow: bool, committed: MetricsContainer, final: bool) -> Iterator[Any]:
     with metrics_scope(committed, label):
         if lifecycle is not None:
             lifecycle.setup()
-        yield from _reduce_all(grouping, it, size, follow)
+        if final:
+            yield from _reduce_final(grouping, it)
+        else:
+            yield from _reduce_all(grouping, it, size, follow)
         if lifecycle is not None:
             lifecycle.teardown()
 
@@ -127,6 +132,27 @@ def _reduce_all(grouping: GroupingCore, it: Iterator[Any], size: int, follow: bo
     if current is not None:
         grouping.on_watermark(key, state, MAX_TIMESTAMP_MICROS, _PROCESSING_TIME, out)
     yield from _records(out, late)
+
+
+def _reduce_final(grouping: GroupingCore, it: Iterator[Any]) -> Iterator[Any]:
+    """`_reduce_all` for a grouping whose every window has one pane at its end
+    (`ReduceFnRunner.one_pane_per_window`): each key's sorted records go to
+    `ReduceFnRunner.final_panes`, which gives the panes the core gives them under the perfect
+    watermark, without its per-call bookkeeping."""
+    final_panes = grouping.core.final_panes
+    late = grouping.late_output   # (nothing is late here: the late output stays empty)
+    for _, records in groupby(it, _KEY_BYTES):
+        first = next(records)
+        key = first[1][0]
+        items = chain((first[1][1:],), (r[1][1:] for r in records))
+        for p in final_panes(items):
+            wv = WindowedValue((key, p.value), p.timestamp_us, (p.window,), p.pane_info)
+            yield (0, wv) if late else wv
+
+
+def _KEY_BYTES(record: Any) -> bytes:
+    """A shuffle record's key bytes (records come sorted by them)."""
+    return record[0][0]
 
 
 def _feed(grouping: GroupingCore, key: Any, state: KeyState, chunk: List[Element], wm: int, chunk_wm: int,
