@@ -9,10 +9,9 @@ DataFrame operations:
 * a chain of `mapPartitions` / `mapPartitionsWithIndex` / `filter` / `map` / `flatMap` is one
   `DataFrame.mapInArrow` (functions composed in Python, as PySpark pipelines an RDD's); its
   records cross Spark pickled, a chunk of them per row (`PLAIN`: `m int, b binary`);
-* `repartitionAndSortWithinPartitions` (a grouping's shuffle) and `partitionBy` are
-  `repartitionById` on the partition the partitioner gives, a chunk of records per row; the
-  reading chain sorts a partition's records by key as PySpark does (`pyspark.shuffle.
-  ExternalSorter`: in memory up to `spark.python.worker.memory`, spilled to disk beyond);
+* `partitionBy` (a grouping's shuffle, whose reading chain then sorts each partition's records,
+  `worker.sorting`) is `repartitionById` on the partition the partitioner gives, a chunk of
+  records per row;
 * `parallelize` is `spark.range` with one row per slice, the slices in the function's closure;
   `union` is `unionByName`; `persist` / `unpersist` the DataFrame's; `collect` reads Arrow;
 * a broadcast is its value in the closures of the functions that read it (`Inline`);
@@ -100,7 +99,7 @@ class FrameContext:
         self._lock = threading.Lock()
         self._accumulators = 0
         self._tag: Optional[str] = None
-        self._sort_memory: Optional[float] = None
+        self._worker_memory: Optional[str] = None
 
     # ---- the context ---------------------------------------------------------------------
 
@@ -187,17 +186,16 @@ class FrameContext:
     def setLocalProperty(self, key: str, value: Optional[str]) -> None:
         """Nothing (see `getLocalProperty`)."""
 
-    def sort_memory(self) -> float:
-        """The memory a task's sort of a shuffled partition may use before it spills (MiB, as
-        `ExternalSorter` takes it): 90% of `spark.python.worker.memory`, as PySpark's sort of
-        an RDD (read once per run)."""
-        if self._sort_memory is None:
+    def worker_memory(self) -> str:
+        """The session's `spark.python.worker.memory` (what a task's sort of a shuffled
+        partition may hold, `worker.sorting`), "512m" if unset (read once per run)."""
+        if self._worker_memory is None:
             try:
                 setting = self.spark.conf.get("spark.python.worker.memory", "512m")
             except Exception:
                 setting = "512m"
-            self._sort_memory = _mib(str(setting or "512m")) * 0.9
-        return self._sort_memory
+            self._worker_memory = str(setting or "512m")
+        return self._worker_memory
 
     # ---- actions -------------------------------------------------------------------------
 
@@ -220,14 +218,6 @@ class FrameContext:
                     tag, reports = pickle.loads(b)
                     self._reports.setdefault(tag, reports)
         return records
-
-
-def _mib(setting: str) -> float:
-    """A JVM memory setting ("512m", "2g", "1t", "1024k") in MiB (512 if it is none of those)."""
-    m = re.fullmatch(r"\s*([0-9.]+)\s*([kmgt])b?\s*", setting.lower())
-    if not m:
-        return 512.0
-    return float(m.group(1)) * {"k": 1 / 1024, "m": 1, "g": 1024, "t": 1 << 20}[m.group(2)]
 
 
 def _master_cores(master: str) -> Optional[int]:
@@ -256,7 +246,7 @@ class FrameRDD:
                  partitions: Optional[int] = None) -> None:
         self.ctx = ctx
         self.df = df
-        self.source = source   # ("plain",) | ("keyed", sort memory or None) | ("slices", slices)
+        self.source = source   # ("plain",) | ("keyed",) | ("slices", slices)
         self.fns = fns
         self.partitions = partitions   # where known before running (a shuffle's, a range's)
         self._persisted = False
@@ -316,18 +306,11 @@ class FrameRDD:
         if self._persisted:
             self.df.unpersist()
 
-    def repartitionAndSortWithinPartitions(self, n: int, partition_of: Callable[[Any], int]) -> "FrameRDD":
-        """(key, value) records in partition `partition_of(key) % n`, sorted by key in each."""
-        return self._shuffled(n, partition_of, self.ctx.sort_memory())
-
     def partitionBy(self, n: int, partition_of: Callable[[Any], int]) -> "FrameRDD":
         """(key, value) records in partition `partition_of(key) % n`."""
-        return self._shuffled(n, partition_of, None)
-
-    def _shuffled(self, n: int, partition_of: Callable[[Any], int], sort: Optional[float]) -> "FrameRDD":
         df = self.df.mapInArrow(_Chain(self.source, self.fns, "keyed", n, partition_of),
                                 self.ctx.schema(KEYED))
-        return FrameRDD(self.ctx, df.repartitionById(n, "p"), ("keyed", sort), [], n)
+        return FrameRDD(self.ctx, df.repartitionById(n, "p"), ("keyed",), [], n)
 
     def collect(self) -> List[Any]:
         """Runs the RDD and returns its records."""
@@ -386,11 +369,7 @@ def _records(source: tuple, batches: Iterator[pa.RecordBatch], passed: List[byte
             for i in batch.column(0).to_pylist():
                 yield from slices[i]
         return
-    records = _chunks(batches, passed)
-    if kind == "keyed" and source[1] is not None:
-        from pyspark.shuffle import ExternalSorter
-        records = iter(ExternalSorter(source[1]).sorted(records, key=_key))
-    yield from records
+    yield from _chunks(batches, passed)
 
 
 def _chunks(batches: Iterator[pa.RecordBatch], passed: List[bytes]) -> Iterator[Any]:
@@ -402,10 +381,6 @@ def _chunks(batches: Iterator[pa.RecordBatch], passed: List[bytes]) -> Iterator[
                 yield from pickle.loads(b)
             else:
                 passed.append(b)
-
-
-def _key(record: Tuple[Any, Any]) -> Any:
-    return record[0]
 
 
 def _plain_batches(it: Iterator[Any]) -> Iterator[pa.RecordBatch]:

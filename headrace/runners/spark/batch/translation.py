@@ -11,6 +11,7 @@ bounded pipeline; on a Spark Connect session (no RDDs) on `frames.FrameContext`,
 
 from __future__ import annotations
 
+import functools
 import logging
 import shutil
 import tempfile
@@ -42,6 +43,7 @@ from headrace.runners.kit.sdf import SplittableSpec, SplittableStep, Work, read_
 from headrace.runners.spark.worker.failures import pipeline_error
 from headrace.runners.spark.worker.packing import FastPickleSerializer, unpack
 from headrace.runners.spark.worker.sides import portable_views
+from headrace.runners.spark.worker.sorting import budget_bytes, sort_records
 from headrace.transforms.core import CombinePerKey, Create, Reshuffle
 
 _log = logging.getLogger(__name__)
@@ -63,6 +65,7 @@ class BatchTranslation:
         so = options.view_as(SparkRunnerOptions)
         lo = options.view_as(LocalRunnerOptions)
         self.parallelism = max(1, int(so.spark_parallelism or self.sc.defaultParallelism))
+        self.sort_budget: Optional[float] = None   # bytes of records a task's sort holds (`_sorted_shuffle`)
         self.bundle_size = max(1, int(lo.bundle_size))
         self.sdf_straggler = bool(getattr(so, "sdf_straggler_splitting", True))
         self.sdf_test_split = (float(lo.sdf_test_split_probability or 0.0),
@@ -290,7 +293,7 @@ class BatchTranslation:
         else:
             keyed = upstream.mapPartitions(map_side_fn(self.env, self._map_side(node)))
         n = writes.shuffle_partitions(node, self.parallelism)   # (fewer for a file sink's shards)
-        grouped = keyed.repartitionAndSortWithinPartitions(n, partition_of)
+        grouped = self._sorted_shuffle(keyed, n)
         late_tag = getattr(node.transform, "late_tag", None)
         late_pc = node.outputs.get(late_tag) if late_tag else None
         out = grouped.mapPartitions(reduce_fn(self.env, label, windowing, fn_bytes, lifted, retractions,
@@ -306,7 +309,7 @@ class BatchTranslation:
         spec = StatefulSpec.of(node)
         source = node.inputs[0]
         keyed = self.rdds[source].mapPartitions(map_side_fn(self.env, StatefulSide(spec.label)))
-        grouped = keyed.repartitionAndSortWithinPartitions(self.parallelism, partition_of)
+        grouped = self._sorted_shuffle(keyed, self.parallelism)
         outs = sorted({pc._id: pc for pc in node.outputs.values()}.values(), key=lambda pc: pc._id)
         if len(outs) == 1:
             self._set(outs[0], grouped.mapPartitions(stateful_fn(self.env, spec, None)))
@@ -314,6 +317,19 @@ class BatchTranslation:
         index = {pc._id: i for i, pc in enumerate(outs)}
         rdd = grouped.mapPartitions(stateful_fn(self.env, spec, index))
         self._set_outputs(rdd, [(pc, index[pc._id]) for pc in outs], packed=True)
+
+    def _sorted_shuffle(self, keyed: Any, n: int) -> Any:
+        """A grouping's shuffle records in `n` partitions by key bytes (`partition_of`), each
+        partition's sorted by key (`worker.sorting.sort_records`, within 90% of
+        `spark.python.worker.memory` of records)."""
+        if self.sort_budget is None:
+            if isinstance(self.sc, FrameContext):
+                setting = self.sc.worker_memory()
+            else:
+                setting = self.sc.getConf().get("spark.python.worker.memory", "512m")
+            self.sort_budget = budget_bytes(str(setting or "512m"))
+        return keyed.partitionBy(n, partition_of).mapPartitions(
+            functools.partial(sort_records, budget=self.sort_budget))
 
     def _recorder(self, node: AppliedPTransform) -> Optional[RecordPanes]:
         """The pane recording of a grouping step (`--record_panes`), if it is recorded."""

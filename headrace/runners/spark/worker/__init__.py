@@ -6,6 +6,8 @@
                   on the driver (`pipeline_error`)
     packing.py    `FastPickleSerializer`, `pack` / `unpack` (one output's elements of a bundle)
     sides.py      side inputs on the workers: `portable_views`, `SideStub`, `side_reader`
+    sorting.py    `sort_records`: a shuffled partition sorted by key, spilled in runs beyond
+                  a budget of its records' estimated bytes
     daemon.py     the Python daemon of headrace's Spark sessions (`spark.python.daemon.module`)
 
 Nothing here imports pyspark when imported (the daemon imports this package before it fixes
