@@ -31,7 +31,7 @@ from headrace.runners.spark.worker.packing import pack
 
 _KEY = itemgetter(0)
 _BATCH = 1000          # records taken from the input at a time, and pickled together in a run
-_SAMPLE = 16           # records measured per sample of their mean size
+_SAMPLE = 64           # records measured per sample of their mean size (shared objects counted once)
 _LENGTH = struct.Struct("<I")
 
 
