@@ -243,6 +243,8 @@ class ReduceFnRunner:
         self.recompute = (combine_fn is not None and input_retractions
                           and not combine_fn.can_retract())
         self.buffering = combine_fn is None or self.recompute
+        self._fns: Optional[Tuple[Callable[[], Any], Callable[[Any, Any], Any],
+                                  Callable[[Any], Any]]] = None   # `_contents_fns`
         #: Whether `final_panes` gives this grouping's panes of a key's complete input (see it).
         self.one_pane_per_window = (
             expire_at_end_of_window and self.trigger.watermark_only and not input_retractions
@@ -485,7 +487,13 @@ class ReduceFnRunner:
 
     def _contents_fns(self) -> Tuple[Callable[[], Any], Callable[[Any, Any], Any],
                                      Callable[[Any], Any]]:
-        """(empty contents, contents + one input, the pane's value) of this grouping."""
+        """(empty contents, contents + one input, the pane's value) of this grouping (made once)."""
+        if self._fns is None:
+            self._fns = self._make_contents_fns()
+        return self._fns
+
+    def _make_contents_fns(self) -> Tuple[Callable[[], Any], Callable[[Any, Any], Any],
+                                          Callable[[Any], Any]]:
         fn = self.combine_fn
         if fn is None or self.buffering:
             def append(contents: Any, value: Any) -> Any:
@@ -508,8 +516,13 @@ class ReduceFnRunner:
         first_end = MAX_TIMESTAMP_MICROS + 1          # the earliest end of an open window
         for value, ts, window in items:
             if ts >= first_end:  # the watermark passed some windows: their panes
-                yield from self._final_window_panes(cells, ts, output, eow)
-                first_end = min([w.end_us for w in cells], default=MAX_TIMESTAMP_MICROS + 1)
+                if len(cells) == 1:   # (the usual case: one window open, now done)
+                    done, (contents, hold) = cells.popitem()
+                    yield Pane(done, output(contents), done.end_us - 1 if eow else hold, _FINAL_PANE)
+                    first_end = MAX_TIMESTAMP_MICROS + 1
+                else:
+                    yield from self._final_window_panes(cells, ts, output, eow)
+                    first_end = min([w.end_us for w in cells], default=MAX_TIMESTAMP_MICROS + 1)
             cell = cells.get(window)
             if cell is None:
                 cells[window] = [add(empty(), value), ts]  # (the earliest: items come by time)
