@@ -213,6 +213,8 @@ class ParDoRunner:
             r(wv)
 
     def _resolve(self, wv: WindowedValue, window: Any) -> Tuple[tuple, dict]:
+        if not self.has_side:  # the arguments as given, the DoFn's parameters filled in
+            return self._resolve_special(self.special, wv, window, self.args, dict(self.kwargs))
         # None only when no argument is a side input (then `view` is never called)
         reader = cast(SideInputReader, self.side_inputs)
         args = tuple(reader.view(a, window) if isinstance(a, AsSideInput) else a for a in self.args)

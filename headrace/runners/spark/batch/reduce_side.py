@@ -141,7 +141,7 @@ def _reduce_final(grouping: GroupingCore, it: Iterator[Any]) -> Iterator[Any]:
     watermark, without its per-call bookkeeping."""
     final_panes = grouping.core.final_panes
     late = grouping.late_output   # (nothing is late here: the late output stays empty)
-    for _, records in groupby(it, _KEY_BYTES):
+    for _, records in groupby(it, _key_bytes):
         first = next(records)
         key = first[1][0]
         items = chain((first[1][1:],), (r[1][1:] for r in records))
@@ -150,7 +150,7 @@ def _reduce_final(grouping: GroupingCore, it: Iterator[Any]) -> Iterator[Any]:
             yield (0, wv) if late else wv
 
 
-def _KEY_BYTES(record: Any) -> bytes:
+def _key_bytes(record: Any) -> bytes:
     """A shuffle record's key bytes (records come sorted by them)."""
     return record[0][0]
 
