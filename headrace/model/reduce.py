@@ -192,6 +192,12 @@ def _window_state(contents: Any, pending: int, hold_us: Optional[int], eow_timer
     return ws
 
 
+def _final_pane(window: BoundedWindow, value: Any, hold: int, eow: bool) -> Pane:
+    """A window's only pane (`ReduceFnRunner.final_panes`), at its end under OUTPUT_AT_EOW, else
+    at its inputs' hold."""
+    return Pane(window, value, window.end_us - 1 if eow else hold, _FINAL_PANE)
+
+
 class KeyState:
     """The core's state for one key: its active windows and the windows whose trigger finished."""
 
@@ -488,24 +494,23 @@ class ReduceFnRunner:
     def _contents_fns(self) -> Tuple[Callable[[], Any], Callable[[Any, Any], Any],
                                      Callable[[Any], Any]]:
         """(empty contents, contents + one input, the pane's value) of this grouping (made once)."""
-        if self._fns is None:
-            self._fns = self._make_contents_fns()
-        return self._fns
-
-    def _make_contents_fns(self) -> Tuple[Callable[[], Any], Callable[[Any, Any], Any],
-                                          Callable[[Any], Any]]:
+        if self._fns is not None:
+            return self._fns
         fn = self.combine_fn
         if fn is None or self.buffering:
             def append(contents: Any, value: Any) -> Any:
                 contents.append(value)
                 return contents
-            return list, append, list
-        merge = fn.merge_accumulators
-        if self.inputs_are_accumulators:
+            self._fns = (list, append, list)
+        elif self.inputs_are_accumulators:
+            merge = fn.merge_accumulators
+
             def add(contents: Any, value: Any) -> Any:
                 return merge([contents, value])
-            return fn.create_accumulator, add, fn.extract_output
-        return fn.create_accumulator, fn.add_input, fn.extract_output
+            self._fns = (fn.create_accumulator, add, fn.extract_output)
+        else:
+            self._fns = (fn.create_accumulator, fn.add_input, fn.extract_output)
+        return self._fns
 
     def _final_windows(self, items: Iterable[Tuple[Any, int, BoundedWindow]]) -> Iterator[Pane]:
         empty, add, output = self._contents_fns()
@@ -518,7 +523,7 @@ class ReduceFnRunner:
             if ts >= first_end:  # the watermark passed some windows: their panes
                 if len(cells) == 1:   # (the usual case: one window open, now done)
                     done, (contents, hold) = cells.popitem()
-                    yield Pane(done, output(contents), done.end_us - 1 if eow else hold, _FINAL_PANE)
+                    yield _final_pane(done, output(contents), hold, eow)
                     first_end = MAX_TIMESTAMP_MICROS + 1
                 else:
                     yield from self._final_window_panes(cells, ts, output, eow)
@@ -541,7 +546,7 @@ class ReduceFnRunner:
         done = sorted((w for w in cells if w.end_us <= wm), key=_WINDOW_ORDER)
         for window in done:
             contents, hold = cells.pop(window)
-            yield Pane(window, output(contents), window.end_us - 1 if eow else hold, _FINAL_PANE)
+            yield _final_pane(window, output(contents), hold, eow)
 
     def _final_sessions(self, items: Iterable[Tuple[Any, int, Any]]) -> Iterator[Pane]:  # IntervalWindows
         # Items come by window start, so a session is complete once an item starts at or after
@@ -572,9 +577,7 @@ class ReduceFnRunner:
     @staticmethod
     def _session_pane(window: Optional[BoundedWindow], start: int, end: int, value: Any,
                       hold: int, eow: bool) -> Pane:
-        if window is None:
-            window = IntervalWindow._of(start, end)
-        return Pane(window, value, end - 1 if eow else hold, _FINAL_PANE)
+        return _final_pane(IntervalWindow._of(start, end) if window is None else window, value, hold, eow)
 
     # ---- firing ---------------------------------------------------------------------
 

@@ -19,7 +19,7 @@ import headrace as beam
 from headrace.runners.kit import partial
 from headrace.testing.util import assert_that, equal_to
 from headrace.transforms import window
-from tests.conformance.test_parquet_combine import (assert_benchmark_shape_sums, events, micros, rows_of,
+from tests.conformance.test_parquet_combine import (assert_benchmark_shape_sums, events, hourly_sums,
                                                     sessions, write_files)
 
 US = 1_000_000
@@ -140,10 +140,5 @@ def test_a_vectorised_combine_of_parquet_rows_in_a_tiny_table(make_pipeline, tmp
     # cell count: past it, the combiner's groups are emitted and it starts again.
     data = events(seed=3)
     files = write_files(tmp_path, data)
-    size = 3600 * 10**6
-    sums = collections.Counter()
-    for r in rows_of(data):
-        start = micros(r["ts_ms"]) // size * size
-        sums[(r["key"], start, start + size)] += r["value"]
-    assert_benchmark_shape_sums(make_pipeline, files, window.FixedWindows(3600), sums)
+    assert_benchmark_shape_sums(make_pipeline, files, window.FixedWindows(3600), hourly_sums(data))
     assert_benchmark_shape_sums(make_pipeline, files, window.Sessions(600), sessions(data, 600 * 10**6))

@@ -84,12 +84,17 @@ def assert_benchmark_shape_sums(make_pipeline, files, windowfn, sums):
 
 def test_benchmark_shape_fixed_windows_sum(make_pipeline, files, data):
     """Map(TimestampedValue((key, value), ts_ms / 1000.0)) | FixedWindows(3600) | sum per key."""
+    assert_benchmark_shape_sums(make_pipeline, files, window.FixedWindows(3600), hourly_sums(data))
+
+
+def hourly_sums(data):
+    """{(key, start, end): sum} of the rows in fixed windows of an hour."""
     size = 3600 * 10**6
     sums = collections.Counter()
     for r in rows_of(data):
         start = micros(r["ts_ms"]) // size * size
         sums[(r["key"], start, start + size)] += r["value"]
-    assert_benchmark_shape_sums(make_pipeline, files, window.FixedWindows(3600), sums)
+    return sums
 
 
 def sessions(data, gap_us):

@@ -99,7 +99,6 @@ class FrameContext:
         self._lock = threading.Lock()
         self._accumulators = 0
         self._tag: Optional[str] = None
-        self._worker_memory: Optional[str] = None
 
     # ---- the context ---------------------------------------------------------------------
 
@@ -188,14 +187,11 @@ class FrameContext:
 
     def worker_memory(self) -> str:
         """The session's `spark.python.worker.memory` (what a task's sort of a shuffled
-        partition may hold, `worker.sorting`), "512m" if unset (read once per run)."""
-        if self._worker_memory is None:
-            try:
-                setting = self.spark.conf.get("spark.python.worker.memory", "512m")
-            except Exception:
-                setting = "512m"
-            self._worker_memory = str(setting or "512m")
-        return self._worker_memory
+        partition may hold, `worker.sorting`), "512m" if unset."""
+        try:
+            return str(self.spark.conf.get("spark.python.worker.memory", "512m") or "512m")
+        except Exception:
+            return "512m"
 
     # ---- actions -------------------------------------------------------------------------
 
