@@ -102,7 +102,8 @@ from headrace.model.windowed import PaneInfo, PaneInfoTiming
 
 _WINDOW_ORDER = attrgetter("end_us", "start_us")
 _EARLY, _ON_TIME, _LATE = PaneInfoTiming.EARLY, PaneInfoTiming.ON_TIME, PaneInfoTiming.LATE
-_FINAL_PANE = PaneInfo(True, True, _ON_TIME, 0, 0)   # a window's only pane (`final_panes`)
+#: The pane info of a window's only pane (`ReduceFnRunner.final_panes`): ON_TIME, first and last.
+FINAL_PANE = PaneInfo(True, True, _ON_TIME, 0, 0)
 
 
 class Element(NamedTuple):
@@ -195,7 +196,7 @@ def _window_state(contents: Any, pending: int, hold_us: Optional[int], eow_timer
 def _final_pane(window: BoundedWindow, value: Any, hold: int, eow: bool) -> Pane:
     """A window's only pane (`ReduceFnRunner.final_panes`), at its end under OUTPUT_AT_EOW, else
     at its inputs' hold."""
-    return Pane(window, value, window.end_us - 1 if eow else hold, _FINAL_PANE)
+    return Pane(window, value, window.end_us - 1 if eow else hold, FINAL_PANE)
 
 
 class KeyState:

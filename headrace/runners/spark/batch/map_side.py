@@ -26,9 +26,11 @@ from headrace.runners.spark.fastpath import (VectorBundle, vector_combiner)
 from headrace.runners.spark.worker.sides import combiner_arguments, side_reader
 
 
-def partition_of(key: Tuple[bytes, int, bool]) -> int:
-    """Spark partitioner of grouping records: a stable hash of the key bytes only."""
-    return zlib.crc32(key[0])
+def partition_of(key: Tuple[Any, ...]) -> int:
+    """Spark partitioner of grouping records: a stable hash of the key bytes only; a columnar
+    block's key (reduce partition, map partition, emit) names its partition."""
+    first = key[0]
+    return first if first.__class__ is int else zlib.crc32(first)
 
 
 def _sort_time(merging: bool, ts: int, window: Any) -> int:
@@ -87,11 +89,14 @@ class PartialSide(MapSide):
     (`kit.partial.PartialCombiner`), sent at the end, or before whenever the partition's table
     is full (`PartialCombiner.full`: `max_cells` and `max_bytes`, fixed on the driver; the
     vectorised combiner's, `VectorCombiner.full`: `max_cells` groups); the CombineFn is set up
-    and torn down around the partition and its failures name the grouping."""
+    and torn down around the partition and its failures name the grouping. With `parts`, the
+    vectorised combiner's groups go as columnar blocks, one per reduce partition of `parts`
+    (`fastpath.blocks`), which only a grouping whose every window gets one pane reads."""
 
     def __init__(self, label: str, windowing: Windowing, combine_fn_bytes: bytes,
-                 max_cells: Optional[int] = None, max_bytes: Optional[int] = None) -> None:
+                 max_cells: Optional[int] = None, max_bytes: Optional[int] = None, parts: int = 0) -> None:
         self.label = label
+        self.parts = parts
         self.windowing = windowing
         self.combine_fn_bytes = combine_fn_bytes
         self.max_cells = partial_module.MAX_CELLS if max_cells is None else max_cells
@@ -103,7 +108,7 @@ class PartialSide(MapSide):
 
     def start(self, committed: MetricsContainer) -> "PartialSide":
         side = PartialSide(self.label, self.windowing, self.combine_fn_bytes, self.max_cells,
-                           self.max_bytes)
+                           self.max_bytes, self.parts)
         side.committed = committed
         combine_fn = coders.loads(self.combine_fn_bytes)
         with _combining(self.label, committed):
@@ -142,15 +147,21 @@ class PartialSide(MapSide):
             if self.vector is not None and self.vector.accepts(bundle):
                 self.vector.add(bundle)
                 if self.vector.full(self.max_cells):
-                    return list(self._vector_records(self._record()))
+                    self.emits += 1
+                    return list(self._vector_records(self.emits))
                 return []
             partial.add_all(zip(bundle.values(), bundle.ts_array().tolist(), bundle.window_tuples()))
             return self._emitted_if_full()
 
-    def _vector_records(self, record: Callable[[bytes, Any, Any, int, Any], tuple]) -> Iterator[Any]:
-        """The vectorised combiner's groups as records (compacted accumulators); empties it."""
+    def _vector_records(self, emit: int) -> Iterator[Any]:
+        """The vectorised combiner's groups as records of the partition's `emit` (compacted
+        accumulators), or as columnar blocks with `parts`; empties it."""
         assert self.vector is not None and self.partial is not None
         label, combine_fn = self.label, self.partial.combine_fn
+        if self.parts:
+            return self.vector.emit_blocks(lambda k: grouping_key_bytes(label, k, k), self.parts,
+                                           _map_partition(), emit)
+        record = _partial_record(self.windowing.windowfn.is_merging(), emit)
         return self.vector.emit(lambda k: grouping_key_bytes(label, k, k),
                                 lambda kb, k, a, ts, w: record(kb, k, combine_fn.compact(a), ts, w))
 
@@ -162,7 +173,7 @@ class PartialSide(MapSide):
             record = self._record()
             out = list(partial.emit(record))
             if self.vector is not None:
-                out.extend(self._vector_records(record))
+                out.extend(self._vector_records(self.emits))
             combine_fn.teardown()
         return out
 
@@ -173,13 +184,18 @@ def _partial_record(merging: bool, emit: int) -> Callable[[bytes, Any, Any, int,
     accumulators of equal time reach the reduce side, and are merged, in the order of the
     partitions and of their emits, whatever order Spark fetches them in (which of equal elements
     `Top` keeps depends on it, docs/semantics.md)."""
-    from pyspark import TaskContext
-    ctx = TaskContext.get()
-    part = ctx.partitionId() if ctx is not None else 0
+    part = _map_partition()
 
     def record(kb: bytes, k: Any, a: Any, ts: int, w: Any) -> tuple:
         return ((kb, _sort_time(merging, ts, w), False, part, emit), (k, a, ts, w))
     return record
+
+
+def _map_partition() -> int:
+    """The index of the task's partition (0 outside a Spark task)."""
+    from pyspark import TaskContext
+    ctx = TaskContext.get()
+    return ctx.partitionId() if ctx is not None else 0
 
 
 @contextlib.contextmanager

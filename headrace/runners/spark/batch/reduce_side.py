@@ -19,12 +19,22 @@ from headrace.runners.kit.grouping import GroupingCore
 from headrace.runners.kit.stateful import StatefulCore, StatefulSpec, StatefulStep, UserKeyState
 from headrace.runners.spark.batch.env import TaskEnv, guarded
 from headrace.runners.spark.batch.map_side import side_combiner
+from headrace.runners.spark.fastpath import vector_combiner
+from headrace.runners.spark.fastpath.blocks import block_panes
 from headrace.runners.spark.worker.packing import pack
 
 if TYPE_CHECKING:
     from headrace.diagram.recording import RecordPanes
 
 _PROCESSING_TIME = 0  # batch: processing time stands still, so processing-time triggers never fire
+
+
+def one_pane_per_window(label: str, windowing: Windowing, input_retractions: bool) -> bool:
+    """Whether the reduce side gives each window of a grouping without side inputs one pane,
+    all of a key's at once (`ReduceFnRunner.one_pane_per_window` under the perfect watermark):
+    then its map side may send a vectorised combine's groups as columnar blocks."""
+    return GroupingCore(label, windowing, None, input_retractions=input_retractions,
+                        expire_at_end_of_window=True).core.one_pane_per_window
 
 
 def follows_event_time(windowfn: Any) -> bool:
@@ -90,7 +100,7 @@ def _reduce_partition(label: str, grouping: GroupingCore, lifecycle: Any, it: It
         if lifecycle is not None:
             lifecycle.setup()
         if final:
-            yield from _reduce_final(grouping, it)
+            yield from _reduce_final(grouping, lifecycle, it)
         else:
             yield from _reduce_all(grouping, it, size, follow)
         if lifecycle is not None:
@@ -134,14 +144,27 @@ def _reduce_all(grouping: GroupingCore, it: Iterator[Any], size: int, follow: bo
     yield from _records(out, late)
 
 
-def _reduce_final(grouping: GroupingCore, it: Iterator[Any]) -> Iterator[Any]:
+def _reduce_final(grouping: GroupingCore, combine_fn: Any, it: Iterator[Any]) -> Iterator[Any]:
     """`_reduce_all` for a grouping whose every window has one pane at its end
     (`ReduceFnRunner.one_pane_per_window`): each key's sorted records go to
     `ReduceFnRunner.final_panes`, which gives the panes the core gives them under the perfect
-    watermark, without its per-call bookkeeping."""
+    watermark, without its per-call bookkeeping. A partition of columnar blocks comes as
+    (None, [blocks]) items of key-disjoint blocks (`worker.sorting.sort_shuffled`), each reduced
+    at once (`fastpath.blocks.block_panes`)."""
     final_panes = grouping.core.final_panes
     late = grouping.late_output   # (nothing is late here: the late output stays empty)
-    for _, records in groupby(it, _key_bytes):
+    it = iter(it)
+    head = next(it, None)
+    if head is None:
+        return
+    if head[0] is None:
+        windowing = grouping.core.windowing
+        what = vector_combiner(combine_fn, windowing).what   # type: ignore[union-attr]
+        for _, blocks in chain((head,), it):
+            for wv in block_panes(blocks, combine_fn, windowing, what):
+                yield (0, wv) if late else wv
+        return
+    for _, records in groupby(chain((head,), it), _key_bytes):
         first = next(records)
         key = first[1][0]
         items = chain((first[1][1:],), (r[1][1:] for r in records))

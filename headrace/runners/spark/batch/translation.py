@@ -37,13 +37,15 @@ from headrace.runners.spark.batch.frames import FrameContext
 from headrace.runners.spark.batch.map_side import (KeySide, MapSide, PartialSide, StatefulSide,
                                                    map_side_fn, partition_of,
                                                    side_partial_combine_fn)
-from headrace.runners.spark.batch.reduce_side import reduce_fn, stateful_fn
+from headrace.runners.spark.batch.reduce_side import one_pane_per_window, reduce_fn, stateful_fn
 from headrace.runners.spark.batch.splittable import Downstream, SplittableBuild
 from headrace.runners.kit.sdf import SplittableSpec, SplittableStep, Work, read_spec, read_works
 from headrace.runners.spark.worker.failures import pipeline_error
 from headrace.runners.spark.worker.packing import FastPickleSerializer, unpack
 from headrace.runners.spark.worker.sides import portable_views
-from headrace.runners.spark.worker.sorting import budget_bytes, sort_records
+from headrace.runners.spark.fastpath import vector_combiner
+from headrace.runners.spark.fastpath.blocks import BlockRecords
+from headrace.runners.spark.worker.sorting import budget_bytes, sort_shuffled
 from headrace.transforms.core import CombinePerKey, Create, Reshuffle
 
 _log = logging.getLogger(__name__)
@@ -293,7 +295,13 @@ class BatchTranslation:
         else:
             keyed = upstream.mapPartitions(map_side_fn(self.env, self._map_side(node)))
         n = writes.shuffle_partitions(node, self.parallelism)   # (fewer for a file sink's shards)
-        grouped = self._sorted_shuffle(keyed, n)
+        explode = None
+        if lifted and self._block_parts(node):
+            assert isinstance(node.transform, CombinePerKey)
+            vector = vector_combiner(node.transform.combine_fn, windowing)
+            assert fn_bytes is not None and vector is not None
+            explode = BlockRecords(fn_bytes, windowing, vector.what)
+        grouped = self._sorted_shuffle(keyed, n, explode)
         late_tag = getattr(node.transform, "late_tag", None)
         late_pc = node.outputs.get(late_tag) if late_tag else None
         out = grouped.mapPartitions(reduce_fn(self.env, label, windowing, fn_bytes, lifted, retractions,
@@ -318,10 +326,11 @@ class BatchTranslation:
         rdd = grouped.mapPartitions(stateful_fn(self.env, spec, index))
         self._set_outputs(rdd, [(pc, index[pc._id]) for pc in outs], packed=True)
 
-    def _sorted_shuffle(self, keyed: Any, n: int) -> Any:
+    def _sorted_shuffle(self, keyed: Any, n: int, explode: Optional[BlockRecords] = None) -> Any:
         """A grouping's shuffle records in `n` partitions by key bytes (`partition_of`), each
-        partition's sorted by key (`worker.sorting.sort_records`, within 90% of
-        `spark.python.worker.memory` of records)."""
+        partition's sorted by key (`worker.sorting.sort_shuffled`, within 90% of
+        `spark.python.worker.memory` of records; columnar blocks apart, or read as records by
+        `explode` beside ordinary ones)."""
         if self.sort_budget is None:
             if isinstance(self.sc, FrameContext):
                 setting = self.sc.worker_memory()
@@ -329,7 +338,7 @@ class BatchTranslation:
                 setting = self.sc.getConf().get("spark.python.worker.memory", "512m")
             self.sort_budget = budget_bytes(str(setting or "512m"))
         return keyed.partitionBy(n, partition_of).mapPartitions(
-            functools.partial(sort_records, budget=self.sort_budget))
+            functools.partial(sort_shuffled, budget=self.sort_budget, explode=explode))
 
     def _recorder(self, node: AppliedPTransform) -> Optional[RecordPanes]:
         """The pane recording of a grouping step (`--record_panes`), if it is recorded."""
@@ -349,8 +358,22 @@ class BatchTranslation:
         t = node.transform
         if self._lifted(node):
             assert isinstance(t, CombinePerKey)
-            return PartialSide(node.full_label, windowing, coders.dumps(t.combine_fn))
+            return PartialSide(node.full_label, windowing, coders.dumps(t.combine_fn),
+                               parts=self._block_parts(node))
         return KeySide(node.full_label, windowing.windowfn.is_merging())
+
+    def _block_parts(self, node: AppliedPTransform) -> int:
+        """The reduce partitions a lifted combine's map side sends a vectorised combiner's groups
+        to as columnar blocks (`fastpath.blocks`), or 0 for records: blocks when the reduce side
+        gives each window one pane (`reduce_side.one_pane_per_window`) and records no panes."""
+        t = node.transform
+        source = node.inputs[0]
+        windowing = source.windowing
+        if (not isinstance(t, CombinePerKey) or node.side_inputs or self._recorder(node) is not None
+                or vector_combiner(t.combine_fn, windowing) is None
+                or not one_pane_per_window(node.full_label, windowing, source.may_contain_retractions)):
+            return 0
+        return writes.shuffle_partitions(node, self.parallelism)
 
     def _map_sides(self, outs: List[PCollection]) -> Dict[int, MapSide]:
         """The map sides that a multi-output stage runs for outputs a grouping alone reads (by

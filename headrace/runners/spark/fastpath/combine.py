@@ -27,6 +27,7 @@ from headrace.model.combine import (CountCombineFn, MaxCombineFn, MeanCombineFn,
 from headrace.model.window import GLOBAL_WINDOW, FixedWindows, GlobalWindows, IntervalWindow, Sessions
 from headrace.model.strategy import Windowing
 from headrace.runners.kit.partial import keeps_latest
+from headrace.runners.spark.fastpath.blocks import GroupBlock, split_blocks
 from headrace.runners.spark.fastpath.evaluate import (_FLOAT, _INT, _STR, _TIME_GUARD, _WINDOWFNS, _V,
                                                       VectorBundle)
 from headrace.runners.spark.fastpath.tracer import _I64_MAX
@@ -194,18 +195,40 @@ class VectorCombiner:
         if current is not None:
             yield current, key, cells
 
-    def _groups(self, key_bytes: Callable[[Any], bytes]) -> Iterator[Tuple[bytes, Any, Any, int, Any, int]]:
-        """(key bytes, key, accumulator, timestamp, window, inputs) of every group, by key; the
-        combiner is empty afterwards."""
+    def emit_blocks(self, key_bytes: Callable[[Any], bytes], parts: int, part: int, emit: int
+                    ) -> Iterator[Tuple[Tuple[int, int, int], GroupBlock]]:
+        """The groups as columnar shuffle records, one `GroupBlock` per reduce partition of
+        `parts` (`blocks.split_blocks`), of map partition `part`'s `emit`; empties it."""
+        g = self._take()
+        if g is None:
+            return
+        keys = self.keys
+        kbs = [key_bytes(k) for k in keys]
+        key_array = pa.array(keys, pa.string() if self.key_kind == _STR else pa.int64())
+        self.keys = []
+        self.code_of = {}
+        yield from split_blocks(part, emit, parts, kbs, key_array, g.code, g.start, g.end, g.acc, g.n, g.ts)
+
+    def _take(self) -> Optional[_Groups]:
+        """Its groups, compacted, a float total +0.0 (the model's sums start at 0, so a sum of
+        -0.0s is 0.0); None if it has none. Empties it but for its keys."""
         self._compact()
         if not self.chunks:
-            return
+            return None
         g = self.chunks[0]
         self.chunks = []
         self.rows = 0
+        if self.what in ("sum", "mean") and g.acc.dtype == np.float64:
+            g = g._replace(acc=g.acc + 0.0)
+        return g
+
+    def _groups(self, key_bytes: Callable[[Any], bytes]) -> Iterator[Tuple[bytes, Any, Any, int, Any, int]]:
+        """(key bytes, key, accumulator, timestamp, window, inputs) of every group, by key; the
+        combiner is empty afterwards."""
+        g = self._take()
+        if g is None:
+            return
         acc = g.acc
-        if self.what in ("sum", "mean") and acc.dtype == np.float64:
-            acc = acc + 0.0  # the model's sums start at 0, so a sum of -0.0s is 0.0
         # The CombineFn builds its accumulators from each group's total (sum, min or max; a
         # count's is its count) and count, the counts as a memoryview: a sequence of Python
         # ints that costs nothing unless the CombineFn reads it.

@@ -1,0 +1,379 @@
+"""The columnar shuffle of the vectorised combines (`VectorCombiner`) into a grouping whose every
+window gets one pane (`ReduceFnRunner.one_pane_per_window`).
+
+A map partition's groups cross the shuffle as one `GroupBlock` per reduce partition and emit:
+numpy columns of (key, window, accumulator, count, kept timestamp) rows and the block's keys
+with their key bytes, under the record key (reduce partition, map partition, emit), which
+`batch.map_side.partition_of` routes as it is. A key's rows all go to the reduce partition its
+records would go to (the crc32 of its key bytes, modulo the partitions).
+
+The reduce side of such a grouping (`block_panes`) orders a partition's rows as the record path
+orders its records, by (key bytes, sort time, map partition, emit), and merges each window's
+rows as `ReduceFnRunner.final_panes` merges the records' partial accumulators: integer totals,
+counts and extrema at once, float sums one row after another from 0, as `merge_accumulators`
+adds them; each window's pane at the hold its rows keep (or the window's end under
+OUTPUT_AT_EOW), ON_TIME, first and last. The blocks of a reduce partition are held in memory up
+to a budget of their bytes, and beyond it spilled in sub-buckets of their keys, each reduced on
+its own (`BlockStore`). A partition that also holds ordinary records (a map partition whose
+bundle the vectorised combiner refused) takes its blocks as the records they stand for
+(`BlockRecords`) and is sorted and reduced as records are.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import tempfile
+import zlib
+from typing import IO, Any, Callable, Iterator, List, NamedTuple, Optional, Tuple
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from headrace.model import coders
+from headrace.model.reduce import FINAL_PANE
+from headrace.model.strategy import TimestampCombiner, Windowing
+from headrace.model.window import GLOBAL_WINDOW, GlobalWindows, IntervalWindow
+from headrace.model.windowed import WindowedValue
+
+__all__ = ["GroupBlock", "split_blocks", "block_panes", "BlockStore", "BlockRecords"]
+
+_OUT_CHUNK = 1 << 16        # groups turned into Python objects at a time
+_SUB_BUCKETS = 64           # sub-buckets of a reduce partition's keys once its blocks spill
+_GOLDEN = np.uint64(2654435761)
+
+
+class GroupBlock(NamedTuple):
+    """One map partition's groups of one emit bound for one reduce partition: per key (its
+    local code) `kbs` (key bytes), `crc` (their crc32) and `keys`; per row (key and window) the
+    rest. `acc` is the total (sum or mean), extremum (min, max) or zeros (count); `n` counts the
+    inputs; `ts` is the kept timestamp (earliest, or latest under OUTPUT_AT_LATEST)."""
+    part: int
+    emit: int
+    kbs: pa.Array          # large_binary
+    crc: np.ndarray        # uint32
+    keys: pa.Array         # string or int64
+    code: np.ndarray       # int64, a row's key
+    start: np.ndarray
+    end: np.ndarray
+    acc: np.ndarray
+    n: np.ndarray
+    ts: np.ndarray
+
+    def nbytes(self) -> int:
+        """The bytes of its columns."""
+        return (self.kbs.nbytes + self.keys.nbytes + self.crc.nbytes
+                + sum(a.nbytes for a in (self.code, self.start, self.end, self.acc, self.n, self.ts)))
+
+    def of_keys(self, mask: np.ndarray) -> Optional["GroupBlock"]:
+        """The block of the keys where `mask` is true (None if no row is theirs)."""
+        kept = np.flatnonzero(mask)
+        if not len(kept):
+            return None
+        rows = mask[self.code]
+        code = (np.cumsum(mask) - 1)[self.code[rows]]
+        take = pa.array(kept)
+        return GroupBlock(self.part, self.emit, self.kbs.take(take), self.crc[kept], self.keys.take(take),
+                          code, self.start[rows], self.end[rows], self.acc[rows], self.n[rows],
+                          self.ts[rows])
+
+
+def split_blocks(part: int, emit: int, parts: int, kbs: List[bytes], keys: pa.Array, code: np.ndarray,
+                 start: np.ndarray, end: np.ndarray, acc: np.ndarray, n: np.ndarray, ts: np.ndarray
+                 ) -> Iterator[Tuple[Tuple[int, int, int], GroupBlock]]:
+    """A map partition's groups as shuffle records ((reduce partition, part, emit), block), one
+    per reduce partition of `parts` that has some: a key goes where `partition_of` sends its
+    records (the crc32 of its key bytes `kbs[code]`, modulo `parts`)."""
+    crc = np.fromiter(map(zlib.crc32, kbs), np.uint32, len(kbs))
+    dest = (crc % parts).astype(np.int64)
+    korder = np.argsort(dest, kind="stable")                      # keys by reduce partition
+    kbounds = np.searchsorted(dest[korder], np.arange(parts + 1))
+    local = np.empty(len(korder), np.int64)
+    local[korder] = np.arange(len(korder)) - kbounds[dest[korder]]
+    row_dest = dest[code]
+    rorder = np.argsort(row_dest, kind="stable")                  # rows by reduce partition
+    rbounds = np.searchsorted(row_dest[rorder], np.arange(parts + 1))
+    kb_array = pa.array(kbs, pa.large_binary())
+    for p in range(parts):
+        if rbounds[p] == rbounds[p + 1]:
+            continue
+        mine = korder[kbounds[p]:kbounds[p + 1]]
+        ks = pa.array(mine)
+        rows = rorder[rbounds[p]:rbounds[p + 1]]
+        yield (p, part, emit), GroupBlock(part, emit, kb_array.take(ks), crc[mine], keys.take(ks),
+                                          local[code[rows]], start[rows], end[rows], acc[rows],
+                                          n[rows], ts[rows])
+
+
+# ---- the reduce side --------------------------------------------------------------------------
+
+def block_panes(blocks: List[GroupBlock], combine_fn: Any, windowing: Windowing, what: str
+                ) -> Iterator[WindowedValue]:
+    """The panes of a reduce partition's blocks (see the module docstring), by key bytes and,
+    within a key, by window; `what` is the combine ("sum", "count", "mean", "min", "max")."""
+    if not blocks:
+        return
+    windowfn = windowing.windowfn
+    merging = windowfn.is_merging()
+    latest = windowing.timestamp_combiner is TimestampCombiner.OUTPUT_AT_LATEST
+    eow = windowing.timestamp_combiner is TimestampCombiner.OUTPUT_AT_EOW
+    # Each key's rank among the partition's key bytes, and each row's.
+    kbs = pa.concat_arrays([b.kbs for b in blocks])
+    enc = pc.dictionary_encode(kbs)
+    rank = np.empty(len(enc.dictionary), np.int64)
+    rank[pc.sort_indices(enc.dictionary).to_numpy()] = np.arange(len(enc.dictionary))
+    key_rank = rank[enc.indices.to_numpy()]
+    sizes = np.array([len(b.kbs) for b in blocks], np.int64)
+    offsets = np.concatenate(([0], np.cumsum(sizes)[:-1]))
+    gk = np.concatenate([b.code + off for b, off in zip(blocks, offsets)])   # a row's key, all blocks
+    kid = key_rank[gk]
+    start = np.concatenate([b.start for b in blocks])
+    end = np.concatenate([b.end for b in blocks])
+    ts = np.concatenate([b.ts for b in blocks])
+    rows = np.array([len(b.code) for b in blocks], np.int64)
+    part = np.repeat(np.array([b.part for b in blocks], np.int64), rows)
+    emit = np.repeat(np.array([b.emit for b in blocks], np.int64), rows)
+    t = np.minimum(start, ts) if merging else ts      # the records' sort time (`map_side._sort_time`)
+    order = np.lexsort((emit, part, t, kid))
+    kid, start, end, ts, gk = kid[order], start[order], end[order], ts[order], gk[order]
+    first = np.ones(len(kid), bool)
+    first[1:] = kid[1:] != kid[:-1]
+    if merging:   # a session takes in each row that overlaps it (rows by start: see `_sort_time`)
+        from headrace.runners.spark.fastpath.combine import _running_max_end
+        first[1:] |= start[1:] >= _running_max_end(kid, end)[:-1]
+    else:
+        first[1:] |= start[1:] != start[:-1]
+    idx = np.flatnonzero(first)
+    counts = np.add.reduceat(np.concatenate([b.n for b in blocks])[order], idx)
+    totals: Any = None
+    if what != "count":
+        acc = _accs(blocks)[order]
+        if what == "min":
+            totals = np.minimum.reduceat(acc, idx)
+        elif what == "max":
+            totals = np.maximum.reduceat(acc, idx)
+        elif acc.dtype == np.int64:
+            totals = np.add.reduceat(acc, idx)
+        else:
+            totals = _sequential_sums(acc, idx)
+    wstart = start[idx]
+    wend = np.maximum.reduceat(end, idx) if merging else end[idx]
+    hold = wend - 1 if eow else (np.maximum if latest else np.minimum).reduceat(ts, idx)
+    if type(windowfn) is GlobalWindows and eow:
+        hold = np.full(len(idx), GLOBAL_WINDOW.end_us - 1, np.int64)
+    keys = _concat_keys(blocks)
+    key_rows = gk[idx]
+    is_global = type(windowfn) is GlobalWindows
+    output = combine_fn.extract_output
+    windows: dict = {}
+    for lo in range(0, len(idx), _OUT_CHUNK):
+        hi = lo + _OUT_CHUNK
+        n = np.ascontiguousarray(counts[lo:hi], np.int64).data
+        accs = combine_fn.accumulators_from(n if totals is None else totals[lo:hi].tolist(), n)
+        ks = keys.take(pa.array(key_rows[lo:hi])).to_pylist()
+        for k, a, s, e, h in zip(ks, accs, wstart[lo:hi].tolist(), wend[lo:hi].tolist(),
+                                 hold[lo:hi].tolist()):
+            if is_global:
+                w = GLOBAL_WINDOW
+            else:
+                w = windows.get(s)
+                if w is None or w.end_us != e:
+                    w = windows[s] = IntervalWindow._of(s, e)
+            yield WindowedValue((k, output(a)), h, (w,), FINAL_PANE)
+        if len(windows) > _OUT_CHUNK:
+            windows.clear()
+
+
+def _accs(blocks: List[GroupBlock]) -> np.ndarray:
+    """The blocks' accumulator columns as one: int64 unless a sum could overflow it (then Python
+    ints), float64 if all are floats, else Python numbers (added as Python adds them)."""
+    accs = [b.acc for b in blocks]
+    kinds = {a.dtype.kind for a in accs}
+    if kinds == {"i"}:
+        acc = np.concatenate(accs)
+        big = max(abs(int(acc.min())), abs(int(acc.max()))) if len(acc) else 0
+        return acc if big * len(acc) <= np.iinfo(np.int64).max else acc.astype(object)
+    if kinds == {"f"}:
+        return np.concatenate(accs)
+    return np.concatenate([a.astype(object) for a in accs])
+
+
+def _sequential_sums(acc: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """Per segment of `acc` starting at `idx`: 0 + its first + its second + ..., in that order
+    (the float sums `SumCombineFn.merge_accumulators` makes of accumulators merged one by one)."""
+    bounds = np.append(idx, len(acc))
+    length = np.diff(bounds)
+    out = np.zeros(len(idx), acc.dtype) if acc.dtype != object else np.array([0] * len(idx), object)
+    by_length = np.argsort(-length, kind="stable")     # segments, longest first
+    lengths = length[by_length]
+    for j in range(int(lengths[0]) if len(lengths) else 0):
+        live = by_length[:np.searchsorted(-lengths, -j, side="left")]   # segments longer than j
+        out[live] = out[live] + acc[idx[live] + j]
+    return out
+
+
+def _concat_keys(blocks: List[GroupBlock]) -> pa.Array:
+    """The blocks' keys as one array (of Python objects if their types differ)."""
+    types = {b.keys.type for b in blocks}
+    if len(types) == 1:
+        return pa.concat_arrays([b.keys for b in blocks])
+    values: List[Any] = []
+    for b in blocks:
+        values.extend(b.keys.to_pylist())
+    return _PyList(values)
+
+
+class _PyList:
+    """A list with `take(indices).to_pylist()`, as the arrow arrays `block_panes` reads."""
+
+    def __init__(self, values: List[Any]) -> None:
+        self.values = values
+
+    def take(self, indices: pa.Array) -> "_PyList":
+        values = self.values
+        return _PyList([values[i] for i in indices.to_pylist()])
+
+    def to_pylist(self) -> List[Any]:
+        return self.values
+
+
+# ---- a reduce partition's blocks, held or spilled ------------------------------------------------
+
+class BlockStore:
+    """A reduce partition's blocks, in memory up to `budget` bytes of their columns; beyond it,
+    every block is split into `_SUB_BUCKETS` sub-buckets of its keys (a hash of their crc32) and
+    appended to that sub-bucket's file in Spark's local directories. `groups` gives them back as
+    key-disjoint lists, each reduced on its own."""
+
+    def __init__(self, budget: float) -> None:
+        self.budget = budget
+        self.held: List[GroupBlock] = []
+        self.bytes = 0
+        self.files: Optional[List[Optional[IO[bytes]]]] = None   # per sub-bucket, once spilled
+
+    def add(self, block: GroupBlock) -> None:
+        """Holds the block, or spills it (and, the first time, everything held)."""
+        if self.files is None:
+            self.held.append(block)
+            self.bytes += block.nbytes()
+            if self.bytes <= self.budget:
+                return
+            self.files = [None] * _SUB_BUCKETS
+            held, self.held, self.bytes = self.held, [], 0
+            for b in held:
+                self._spill(b)
+            return
+        self._spill(block)
+
+    def _spill(self, block: GroupBlock) -> None:
+        assert self.files is not None
+        bucket = _sub_bucket(block.crc)
+        for s in np.unique(bucket).tolist():
+            part = block.of_keys(bucket == s)
+            if part is None:
+                continue
+            f = self.files[s]
+            if f is None:
+                local = os.environ.get("SPARK_LOCAL_DIRS", "").split(",")[0] or None
+                f = self.files[s] = tempfile.TemporaryFile(
+                    prefix="headrace-blocks-", dir=local if local and os.path.isdir(local) else None)
+            pickle.dump(part, f, protocol=pickle.HIGHEST_PROTOCOL)
+
+    def spilled(self) -> bool:
+        """Whether its blocks went to files."""
+        return self.files is not None
+
+    def groups(self) -> Iterator[List[GroupBlock]]:
+        """Its blocks, in lists of which no two share a key (one list if none spilled); the
+        files are closed, and gone, as they are read."""
+        if self.files is None:
+            if self.held:
+                yield self.held
+            self.held = []
+            return
+        files, self.files = self.files, None
+        for f in files:
+            if f is not None:
+                yield list(_read(f))
+
+    def drain(self) -> Iterator[GroupBlock]:
+        """Every block, held or spilled (which empties it)."""
+        for group in self.groups():
+            yield from group
+
+
+def _sub_bucket(crc: np.ndarray) -> np.ndarray:
+    """A key's sub-bucket from its crc32 (whose low bits the reduce partitions already split):
+    a multiplicative hash's high bits."""
+    return (((crc.astype(np.uint64) * _GOLDEN) & np.uint64(0xFFFFFFFF)) >> np.uint64(26)).astype(np.int64)
+
+
+def _read(f: IO[bytes]) -> Iterator[GroupBlock]:
+    with f:
+        f.seek(0)
+        while True:
+            try:
+                yield pickle.load(f)
+            except EOFError:
+                return
+
+
+# ---- blocks as the records they stand for ---------------------------------------------------------
+
+class BlockRecords:
+    """A grouping's blocks as its map side's partial-accumulator records, ((key bytes, sort time,
+    False, map partition, emit), (key, accumulator, timestamp, window)), for a reduce partition
+    that also holds ordinary records. Picklable; the CombineFn is unpickled on first use."""
+
+    def __init__(self, combine_fn_bytes: bytes, windowing: Windowing, what: str) -> None:
+        self.combine_fn_bytes = combine_fn_bytes
+        self.merging = windowing.windowfn.is_merging()
+        self.is_global = type(windowing.windowfn) is GlobalWindows
+        self.what = what
+        self._combine_fn: Any = None
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_combine_fn": None}
+
+    def __call__(self, block: GroupBlock) -> Iterator[Tuple[tuple, tuple]]:
+        """The block's records."""
+        if self._combine_fn is None:
+            self._combine_fn = coders.loads(self.combine_fn_bytes)
+        fn = self._combine_fn
+        counts = np.ascontiguousarray(block.n, np.int64).data
+        accs = fn.accumulators_from(counts if self.what == "count" else block.acc.tolist(), counts)
+        kbs = block.kbs.to_pylist()
+        keys = block.keys.to_pylist()
+        compact = fn.compact
+        merging, part, emit = self.merging, block.part, block.emit
+        w: Any = GLOBAL_WINDOW
+        for c, a, s, e, ts in zip(block.code.tolist(), accs, block.start.tolist(), block.end.tolist(),
+                                  block.ts.tolist()):
+            if not self.is_global:
+                w = IntervalWindow._of(s, e)
+            t = (s if s < ts else ts) if merging else ts
+            yield (kbs[c], t, False, part, emit), (keys[c], compact(a), ts, w)
+
+
+def sort_blocks_apart(records: Iterator[Tuple[Any, Any]], store: BlockStore,
+                      explode: Optional[Callable[[GroupBlock], Iterator[Tuple[Any, Any]]]]
+                      ) -> Iterator[Tuple[Any, Any]]:
+    """The ordinary records of a shuffled partition; its blocks go to `store` until an ordinary
+    record comes, and from then on (those held first) as the records they stand for
+    (`explode`)."""
+    mixed = False
+    for r in records:
+        if r[0][0].__class__ is int:     # a block's key: (reduce partition, part, emit)
+            if mixed:
+                assert explode is not None
+                yield from explode(r[1])
+            else:
+                store.add(r[1])
+            continue
+        if not mixed:
+            mixed = True
+            for b in store.drain():
+                assert explode is not None, "a grouping's blocks came without a way to read them as records"
+                yield from explode(b)
+        yield r
