@@ -26,12 +26,12 @@ from headrace.runners.kit.grouping import GroupingCore
 from headrace.runners.kit.partial import PartialCombiner
 from headrace.runners.spark.batch import map_side, reduce_side
 from headrace.runners.spark.batch.map_side import partition_of
+from headrace.runners.spark.batch.reduce_side import sort_shuffled
 from headrace.runners.spark.fastpath import blocks as blocks_module
 from headrace.runners.spark.fastpath.blocks import BlockRecords, BlockStore, _sequential_sums
 from headrace.runners.spark.fastpath.combine import vector_combiner
 from headrace.runners.spark.fastpath.evaluate import compile_chain
 from headrace.model import coders
-from headrace.runners.spark.worker.sorting import sort_shuffled
 import headrace as beam
 
 TV = beam.window.TimestampedValue

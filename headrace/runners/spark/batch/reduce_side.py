@@ -5,7 +5,7 @@ stateful ParDo (`kit.stateful.StatefulCore`)."""
 from __future__ import annotations
 
 from itertools import chain, groupby
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
 from headrace.errors import PipelineExecutionError
 from headrace.metrics.metric import MetricsContainer, metrics_scope
@@ -20,7 +20,10 @@ from headrace.runners.kit.stateful import StatefulCore, StatefulSpec, StatefulSt
 from headrace.runners.spark.batch.env import TaskEnv, guarded
 from headrace.runners.spark.batch.map_side import side_combiner
 from headrace.runners.spark.fastpath import vector_combiner
-from headrace.runners.spark.fastpath.blocks import block_panes
+from headrace.runners.spark.fastpath.blocks import (BlockRecords, BlockStore, GroupBlock, block_panes,
+                                                    sort_blocks_apart)
+from headrace.runners.spark.batch.frames import FrameContext
+from headrace.runners.spark.worker.sorting import budget_bytes, sort_records
 from headrace.runners.spark.worker.packing import pack
 
 if TYPE_CHECKING:
@@ -29,12 +32,47 @@ if TYPE_CHECKING:
 _PROCESSING_TIME = 0  # batch: processing time stands still, so processing-time triggers never fire
 
 
-def one_pane_per_window(label: str, windowing: Windowing, input_retractions: bool) -> bool:
-    """Whether the reduce side gives each window of a grouping without side inputs one pane,
-    all of a key's at once (`ReduceFnRunner.one_pane_per_window` under the perfect watermark):
-    then its map side may send a vectorised combine's groups as columnar blocks."""
-    return GroupingCore(label, windowing, None, input_retractions=input_retractions,
-                        expire_at_end_of_window=True).core.one_pane_per_window
+def columnar_shuffle(label: str, windowing: Windowing, combine_fn: Any, input_retractions: bool
+                     ) -> Optional[BlockRecords]:
+    """Whether a lifted combine without side inputs shuffles its vectorised groups as columnar
+    blocks (`fastpath.blocks`): when it has a vectorised combiner and every window gets one pane
+    (`ReduceFnRunner.one_pane_per_window` under the perfect watermark). Then how its reduce side
+    reads blocks beside ordinary records (`BlockRecords`), else None."""
+    vector = vector_combiner(combine_fn, windowing)
+    if vector is None or not GroupingCore(label, windowing, None, input_retractions=input_retractions,
+                                          expire_at_end_of_window=True).core.one_pane_per_window:
+        return None
+    return BlockRecords(coders.dumps(combine_fn), windowing, vector.what)
+
+
+def sort_budget(sc: Any) -> float:
+    """The bytes of records a reading task's sort holds (`worker.sorting.budget_bytes` of the
+    context's `spark.python.worker.memory`, on RDDs or Spark Connect's frames)."""
+    if isinstance(sc, FrameContext):
+        setting = sc.worker_memory()
+    else:
+        setting = sc.getConf().get("spark.python.worker.memory", "512m")
+    return budget_bytes(str(setting or "512m"))
+
+
+def sort_shuffled(records: Iterable[Tuple[Any, Any]], budget: float,
+                  explode: Optional[Callable[[GroupBlock], Iterator[Tuple[Any, Any]]]] = None
+                  ) -> Iterator[Tuple[Any, Any]]:
+    """A grouping's shuffled partition for its reduce side: its records sorted by key
+    (`worker.sorting.sort_records`); or, when it holds only columnar blocks of a vectorised combine
+    (`fastpath.blocks`), (None, [blocks]) items, no two of which share a key, the blocks held
+    within a third of `budget` bytes and spilled in sub-buckets of their keys beyond it (the
+    reduce of a list of blocks takes about three times their bytes). Blocks beside ordinary
+    records come sorted among them as the records they stand for (`explode`)."""
+    store = BlockStore(budget / 3)
+    out = sort_records(sort_blocks_apart(iter(records), store, explode), budget)
+    first = next(out, None)
+    if first is not None:
+        yield first
+        yield from out
+        return
+    for group in store.groups():
+        yield None, group
 
 
 def follows_event_time(windowfn: Any) -> bool:

@@ -64,7 +64,7 @@ from headrace.runners.kit.sdf import (SplitPolicy, SplittableSpec, SplittableSte
 from headrace.runners.kit.stage import FusedStage, bundle_failure
 from headrace.runners.spark.batch.env import TaskEnv
 from headrace.runners.spark.batch.map_side import MapSide, PartialSide
-from headrace.runners.spark.batch.tasks import stage_fn
+from headrace.runners.spark.batch.tasks import memory_and_disk, stage_fn
 from headrace.runners.spark.worker.packing import pack, unpack
 
 #: Partitions per core of a wave: small works of a skewed wave fill the cores around a large one.
@@ -392,7 +392,7 @@ class SplittableBuild:
         settings = WaveSettings(sum(max(w.size, 0.0) for w in works), cores, time.time(),
                                 self.straggler, self.test_split[0], self.test_split[1],
                                 whole_parts=self.whole_parts)
-        rdd = self._wave_rdd(works, parts, settings).persist(_memory_and_disk())
+        rdd = self._wave_rdd(works, parts, settings).persist(memory_and_disk())
         rdd.setName(f"{self.spec.label} (wave {len(self.waves)})")
         t.persisted.append(rdd)
         records = t._run(lambda: rdd.filter(lambda r: r[0] == RESIDUALS).collect())
@@ -418,7 +418,3 @@ class SplittableBuild:
         return {pc: rdd.filter(lambda r, i=i: r[0] == i).flatMap(unpacker)
                 for pc, i in self.index.items()}
 
-
-def _memory_and_disk() -> Any:
-    from pyspark import StorageLevel
-    return StorageLevel.MEMORY_AND_DISK

@@ -11,7 +11,7 @@ shuffle) and `reduce_side` (after it).
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
 from headrace.errors import PipelineExecutionError
 from headrace.io.iobase import batched
@@ -112,6 +112,20 @@ def stage_fn(env: TaskEnv, stage: FusedStage, sides: Optional[Any], tagged: Opti
         attempted.merge(grouping)
         env.report(committed, attempted)
     return run
+
+
+def by_window(records: Iterable[Tuple[Any, Any]]) -> Dict[Any, list]:
+    """(window, value) records as side-input contents, {window: [values]} in their order."""
+    contents: Dict[Any, list] = {}
+    for w, v in records:
+        contents.setdefault(w, []).append(v)
+    return contents
+
+
+def memory_and_disk() -> Any:
+    """Spark's MEMORY_AND_DISK storage level (what the runner persists RDDs at)."""
+    from pyspark import StorageLevel
+    return StorageLevel.MEMORY_AND_DISK
 
 
 def side_records(it: Iterator[WindowedValue]) -> Iterator[Tuple[Any, Any]]:

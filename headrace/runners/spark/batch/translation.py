@@ -16,7 +16,7 @@ import logging
 import shutil
 import tempfile
 import uuid
-from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
+from typing import Any, Dict, List, Optional, Set, Tuple
 
 from headrace.io.iobase import BoundedSourceReader, Read, batched
 from headrace.metrics.metric import MetricResults, MetricsContainer
@@ -37,15 +37,14 @@ from headrace.runners.spark.batch.frames import FrameContext
 from headrace.runners.spark.batch.map_side import (KeySide, MapSide, PartialSide, StatefulSide,
                                                    map_side_fn, partition_of,
                                                    side_partial_combine_fn)
-from headrace.runners.spark.batch.reduce_side import one_pane_per_window, reduce_fn, stateful_fn
+from headrace.runners.spark.batch.reduce_side import (columnar_shuffle, reduce_fn, sort_budget, sort_shuffled,
+                                                      stateful_fn)
 from headrace.runners.spark.batch.splittable import Downstream, SplittableBuild
 from headrace.runners.kit.sdf import SplittableSpec, SplittableStep, Work, read_spec, read_works
 from headrace.runners.spark.worker.failures import pipeline_error
 from headrace.runners.spark.worker.packing import FastPickleSerializer, unpack
 from headrace.runners.spark.worker.sides import portable_views
-from headrace.runners.spark.fastpath import vector_combiner
 from headrace.runners.spark.fastpath.blocks import BlockRecords
-from headrace.runners.spark.worker.sorting import budget_bytes, sort_shuffled
 from headrace.transforms.core import CombinePerKey, Create, Reshuffle
 
 _log = logging.getLogger(__name__)
@@ -121,7 +120,7 @@ class BatchTranslation:
         task compute a cached partition while the others that ask for it wait for it and read
         it (`BlockInfoManager.lockNewBlockForWriting`: first writer wins), so the consumers run
         in the job that needs them and no job of its own computes the branch point."""
-        rdd = rdd.persist(_memory_and_disk())
+        rdd = rdd.persist(tasks.memory_and_disk())
         self.persisted.append(rdd)
         if not self.one_executor:
             self._run(lambda: rdd.foreachPartition(tasks.drain))
@@ -295,13 +294,7 @@ class BatchTranslation:
         else:
             keyed = upstream.mapPartitions(map_side_fn(self.env, self._map_side(node)))
         n = writes.shuffle_partitions(node, self.parallelism)   # (fewer for a file sink's shards)
-        explode = None
-        if lifted and self._block_parts(node):
-            assert isinstance(node.transform, CombinePerKey)
-            vector = vector_combiner(node.transform.combine_fn, windowing)
-            assert fn_bytes is not None and vector is not None
-            explode = BlockRecords(fn_bytes, windowing, vector.what)
-        grouped = self._sorted_shuffle(keyed, n, explode)
+        grouped = self._sorted_shuffle(keyed, n, self._columnar(node) if lifted else None)
         late_tag = getattr(node.transform, "late_tag", None)
         late_pc = node.outputs.get(late_tag) if late_tag else None
         out = grouped.mapPartitions(reduce_fn(self.env, label, windowing, fn_bytes, lifted, retractions,
@@ -328,15 +321,11 @@ class BatchTranslation:
 
     def _sorted_shuffle(self, keyed: Any, n: int, explode: Optional[BlockRecords] = None) -> Any:
         """A grouping's shuffle records in `n` partitions by key bytes (`partition_of`), each
-        partition's sorted by key (`worker.sorting.sort_shuffled`, within 90% of
+        partition's sorted by key (`reduce_side.sort_shuffled`, within 90% of
         `spark.python.worker.memory` of records; columnar blocks apart, or read as records by
         `explode` beside ordinary ones)."""
         if self.sort_budget is None:
-            if isinstance(self.sc, FrameContext):
-                setting = self.sc.worker_memory()
-            else:
-                setting = self.sc.getConf().get("spark.python.worker.memory", "512m")
-            self.sort_budget = budget_bytes(str(setting or "512m"))
+            self.sort_budget = sort_budget(self.sc)
         return keyed.partitionBy(n, partition_of).mapPartitions(
             functools.partial(sort_shuffled, budget=self.sort_budget, explode=explode))
 
@@ -358,22 +347,16 @@ class BatchTranslation:
         t = node.transform
         if self._lifted(node):
             assert isinstance(t, CombinePerKey)
-            return PartialSide(node.full_label, windowing, coders.dumps(t.combine_fn),
-                               parts=self._block_parts(node))
+            parts = writes.shuffle_partitions(node, self.parallelism) if self._columnar(node) else 0
+            return PartialSide(node.full_label, windowing, coders.dumps(t.combine_fn), parts=parts)
         return KeySide(node.full_label, windowing.windowfn.is_merging())
 
-    def _block_parts(self, node: AppliedPTransform) -> int:
-        """The reduce partitions a lifted combine's map side sends a vectorised combiner's groups
-        to as columnar blocks (`fastpath.blocks`), or 0 for records: blocks when the reduce side
-        gives each window one pane (`reduce_side.one_pane_per_window`) and records no panes."""
-        t = node.transform
-        source = node.inputs[0]
-        windowing = source.windowing
-        if (not isinstance(t, CombinePerKey) or node.side_inputs or self._recorder(node) is not None
-                or vector_combiner(t.combine_fn, windowing) is None
-                or not one_pane_per_window(node.full_label, windowing, source.may_contain_retractions)):
-            return 0
-        return writes.shuffle_partitions(node, self.parallelism)
+    def _columnar(self, node: AppliedPTransform) -> Optional[BlockRecords]:
+        """A lifted combine's columnar shuffle (`reduce_side.columnar_shuffle`), or None."""
+        t, source = node.transform, node.inputs[0]
+        assert isinstance(t, CombinePerKey)
+        return columnar_shuffle(node.full_label, source.windowing, t.combine_fn,
+                                source.may_contain_retractions)
 
     def _map_sides(self, outs: List[PCollection]) -> Dict[int, MapSide]:
         """The map sides that a multi-output stage runs for outputs a grouping alone reads (by
@@ -452,7 +435,7 @@ class BatchTranslation:
 
     def _collect_side(self, pc: PCollection) -> Dict[Any, list]:
         """Materialises a side input on the driver as {window: [values]} (to broadcast)."""
-        return _by_window(self._run(lambda: self.rdds[pc].mapPartitions(tasks.side_records).collect()))
+        return tasks.by_window(self._run(lambda: self.rdds[pc].mapPartitions(tasks.side_records).collect()))
 
     # ---- running ---------------------------------------------------------------------
 
@@ -474,7 +457,7 @@ class BatchTranslation:
                       for i, c in enumerate(self.commits)]
             got = self._run(lambda: sc.union(parts).collect())
             writes.commit_files(self.env, self.commits, [
-                _by_window((w, path) for tag, w, path in got if tag == i)
+                tasks.by_window((w, path) for tag, w, path in got if tag == i)
                 for i in range(len(self.commits))])
         elif leaves:
             job = leaves[0] if len(leaves) == 1 else sc.union(leaves)
@@ -505,16 +488,3 @@ class BatchTranslation:
                     sc.close()
                 shutil.rmtree(self.temp_dir, ignore_errors=True)
         return PipelineResult(PipelineState.DONE, MetricResults(self.committed.value, self.attempted.value))
-
-
-def _by_window(records: Iterable[Tuple[Any, Any]]) -> Dict[Any, list]:
-    """(window, value) records as side-input contents, {window: [values]} in their order."""
-    contents: Dict[Any, list] = {}
-    for w, v in records:
-        contents.setdefault(w, []).append(v)
-    return contents
-
-
-def _memory_and_disk() -> Any:
-    from pyspark import StorageLevel
-    return StorageLevel.MEMORY_AND_DISK

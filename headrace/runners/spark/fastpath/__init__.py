@@ -10,6 +10,8 @@ through the fused stage (`kit.stage.FusedStage`, whose columnar run is `kit.colu
   semantics, or given up for the bundle.
 * `combine`: the built-in CombineFns (sum, count, mean, min, max) per key and window over the
   evaluated arrays, sessions merged, emitting the accumulators a lifted combine emits.
+* `blocks`: the batch runner's columnar shuffle of those groups into a grouping whose every
+  window gets one pane: a block of columns per reduce partition, merged there at once.
 
 Only the Spark runners use them. They are engine-agnostic all the same (numpy and pyarrow, no
 pyspark): they see bundles and Arrow batches, never RDDs.

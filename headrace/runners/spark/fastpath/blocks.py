@@ -36,6 +36,7 @@ from headrace.model.reduce import FINAL_PANE
 from headrace.model.strategy import TimestampCombiner, Windowing
 from headrace.model.window import GLOBAL_WINDOW, GlobalWindows, IntervalWindow
 from headrace.model.windowed import WindowedValue
+from headrace.runners.spark.fastpath.evaluate import _TIME_GUARD
 
 __all__ = ["GroupBlock", "split_blocks", "block_panes", "BlockStore", "BlockRecords"]
 
@@ -106,6 +107,33 @@ def split_blocks(part: int, emit: int, parts: int, kbs: List[bytes], keys: pa.Ar
                                           n[rows], ts[rows])
 
 
+def band(code: np.ndarray, value: np.ndarray) -> Optional[np.ndarray]:
+    """code * span + (value - min) as one int64 sort key, when that cannot overflow."""
+    lo, hi = int(value.min()), int(value.max())
+    span = hi - lo + 1
+    if (int(code.max()) + 1) * span >= _TIME_GUARD:
+        return None
+    return code * span + (value - lo)
+
+
+def running_max_end(code: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Per row (sorted by key code, then start): the largest end among that key's rows so far.
+
+    Each key's ends are laid in a band of their own (code * span + end - min), so that one
+    running maximum over all rows serves every key; ends are ranked first if bands would
+    overflow."""
+    banded = band(code, end)
+    if banded is not None:
+        lo = int(end.min())
+        span = int(end.max()) - lo + 1
+        return np.maximum.accumulate(banded) - code * span + lo
+    times = np.unique(end)
+    span = len(times) + 1
+    rank = np.searchsorted(times, end).astype(np.int64)
+    run = np.maximum.accumulate(code * span + rank)
+    return times[run - code * span]
+
+
 # ---- the reduce side --------------------------------------------------------------------------
 
 def block_panes(blocks: List[GroupBlock], combine_fn: Any, windowing: Windowing, what: str
@@ -140,8 +168,7 @@ def block_panes(blocks: List[GroupBlock], combine_fn: Any, windowing: Windowing,
     first = np.ones(len(kid), bool)
     first[1:] = kid[1:] != kid[:-1]
     if merging:   # a session takes in each row that overlaps it (rows by start: see `_sort_time`)
-        from headrace.runners.spark.fastpath.combine import _running_max_end
-        first[1:] |= start[1:] >= _running_max_end(kid, end)[:-1]
+        first[1:] |= start[1:] >= running_max_end(kid, end)[:-1]
     else:
         first[1:] |= start[1:] != start[:-1]
     idx = np.flatnonzero(first)

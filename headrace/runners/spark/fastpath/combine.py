@@ -27,8 +27,8 @@ from headrace.model.combine import (CountCombineFn, MaxCombineFn, MeanCombineFn,
 from headrace.model.window import GLOBAL_WINDOW, FixedWindows, GlobalWindows, IntervalWindow, Sessions
 from headrace.model.strategy import Windowing
 from headrace.runners.kit.partial import keeps_latest
-from headrace.runners.spark.fastpath.blocks import GroupBlock, split_blocks
-from headrace.runners.spark.fastpath.evaluate import (_FLOAT, _INT, _STR, _TIME_GUARD, _WINDOWFNS, _V,
+from headrace.runners.spark.fastpath.blocks import GroupBlock, band, running_max_end, split_blocks
+from headrace.runners.spark.fastpath.evaluate import (_FLOAT, _INT, _STR, _WINDOWFNS, _V,
                                                       VectorBundle)
 from headrace.runners.spark.fastpath.tracer import _I64_MAX
 
@@ -163,7 +163,7 @@ class VectorCombiner:
         first = np.ones(n, bool)
         first[1:] = code[1:] != code[:-1]
         if self.merging:
-            first[1:] |= start[1:] >= _running_max_end(code, end)[:-1]
+            first[1:] |= start[1:] >= running_max_end(code, end)[:-1]
         else:
             first[1:] |= start[1:] != start[:-1]
         idx = np.flatnonzero(first)
@@ -263,34 +263,7 @@ def _wide(what: str, acc: np.ndarray) -> np.ndarray:
     return acc
 
 
-def _band(code: np.ndarray, value: np.ndarray) -> Optional[np.ndarray]:
-    """code * span + (value - min) as one int64 sort key, when that cannot overflow."""
-    lo, hi = int(value.min()), int(value.max())
-    span = hi - lo + 1
-    if (int(code.max()) + 1) * span >= _TIME_GUARD:
-        return None
-    return code * span + (value - lo)
-
-
 def _order(code: np.ndarray, value: np.ndarray) -> np.ndarray:
     """The permutation that sorts rows by (code, value)."""
-    band = _band(code, value)
-    return np.lexsort((value, code)) if band is None else np.argsort(band)
-
-
-def _running_max_end(code: np.ndarray, end: np.ndarray) -> np.ndarray:
-    """Per row (sorted by key code, then start): the largest end among that key's rows so far.
-
-    Each key's ends are laid in a band of their own (code * span + end - min), so that one
-    running maximum over all rows serves every key; ends are ranked first if bands would
-    overflow."""
-    band = _band(code, end)
-    if band is not None:
-        lo = int(end.min())
-        span = int(end.max()) - lo + 1
-        return np.maximum.accumulate(band) - code * span + lo
-    times = np.unique(end)
-    span = len(times) + 1
-    rank = np.searchsorted(times, end).astype(np.int64)
-    run = np.maximum.accumulate(code * span + rank)
-    return times[run - code * span]
+    banded = band(code, value)
+    return np.lexsort((value, code)) if banded is None else np.argsort(banded)

@@ -24,10 +24,9 @@ import struct
 import tempfile
 from itertools import islice
 from operator import itemgetter
-from typing import IO, Any, Callable, Iterable, Iterator, List, Optional, Tuple
+from typing import IO, Any, Iterable, Iterator, List, Tuple
 
 from headrace.runners.kit.partial import deep_size
-from headrace.runners.spark.fastpath.blocks import BlockStore, GroupBlock, sort_blocks_apart
 from headrace.runners.spark.worker.packing import pack
 
 _KEY = itemgetter(0)
@@ -72,26 +71,6 @@ def sort_records(records: Iterable[Tuple[Any, Any]], budget: float) -> Iterator[
     if not spilled:
         return iter(run)
     return heapq.merge(*(_read(f) for f in spilled), iter(run), key=_KEY)
-
-
-def sort_shuffled(records: Iterable[Tuple[Any, Any]], budget: float,
-                  explode: Optional[Callable[[GroupBlock], Iterator[Tuple[Any, Any]]]] = None
-                  ) -> Iterator[Tuple[Any, Any]]:
-    """A grouping's shuffled partition for its reduce side: its records sorted by key
-    (`sort_records`); or, when it holds only columnar blocks of a vectorised combine
-    (`fastpath.blocks`), (None, [blocks]) items, no two of which share a key, the blocks held
-    within a third of `budget` bytes and spilled in sub-buckets of their keys beyond it (the
-    reduce of a list of blocks takes about three times their bytes). Blocks beside ordinary
-    records come sorted among them as the records they stand for (`explode`)."""
-    store = BlockStore(budget / 3)
-    out = sort_records(sort_blocks_apart(iter(records), store, explode), budget)
-    first = next(out, None)
-    if first is not None:
-        yield first
-        yield from out
-        return
-    for group in store.groups():
-        yield None, group
 
 
 def _mean_size(records: List[Tuple[Any, Any]]) -> float:
