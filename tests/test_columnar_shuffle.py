@@ -204,3 +204,20 @@ def test_a_partition_key_of_a_block_names_its_partition():
     assert partition_of((b"k", 3, False, 0, 1)) == zlib.crc32(b"k")
     buckets = blocks_module._sub_bucket(np.array([0, 1, 2**32 - 1], np.uint32))
     assert buckets.min() >= 0 and buckets.max() < blocks_module._SUB_BUCKETS
+
+
+def test_rows_are_ordered_alike_by_one_sort_key_and_by_lexsort():
+    """`_row_order`'s banded int64 key and its lexsort fallback (times too far apart to band)
+    give the same order: key rank, sort time, then the blocks' (map partition, emit)."""
+    rng = np.random.default_rng(3)
+    rows = [int(x) for x in rng.integers(1, 50, 6)]
+    blocks = [blocks_module.GroupBlock(int(rng.integers(0, 3)), i, None, None, None, np.zeros(r, np.int64),
+                                       None, None, None, None, None) for i, r in enumerate(rows)]
+    kid = rng.integers(0, 20, sum(rows))
+    n = sum(rows)    # (times unique within a block, as a key's rows in a block are; equal across)
+    small = np.concatenate([rng.permutation(r) for r in rows])
+    for t in (small, small * 2**57 - 2**62):
+        order = blocks_module._row_order(blocks, kid, t)
+        pe = np.repeat([(b.part, b.emit) for b in blocks], rows, axis=0)
+        expected = sorted(range(n), key=lambda i: (kid[i], t[i], tuple(pe[i])))
+        assert order.tolist() == expected

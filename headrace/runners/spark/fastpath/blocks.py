@@ -67,17 +67,25 @@ class GroupBlock(NamedTuple):
         return (self.kbs.nbytes + self.keys.nbytes + self.crc.nbytes
                 + sum(a.nbytes for a in (self.code, self.start, self.end, self.acc, self.n, self.ts)))
 
-    def of_keys(self, mask: np.ndarray) -> Optional["GroupBlock"]:
-        """The block of the keys where `mask` is true (None if no row is theirs)."""
-        kept = np.flatnonzero(mask)
-        if not len(kept):
-            return None
-        rows = mask[self.code]
-        code = (np.cumsum(mask) - 1)[self.code[rows]]
-        take = pa.array(kept)
-        return GroupBlock(self.part, self.emit, self.kbs.take(take), self.crc[kept], self.keys.take(take),
-                          code, self.start[rows], self.end[rows], self.acc[rows], self.n[rows],
-                          self.ts[rows])
+    def split(self, dest: np.ndarray, parts: int) -> Iterator[Tuple[int, "GroupBlock"]]:
+        """(p, the block of its keys whose `dest` is p) for each p of range(`parts`) that has
+        rows: keys and rows are ordered by their destination once, and each part sliced."""
+        korder = np.argsort(dest, kind="stable")                      # keys by destination
+        kbounds = np.searchsorted(dest[korder], np.arange(parts + 1))
+        local = np.empty(len(korder), np.int64)                       # a key's code in its part
+        local[korder] = np.arange(len(korder)) - kbounds[dest[korder]]
+        row_dest = dest[self.code]
+        rorder = np.argsort(row_dest, kind="stable")                  # rows by destination
+        rbounds = np.searchsorted(row_dest[rorder], np.arange(parts + 1))
+        for p in range(parts):
+            if rbounds[p] == rbounds[p + 1]:
+                continue
+            mine = korder[kbounds[p]:kbounds[p + 1]]
+            ks = pa.array(mine)
+            rows = rorder[rbounds[p]:rbounds[p + 1]]
+            yield p, GroupBlock(self.part, self.emit, self.kbs.take(ks), self.crc[mine], self.keys.take(ks),
+                                local[self.code[rows]], self.start[rows], self.end[rows], self.acc[rows],
+                                self.n[rows], self.ts[rows])
 
 
 def split_blocks(part: int, emit: int, parts: int, kbs: List[bytes], keys: pa.Array, code: np.ndarray,
@@ -87,24 +95,9 @@ def split_blocks(part: int, emit: int, parts: int, kbs: List[bytes], keys: pa.Ar
     per reduce partition of `parts` that has some: a key goes where `partition_of` sends its
     records (the crc32 of its key bytes `kbs[code]`, modulo `parts`)."""
     crc = np.fromiter(map(zlib.crc32, kbs), np.uint32, len(kbs))
-    dest = (crc % parts).astype(np.int64)
-    korder = np.argsort(dest, kind="stable")                      # keys by reduce partition
-    kbounds = np.searchsorted(dest[korder], np.arange(parts + 1))
-    local = np.empty(len(korder), np.int64)
-    local[korder] = np.arange(len(korder)) - kbounds[dest[korder]]
-    row_dest = dest[code]
-    rorder = np.argsort(row_dest, kind="stable")                  # rows by reduce partition
-    rbounds = np.searchsorted(row_dest[rorder], np.arange(parts + 1))
-    kb_array = pa.array(kbs, pa.large_binary())
-    for p in range(parts):
-        if rbounds[p] == rbounds[p + 1]:
-            continue
-        mine = korder[kbounds[p]:kbounds[p + 1]]
-        ks = pa.array(mine)
-        rows = rorder[rbounds[p]:rbounds[p + 1]]
-        yield (p, part, emit), GroupBlock(part, emit, kb_array.take(ks), crc[mine], keys.take(ks),
-                                          local[code[rows]], start[rows], end[rows], acc[rows],
-                                          n[rows], ts[rows])
+    whole = GroupBlock(part, emit, pa.array(kbs, pa.large_binary()), crc, keys, code, start, end, acc, n, ts)
+    for p, block in whole.split((crc % parts).astype(np.int64), parts):
+        yield (p, part, emit), block
 
 
 def band(code: np.ndarray, value: np.ndarray) -> Optional[np.ndarray]:
@@ -159,11 +152,8 @@ def block_panes(blocks: List[GroupBlock], combine_fn: Any, windowing: Windowing,
     start = np.concatenate([b.start for b in blocks])
     end = np.concatenate([b.end for b in blocks])
     ts = np.concatenate([b.ts for b in blocks])
-    rows = np.array([len(b.code) for b in blocks], np.int64)
-    part = np.repeat(np.array([b.part for b in blocks], np.int64), rows)
-    emit = np.repeat(np.array([b.emit for b in blocks], np.int64), rows)
     t = np.minimum(start, ts) if merging else ts      # the records' sort time (`map_side._sort_time`)
-    order = np.lexsort((emit, part, t, kid))
+    order = _row_order(blocks, kid, t)
     kid, start, end, ts, gk = kid[order], start[order], end[order], ts[order], gk[order]
     first = np.ones(len(kid), bool)
     first[1:] = kid[1:] != kid[:-1]
@@ -210,6 +200,23 @@ def block_panes(blocks: List[GroupBlock], combine_fn: Any, windowing: Windowing,
             yield WindowedValue((k, output(a)), h, (w,), FINAL_PANE)
         if len(windows) > _OUT_CHUNK:
             windows.clear()
+
+
+def _row_order(blocks: List[GroupBlock], kid: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """The permutation that orders the blocks' rows by (key rank `kid`, sort time `t`, map
+    partition, emit), as the record path's records are ordered: one int64 sort key when it
+    cannot overflow (a block's map partition and emit ranked among the blocks', which share
+    no pair), else numpy's lexsort."""
+    rows = np.array([len(b.code) for b in blocks], np.int64)
+    pe = sorted(range(len(blocks)), key=lambda i: (blocks[i].part, blocks[i].emit))
+    pe_rank = np.empty(len(blocks), np.int64)
+    pe_rank[pe] = np.arange(len(blocks))
+    row_pe = np.repeat(pe_rank, rows)
+    lo = int(t.min())
+    span = int(t.max()) - lo + 1
+    if (int(kid.max()) + 1) * span * len(blocks) < _TIME_GUARD:
+        return np.argsort((kid * span + (t - lo)) * len(blocks) + row_pe)
+    return np.lexsort((row_pe, t, kid))
 
 
 def _accs(blocks: List[GroupBlock]) -> np.ndarray:
@@ -295,11 +302,7 @@ class BlockStore:
 
     def _spill(self, block: GroupBlock) -> None:
         assert self.files is not None
-        bucket = _sub_bucket(block.crc)
-        for s in np.unique(bucket).tolist():
-            part = block.of_keys(bucket == s)
-            if part is None:
-                continue
+        for s, part in block.split(_sub_bucket(block.crc), _SUB_BUCKETS):
             f = self.files[s]
             if f is None:
                 local = os.environ.get("SPARK_LOCAL_DIRS", "").split(",")[0] or None
