@@ -127,9 +127,18 @@ def as_tuples(wvs):
 @settings(max_examples=300, deadline=None)
 @given(seed=st.integers(0, 10**6), fn=st.sampled_from(COMBINE_FNS), windowfn=st.sampled_from(WINDOWFNS),
        combiner=st.sampled_from(COMBINERS), float_values=st.booleans(), int_keys=st.booleans(),
-       parts=st.integers(1, 3), mixed=st.booleans(), budget=st.sampled_from([1.0, 3_000.0, 1e12]))
+       parts=st.integers(1, 3), mixed=st.booleans(), budget=st.sampled_from([1.0, 3_000.0, 1e12]),
+       max_rows=st.sampled_from([1, 3, 1 << 14]))
 def test_blocks_give_the_record_paths_panes(seed, fn, windowfn, combiner, float_values, int_keys,
-                                            parts, mixed, budget):
+                                            parts, mixed, budget, max_rows):
+    saved, blocks_module._MAX_ROWS = blocks_module._MAX_ROWS, max_rows   # (blocks cut small too)
+    try:
+        check_blocks(seed, fn, windowfn, combiner, float_values, int_keys, parts, mixed, budget)
+    finally:
+        blocks_module._MAX_ROWS = saved
+
+
+def check_blocks(seed, fn, windowfn, combiner, float_values, int_keys, parts, mixed, budget):
     if float_values and type(fn) in (MinCombineFn, MaxCombineFn):
         float_values = False   # (the vector combiner takes extrema of integers only)
     rnd = random.Random(seed)
@@ -221,3 +230,22 @@ def test_rows_are_ordered_alike_by_one_sort_key_and_by_lexsort():
         pe = np.repeat([(b.part, b.emit) for b in blocks], rows, axis=0)
         expected = sorted(range(n), key=lambda i: (kid[i], t[i], tuple(pe[i])))
         assert order.tolist() == expected
+
+
+def test_a_block_is_cut_into_blocks_of_at_most_max_rows_whole_keys(monkeypatch):
+    monkeypatch.setattr(blocks_module, "_MAX_ROWS", 3)
+    rng = np.random.default_rng(8)
+    keys = [f"k{i}" for i in range(40)]
+    code = np.concatenate([np.full(int(c), i) for i, c in enumerate(rng.integers(1, 6, len(keys)))])
+    rows = np.arange(len(code), dtype=np.int64)
+    out = list(blocks_module.split_blocks(2, 7, 3, [k.encode() for k in keys], pa.array(keys), code,
+                                          rows, rows + 1, rows * 10, np.ones(len(code), np.int64), rows))
+    seen = []
+    for (p, part, emit), b in out:
+        assert (part, emit) == (2, 7) and b.part == 2 and b.emit == 7
+        assert len(b.code) <= 3 or len(b.kbs) == 1        # a key with more rows is a block alone
+        for c, s, a in zip(b.code.tolist(), b.start.tolist(), b.acc.tolist()):
+            k = b.keys[c].as_py()
+            assert zlib.crc32(k.encode()) % 3 == p and b.kbs[c].as_py() == k.encode()
+            seen.append((k, s, a))
+    assert sorted(seen) == sorted((keys[c], r, r * 10) for c, r in zip(code.tolist(), rows.tolist()))

@@ -42,6 +42,7 @@ __all__ = ["GroupBlock", "split_blocks", "block_panes", "BlockStore", "BlockReco
 
 _OUT_CHUNK = 1 << 16        # groups turned into Python objects at a time
 _SUB_BUCKETS = 64           # sub-buckets of a reduce partition's keys once its blocks spill
+_MAX_ROWS = 1 << 14         # rows of a block (about 1 MB), unless one key has more
 _GOLDEN = np.uint64(2654435761)
 
 
@@ -68,24 +69,35 @@ class GroupBlock(NamedTuple):
                 + sum(a.nbytes for a in (self.code, self.start, self.end, self.acc, self.n, self.ts)))
 
     def split(self, dest: np.ndarray, parts: int) -> Iterator[Tuple[int, "GroupBlock"]]:
-        """(p, the block of its keys whose `dest` is p) for each p of range(`parts`) that has
-        rows: keys and rows are ordered by their destination once, and each part sliced."""
+        """(p, a block of keys whose `dest` is p) for each p of range(`parts`) that has rows, a
+        key's rows in one block, a block of more than `_MAX_ROWS` rows only for a key that has
+        them: keys are ordered by destination once and rows by their key's place in that order,
+        then sliced (a block stays a small record in the shuffle: PySpark pickles 20 records at
+        first, and the JVM keeps a direct buffer as large as the largest it writes)."""
         korder = np.argsort(dest, kind="stable")                      # keys by destination
         kbounds = np.searchsorted(dest[korder], np.arange(parts + 1))
-        local = np.empty(len(korder), np.int64)                       # a key's code in its part
-        local[korder] = np.arange(len(korder)) - kbounds[dest[korder]]
-        row_dest = dest[self.code]
-        rorder = np.argsort(row_dest, kind="stable")                  # rows by destination
-        rbounds = np.searchsorted(row_dest[rorder], np.arange(parts + 1))
+        place = np.empty(len(korder), np.int64)                       # a key's place in korder
+        place[korder] = np.arange(len(korder))
+        row_place = place[self.code]
+        rorder = np.argsort(row_place, kind="stable")                 # rows by their key's place
+        row_place = row_place[rorder]
         for p in range(parts):
-            if rbounds[p] == rbounds[p + 1]:
-                continue
-            mine = korder[kbounds[p]:kbounds[p + 1]]
-            ks = pa.array(mine)
-            rows = rorder[rbounds[p]:rbounds[p + 1]]
-            yield p, GroupBlock(self.part, self.emit, self.kbs.take(ks), self.crc[mine], self.keys.take(ks),
-                                local[self.code[rows]], self.start[rows], self.end[rows], self.acc[rows],
-                                self.n[rows], self.ts[rows])
+            lo, hi = np.searchsorted(row_place, kbounds[p:p + 2])
+            while lo < hi:   # rows lo..end of keys first..last: at most _MAX_ROWS, whole keys
+                end = int(hi)
+                if lo + _MAX_ROWS < hi:    # up to the key that does not fit, or that key alone
+                    over = row_place[lo + _MAX_ROWS]
+                    end = int(np.searchsorted(row_place, over, side="left"))
+                    if end == lo:
+                        end = int(np.searchsorted(row_place, over, side="right"))
+                first, last = int(row_place[lo]), int(row_place[end - 1])
+                mine = korder[first:last + 1]
+                ks = pa.array(mine)
+                rows = rorder[lo:end]
+                yield p, GroupBlock(self.part, self.emit, self.kbs.take(ks), self.crc[mine],
+                                    self.keys.take(ks), row_place[lo:end] - first, self.start[rows],
+                                    self.end[rows], self.acc[rows], self.n[rows], self.ts[rows])
+                lo = end
 
 
 def split_blocks(part: int, emit: int, parts: int, kbs: List[bytes], keys: pa.Array, code: np.ndarray,
