@@ -81,7 +81,7 @@ def map_outputs(rnd, combine_fn, windowing, float_values, keys, maps, parts, mix
         recs, blks, emit = [], [], 0
         partial = PartialCombiner(label, combine_fn, windowing)
         for _ in range(rnd.randint(1, 6)):
-            bundle = chain.run(batch(rnd, keys, float_values, rnd.randint(0, 40)))
+            bundle = chain.run(batch(rnd, keys[part % len(keys)], float_values, rnd.randint(0, 40)))
             if mixed and rnd.random() < 0.3:
                 partial.add_all(zip(bundle.values(), bundle.ts_array().tolist(), bundle.window_tuples()))
                 continue
@@ -126,7 +126,8 @@ def as_tuples(wvs):
 
 @settings(max_examples=300, deadline=None)
 @given(seed=st.integers(0, 10**6), fn=st.sampled_from(COMBINE_FNS), windowfn=st.sampled_from(WINDOWFNS),
-       combiner=st.sampled_from(COMBINERS), float_values=st.booleans(), int_keys=st.booleans(),
+       combiner=st.sampled_from(COMBINERS), float_values=st.booleans(),
+       int_keys=st.sampled_from([True, False, None]),
        parts=st.integers(1, 3), mixed=st.booleans(), budget=st.sampled_from([1.0, 3_000.0, 1e12]),
        max_rows=st.sampled_from([1, 3, 1 << 14]))
 def test_blocks_give_the_record_paths_panes(seed, fn, windowfn, combiner, float_values, int_keys,
@@ -142,7 +143,9 @@ def check_blocks(seed, fn, windowfn, combiner, float_values, int_keys, parts, mi
     if float_values and type(fn) in (MinCombineFn, MaxCombineFn):
         float_values = False   # (the vector combiner takes extrema of integers only)
     rnd = random.Random(seed)
-    keys = [0, -1, 7, 2**40, 3, 12] if int_keys else ["a", "b", "", "é", "k1", "k2", "zz"]
+    int_list, str_list = [0, -1, 7, 2**40, 3, 12], ["a", "b", "", "é", "k1", "k2", "zz"]
+    # per map partition (in turn): int keys, str keys, or both kinds in one grouping
+    keys = [int_list] if int_keys is True else [str_list] if int_keys is False else [int_list, str_list]
     windowing = Windowing(windowfn, timestamp_combiner=combiner)
     maps = rnd.randint(1, 4)
     as_records, as_blocks = map_outputs(rnd, fn, windowing, float_values, keys, maps, parts, mixed)
@@ -172,7 +175,7 @@ def test_blocks_over_the_budget_spill_in_sub_buckets_and_their_files_go(monkeypa
     windowing = Windowing(FixedWindows(60))
     fn = SumCombineFn()
     keys = [f"key{i}" for i in range(300)]
-    as_records, as_blocks = map_outputs(rnd, fn, windowing, False, keys, 4, 1, False)
+    as_records, as_blocks = map_outputs(rnd, fn, windowing, False, [keys], 4, 1, False)
     blocks = [r[1] for m in as_blocks for r in m]
     store = BlockStore(budget=sum(b.nbytes() for b in blocks) / 4)
     for b in blocks:
@@ -217,18 +220,16 @@ def test_a_partition_key_of_a_block_names_its_partition():
 
 def test_rows_are_ordered_alike_by_one_sort_key_and_by_lexsort():
     """`_row_order`'s banded int64 key and its lexsort fallback (times too far apart to band)
-    give the same order: key rank, sort time, then the blocks' (map partition, emit)."""
+    give the same order: key rank, sort time, then the rows' (map partition, emit)."""
     rng = np.random.default_rng(3)
-    rows = [int(x) for x in rng.integers(1, 50, 6)]
-    blocks = [blocks_module.GroupBlock(int(rng.integers(0, 3)), i, None, None, None, np.zeros(r, np.int64),
-                                       None, None, None, None, None) for i, r in enumerate(rows)]
+    rows = [int(x) for x in rng.integers(1, 50, 6)]     # the rows of six emits
+    pe = np.repeat([int(rng.integers(0, 3)) << 32 | i for i in range(len(rows))], rows)
     kid = rng.integers(0, 20, sum(rows))
-    n = sum(rows)    # (times unique within a block, as a key's rows in a block are; equal across)
+    n = sum(rows)    # (times unique within an emit, as a key's rows of an emit are; equal across)
     small = np.concatenate([rng.permutation(r) for r in rows])
     for t in (small, small * 2**57 - 2**62):
-        order = blocks_module._row_order(blocks, kid, t)
-        pe = np.repeat([(b.part, b.emit) for b in blocks], rows, axis=0)
-        expected = sorted(range(n), key=lambda i: (kid[i], t[i], tuple(pe[i])))
+        order = blocks_module._row_order(pe, kid, t)
+        expected = sorted(range(n), key=lambda i: (kid[i], t[i], pe[i] >> 32, pe[i] & 0xFFFFFFFF))
         assert order.tolist() == expected
 
 
@@ -242,7 +243,7 @@ def test_a_block_is_cut_into_blocks_of_at_most_max_rows_whole_keys(monkeypatch):
                                           rows, rows + 1, rows * 10, np.ones(len(code), np.int64), rows))
     seen = []
     for (p, part, emit), b in out:
-        assert (part, emit) == (2, 7) and b.part == 2 and b.emit == 7
+        assert (part, emit) == (2, 7) and set(b.pe.tolist()) == {2 << 32 | 7}
         assert len(b.code) <= 3 or len(b.kbs) == 1        # a key with more rows is a block alone
         for c, s, a in zip(b.code.tolist(), b.start.tolist(), b.acc.tolist()):
             k = b.keys[c].as_py()

@@ -46,13 +46,17 @@ _MAX_ROWS = 1 << 14         # rows of a block (about 1 MB), unless one key has m
 _GOLDEN = np.uint64(2654435761)
 
 
+_ROW_COLUMNS = ("start", "end", "acc", "n", "ts")
+
+
 class GroupBlock(NamedTuple):
-    """One map partition's groups of one emit bound for one reduce partition: per key (its
-    local code) `kbs` (key bytes), `crc` (their crc32) and `keys`; per row (key and window) the
-    rest. `acc` is the total (sum or mean), extremum (min, max) or zeros (count); `n` counts the
-    inputs; `ts` is the kept timestamp (earliest, or latest under OUTPUT_AT_LATEST)."""
-    part: int
-    emit: int
+    """Groups bound for one reduce partition (one map partition's emit, as the map side sends
+    them; several, merged where they spill): per key entry (its local code) `kbs` (key bytes),
+    `crc` (their crc32) and `keys`; per row (key and window) the rest. `pe` is the row's map
+    partition << 32 | the partition's emit; `acc` is the total (sum or mean), extremum (min,
+    max) or zeros (count); `n` counts the inputs; `ts` is the kept timestamp (earliest, or
+    latest under OUTPUT_AT_LATEST)."""
+    pe: np.ndarray         # int64
     kbs: pa.Array          # large_binary
     crc: np.ndarray        # uint32
     keys: pa.Array         # string or int64
@@ -66,7 +70,19 @@ class GroupBlock(NamedTuple):
     def nbytes(self) -> int:
         """The bytes of its columns."""
         return (self.kbs.nbytes + self.keys.nbytes + self.crc.nbytes
-                + sum(a.nbytes for a in (self.code, self.start, self.end, self.acc, self.n, self.ts)))
+                + sum(a.nbytes for a in (self.pe, self.code, self.start, self.end, self.acc, self.n,
+                                         self.ts)))
+
+    @staticmethod
+    def merged(blocks: List["GroupBlock"]) -> "GroupBlock":
+        """One block of the rows of `blocks` (a key may then have several entries)."""
+        if len(blocks) == 1:
+            return blocks[0]
+        offsets = np.cumsum([0] + [len(b.kbs) for b in blocks[:-1]])
+        return GroupBlock(np.concatenate([b.pe for b in blocks]), pa.concat_arrays([b.kbs for b in blocks]),
+                          np.concatenate([b.crc for b in blocks]), _concat_keys(blocks),
+                          np.concatenate([b.code + off for b, off in zip(blocks, offsets.tolist())]),
+                          *(np.concatenate([getattr(b, f) for b in blocks]) for f in _ROW_COLUMNS))
 
     def split(self, dest: np.ndarray, parts: int) -> Iterator[Tuple[int, "GroupBlock"]]:
         """(p, a block of keys whose `dest` is p) for each p of range(`parts`) that has rows, a
@@ -94,9 +110,9 @@ class GroupBlock(NamedTuple):
                 mine = korder[first:last + 1]
                 ks = pa.array(mine)
                 rows = rorder[lo:end]
-                yield p, GroupBlock(self.part, self.emit, self.kbs.take(ks), self.crc[mine],
-                                    self.keys.take(ks), row_place[lo:end] - first, self.start[rows],
-                                    self.end[rows], self.acc[rows], self.n[rows], self.ts[rows])
+                yield p, GroupBlock(self.pe[rows], self.kbs.take(ks), self.crc[mine], self.keys.take(ks),
+                                    row_place[lo:end] - first, self.start[rows], self.end[rows],
+                                    self.acc[rows], self.n[rows], self.ts[rows])
                 lo = end
 
 
@@ -107,7 +123,8 @@ def split_blocks(part: int, emit: int, parts: int, kbs: List[bytes], keys: pa.Ar
     per reduce partition of `parts` that has some: a key goes where `partition_of` sends its
     records (the crc32 of its key bytes `kbs[code]`, modulo `parts`)."""
     crc = np.fromiter(map(zlib.crc32, kbs), np.uint32, len(kbs))
-    whole = GroupBlock(part, emit, pa.array(kbs, pa.large_binary()), crc, keys, code, start, end, acc, n, ts)
+    pe = np.full(len(code), part << 32 | emit, np.int64)
+    whole = GroupBlock(pe, pa.array(kbs, pa.large_binary()), crc, keys, code, start, end, acc, n, ts)
     for p, block in whole.split((crc % parts).astype(np.int64), parts):
         yield (p, part, emit), block
 
@@ -165,7 +182,7 @@ def block_panes(blocks: List[GroupBlock], combine_fn: Any, windowing: Windowing,
     end = np.concatenate([b.end for b in blocks])
     ts = np.concatenate([b.ts for b in blocks])
     t = np.minimum(start, ts) if merging else ts      # the records' sort time (`map_side._sort_time`)
-    order = _row_order(blocks, kid, t)
+    order = _row_order(np.concatenate([b.pe for b in blocks]), kid, t)
     kid, start, end, ts, gk = kid[order], start[order], end[order], ts[order], gk[order]
     first = np.ones(len(kid), bool)
     first[1:] = kid[1:] != kid[:-1]
@@ -214,21 +231,18 @@ def block_panes(blocks: List[GroupBlock], combine_fn: Any, windowing: Windowing,
             windows.clear()
 
 
-def _row_order(blocks: List[GroupBlock], kid: np.ndarray, t: np.ndarray) -> np.ndarray:
-    """The permutation that orders the blocks' rows by (key rank `kid`, sort time `t`, map
-    partition, emit), as the record path's records are ordered: one int64 sort key when it
-    cannot overflow (a block's map partition and emit ranked among the blocks', which share
-    no pair), else numpy's lexsort."""
-    rows = np.array([len(b.code) for b in blocks], np.int64)
-    pe = sorted(range(len(blocks)), key=lambda i: (blocks[i].part, blocks[i].emit))
-    pe_rank = np.empty(len(blocks), np.int64)
-    pe_rank[pe] = np.arange(len(blocks))
-    row_pe = np.repeat(pe_rank, rows)
+def _row_order(pe: np.ndarray, kid: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """The permutation that orders rows by (key rank `kid`, sort time `t`, map partition and
+    emit `pe`), as the record path's records are ordered (a key's rows of one emit differ in
+    time): one int64 sort key when it cannot overflow (`pe` ranked among its values), else
+    numpy's lexsort."""
+    values = np.unique(pe)
     lo = int(t.min())
     span = int(t.max()) - lo + 1
-    if (int(kid.max()) + 1) * span * len(blocks) < _TIME_GUARD:
-        return np.argsort((kid * span + (t - lo)) * len(blocks) + row_pe)
-    return np.lexsort((row_pe, t, kid))
+    if (int(kid.max()) + 1) * span * len(values) < _TIME_GUARD:
+        rank = np.searchsorted(values, pe) if len(values) > 1 else 0
+        return np.argsort((kid * span + (t - lo)) * len(values) + rank)
+    return np.lexsort((pe, t, kid))
 
 
 def _accs(blocks: List[GroupBlock]) -> np.ndarray:
@@ -261,8 +275,8 @@ def _sequential_sums(acc: np.ndarray, idx: np.ndarray) -> np.ndarray:
 
 def _concat_keys(blocks: List[GroupBlock]) -> pa.Array:
     """The blocks' keys as one array (of Python objects if their types differ)."""
-    types = {b.keys.type for b in blocks}
-    if len(types) == 1:
+    types = {b.keys.type if isinstance(b.keys, pa.Array) else None for b in blocks}
+    if len(types) == 1 and None not in types:
         return pa.concat_arrays([b.keys for b in blocks])
     values: List[Any] = []
     for b in blocks:
@@ -283,14 +297,23 @@ class _PyList:
     def to_pylist(self) -> List[Any]:
         return self.values
 
+    @property
+    def nbytes(self) -> int:
+        """A rough size (64 bytes a key)."""
+        return 64 * len(self.values)
+
+    def __len__(self) -> int:
+        return len(self.values)
+
 
 # ---- a reduce partition's blocks, held or spilled ------------------------------------------------
 
 class BlockStore:
     """A reduce partition's blocks, in memory up to `budget` bytes of their columns; beyond it,
-    every block is split into `_SUB_BUCKETS` sub-buckets of its keys (a hash of their crc32) and
-    appended to that sub-bucket's file in Spark's local directories. `groups` gives them back as
-    key-disjoint lists, each reduced on its own."""
+    the blocks held are merged and split into `_SUB_BUCKETS` sub-buckets of their keys (a hash
+    of their crc32), each appended to its sub-bucket's file in Spark's local directories, and so
+    are the blocks that come after, whenever a quarter of the budget of them is held. `groups`
+    gives them back as key-disjoint lists, each reduced on its own."""
 
     def __init__(self, budget: float) -> None:
         self.budget = budget
@@ -299,22 +322,18 @@ class BlockStore:
         self.files: Optional[List[Optional[IO[bytes]]]] = None   # per sub-bucket, once spilled
 
     def add(self, block: GroupBlock) -> None:
-        """Holds the block, or spills it (and, the first time, everything held)."""
-        if self.files is None:
-            self.held.append(block)
-            self.bytes += block.nbytes()
-            if self.bytes <= self.budget:
-                return
-            self.files = [None] * _SUB_BUCKETS
-            held, self.held, self.bytes = self.held, [], 0
-            for b in held:
-                self._spill(b)
-            return
-        self._spill(block)
+        """Holds the block; spills what it holds past its budget (a quarter once spilling)."""
+        self.held.append(block)
+        self.bytes += block.nbytes()
+        if self.bytes > (self.budget if self.files is None else self.budget / 4):
+            self._spill()
 
-    def _spill(self, block: GroupBlock) -> None:
-        assert self.files is not None
-        for s, part in block.split(_sub_bucket(block.crc), _SUB_BUCKETS):
+    def _spill(self) -> None:
+        if self.files is None:
+            self.files = [None] * _SUB_BUCKETS
+        held = GroupBlock.merged(self.held)
+        self.held, self.bytes = [], 0
+        for s, part in held.split(_sub_bucket(held.crc), _SUB_BUCKETS):
             f = self.files[s]
             if f is None:
                 local = os.environ.get("SPARK_LOCAL_DIRS", "").split(",")[0] or None
@@ -334,6 +353,8 @@ class BlockStore:
                 yield self.held
             self.held = []
             return
+        if self.held:
+            self._spill()
         files, self.files = self.files, None
         for f in files:
             if f is not None:
@@ -388,14 +409,14 @@ class BlockRecords:
         kbs = block.kbs.to_pylist()
         keys = block.keys.to_pylist()
         compact = fn.compact
-        merging, part, emit = self.merging, block.part, block.emit
+        merging = self.merging
         w: Any = GLOBAL_WINDOW
-        for c, a, s, e, ts in zip(block.code.tolist(), accs, block.start.tolist(), block.end.tolist(),
-                                  block.ts.tolist()):
+        for c, a, s, e, ts, pe in zip(block.code.tolist(), accs, block.start.tolist(), block.end.tolist(),
+                                      block.ts.tolist(), block.pe.tolist()):
             if not self.is_global:
                 w = IntervalWindow._of(s, e)
             t = (s if s < ts else ts) if merging else ts
-            yield (kbs[c], t, False, part, emit), (keys[c], compact(a), ts, w)
+            yield (kbs[c], t, False, pe >> 32, pe & 0xFFFFFFFF), (keys[c], compact(a), ts, w)
 
 
 def sort_blocks_apart(records: Iterator[Tuple[Any, Any]], store: BlockStore,
