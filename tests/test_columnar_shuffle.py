@@ -239,7 +239,8 @@ def test_a_block_is_cut_into_blocks_of_at_most_max_rows_whole_keys(monkeypatch):
     keys = [f"k{i}" for i in range(40)]
     code = np.concatenate([np.full(int(c), i) for i, c in enumerate(rng.integers(1, 6, len(keys)))])
     rows = np.arange(len(code), dtype=np.int64)
-    out = list(blocks_module.split_blocks(2, 7, 3, [k.encode() for k in keys], pa.array(keys), code,
+    kbs = pa.array([k.encode() for k in keys], pa.large_binary())
+    out = list(blocks_module.split_blocks(2, 7, 3, kbs, pa.array(keys), code,
                                           rows, rows + 1, rows * 10, np.ones(len(code), np.int64), rows))
     seen = []
     for (p, part, emit), b in out:
@@ -250,3 +251,12 @@ def test_a_block_is_cut_into_blocks_of_at_most_max_rows_whole_keys(monkeypatch):
             assert zlib.crc32(k.encode()) % 3 == p and b.kbs[c].as_py() == k.encode()
             seen.append((k, s, a))
     assert sorted(seen) == sorted((keys[c], r, r * 10) for c, r in zip(code.tolist(), rows.tolist()))
+
+
+@settings(max_examples=200, deadline=None)
+@given(keys=st.one_of(st.lists(st.text(alphabet=st.characters(blacklist_categories=["Cs"])), max_size=20),
+                      st.lists(st.integers(-2**63, 2**63 - 1), max_size=20)))
+def test_keys_encoded_over_the_array_are_the_grouping_bytes(keys):
+    from headrace.runners.spark.fastpath.combine import encoded_keys
+    array = pa.array(keys, pa.int64() if keys and isinstance(keys[0], int) else pa.large_string())
+    assert encoded_keys(array).to_pylist() == [coders.encode_key(k) for k in keys]

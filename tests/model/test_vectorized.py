@@ -678,9 +678,9 @@ def test_a_full_vector_combiner_emitted_early_merges_to_the_model(combine_fn, wi
         if combiner.full(max_groups):
             emits += 1
             parts += list(combiner.emit(lambda k: repr(k).encode(), record))
-            assert combiner.rows == 0 and not combiner.keys
+            assert combiner.rows == 0 and combiner.key_rows == 0 and not combiner.chunk_keys
         else:
-            assert combiner.rows <= max_groups and len(combiner.keys) <= max_groups
+            assert combiner.rows <= max_groups and combiner.key_rows <= max_groups
     parts += list(combiner.emit(lambda k: repr(k).encode(), record))
     assert emits >= 2
     by_key = collections.defaultdict(list)

@@ -116,15 +116,15 @@ class GroupBlock(NamedTuple):
                 lo = end
 
 
-def split_blocks(part: int, emit: int, parts: int, kbs: List[bytes], keys: pa.Array, code: np.ndarray,
+def split_blocks(part: int, emit: int, parts: int, kbs: pa.Array, keys: pa.Array, code: np.ndarray,
                  start: np.ndarray, end: np.ndarray, acc: np.ndarray, n: np.ndarray, ts: np.ndarray
                  ) -> Iterator[Tuple[Tuple[int, int, int], GroupBlock]]:
     """A map partition's groups as shuffle records ((reduce partition, part, emit), block), one
     per reduce partition of `parts` that has some: a key goes where `partition_of` sends its
-    records (the crc32 of its key bytes `kbs[code]`, modulo `parts`)."""
-    crc = np.fromiter(map(zlib.crc32, kbs), np.uint32, len(kbs))
+    records (the crc32 of its key bytes `kbs[code]`, large_binary, modulo `parts`)."""
+    crc = np.fromiter(map(zlib.crc32, kbs.to_pylist()), np.uint32, len(kbs))
     pe = np.full(len(code), part << 32 | emit, np.int64)
-    whole = GroupBlock(pe, pa.array(kbs, pa.large_binary()), crc, keys, code, start, end, acc, n, ts)
+    whole = GroupBlock(pe, kbs, crc, keys, code, start, end, acc, n, ts)
     for p, block in whole.split((crc % parts).astype(np.int64), parts):
         yield (p, part, emit), block
 

@@ -69,12 +69,12 @@ class VectorCombiner:
         latest = keeps_latest(windowing)
         self.keep_ts = np.maximum if latest else np.minimum
         self.chunks: List[_Groups] = []
+        self.chunk_keys: List[pa.Array] = []  # a chunk's keys, by its codes (distinct)
         self.rows = 0
+        self.key_rows = 0                     # the chunks' keys (a key may be in several)
         self.limit = 1 << 18
         self.key_kind: Optional[str] = None
         self.value_kind: Optional[str] = None
-        self.keys: List[Any] = []             # every key seen, by code
-        self.code_of: Dict[Any, int] = {}
 
     def accepts(self, bundle: VectorBundle) -> bool:
         """True when the bundle's elements are (key, number) pairs this combiner can add."""
@@ -101,38 +101,36 @@ class VectorCombiner:
         key, val = bundle.value
         self.key_kind = key.kind
         self.value_kind = val.kind
-        codes = self._codes(bundle.column(key))
+        codes, keys = self._codes(bundle.column(key))
         ts = bundle.ts_array()
         acc = bundle.column(val) if self.what != "count" else np.zeros(bundle.n, np.int64)
         start, end = self._windows(ts)
         self.chunks.append(self._reduce(_Groups(codes, start, end, _wide(self.what, acc),
                                                 np.ones(bundle.n, np.int64), ts)))
+        self.chunk_keys.append(keys)
         self.rows += len(self.chunks[-1].start)
+        self.key_rows += len(keys)
         if self.rows > self.limit:
             self._compact()
             self.limit = max(self.limit, 2 * self.rows)
 
-    def _codes(self, keys: Any) -> np.ndarray:
-        """Each key's code (its index in self.keys, which grows with new keys)."""
-        enc = pc.dictionary_encode(keys if isinstance(keys, (pa.Array, pa.ChunkedArray)) else pa.array(keys))
-        code_of, known = self.code_of, self.keys
-        local = []
-        for k in enc.dictionary.to_pylist():
-            c = code_of.get(k)
-            if c is None:
-                c = code_of[k] = len(known)
-                known.append(k)
-            local.append(c)
-        return np.asarray(local, np.int64)[enc.indices.to_numpy()]
+    def _codes(self, keys: Any) -> Tuple[np.ndarray, pa.Array]:
+        """Each key's code in the bundle, and the bundle's distinct keys by code (as
+        large_string or int64, so that chunks' keys concatenate)."""
+        if isinstance(keys, pa.ChunkedArray):
+            keys = keys.combine_chunks()
+        enc = pc.dictionary_encode(keys if isinstance(keys, pa.Array) else pa.array(keys))
+        kind = pa.large_string() if self.key_kind == _STR else pa.int64()
+        return enc.indices.to_numpy().astype(np.int64), enc.dictionary.cast(kind)
 
     def full(self, max_groups: int) -> bool:
         """Whether it holds more than `max_groups` groups (key and window) or keys even once
         compacted, keeping half of them free: the caller then emits it (`emit`), which empties
         it, its keys too (as `kit.partial.PartialCombiner.full` bounds its table)."""
-        if self.rows <= max_groups and len(self.keys) <= max_groups:
+        if self.rows <= max_groups and self.key_rows <= max_groups:
             return False
         self._compact()
-        return self.rows > max_groups // 2 or len(self.keys) > max_groups // 2
+        return self.rows > max_groups // 2 or self.key_rows > max_groups // 2
 
     def _windows(self, ts: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
         """Each timestamp's window bounds, as the WindowFn's `_assign` gives them."""
@@ -147,11 +145,19 @@ class VectorCombiner:
         return ts, ts + fn.gap_size_us
 
     def _compact(self) -> None:
+        """One chunk of its chunks, their keys encoded anew (the keys of all, distinct)."""
         if len(self.chunks) > 1:
             c = self.chunks
-            merged = _Groups(*(np.concatenate([g[i] for g in c]) for i in range(len(_Groups._fields))))
+            enc = pc.dictionary_encode(pa.concat_arrays(self.chunk_keys))
+            offsets = np.cumsum([0] + [len(k) for k in self.chunk_keys[:-1]]).tolist()
+            recode = enc.indices.to_numpy().astype(np.int64)
+            codes = np.concatenate([recode[g.code + off] for g, off in zip(c, offsets)])
+            merged = _Groups(codes, *(np.concatenate([g[i] for g in c])
+                                      for i in range(1, len(_Groups._fields))))
             self.chunks = [self._reduce(merged._replace(acc=_wide(self.what, merged.acc)))]
+            self.chunk_keys = [enc.dictionary]
         self.rows = len(self.chunks[0].start) if self.chunks else 0
+        self.key_rows = len(self.chunk_keys[0]) if self.chunk_keys else 0
 
     def _reduce(self, g: _Groups) -> _Groups:
         """One row per (key, window): per window, or per merged session."""
@@ -199,42 +205,42 @@ class VectorCombiner:
                     ) -> Iterator[Tuple[Tuple[int, int, int], GroupBlock]]:
         """The groups as columnar shuffle records, one `GroupBlock` per reduce partition of
         `parts` (`blocks.split_blocks`), of map partition `part`'s `emit`; empties it."""
-        g = self._take()
-        if g is None:
+        taken = self._take()
+        if taken is None:
             return
-        keys = self.keys
-        kbs = [key_bytes(k) for k in keys]
-        key_array = pa.array(keys, pa.string() if self.key_kind == _STR else pa.int64())
-        self.keys = []
-        self.code_of = {}
-        yield from split_blocks(part, emit, parts, kbs, key_array, g.code, g.start, g.end, g.acc, g.n, g.ts)
+        g, keys = taken
+        kbs = encoded_keys(keys)
+        if kbs is None:
+            kbs = pa.array([key_bytes(k) for k in keys.to_pylist()], pa.large_binary())
+        yield from split_blocks(part, emit, parts, kbs, keys, g.code, g.start, g.end, g.acc, g.n, g.ts)
 
-    def _take(self) -> Optional[_Groups]:
+    def _take(self) -> Optional[Tuple[_Groups, pa.Array]]:
         """Its groups, compacted, a float total +0.0 (the model's sums start at 0, so a sum of
-        -0.0s is 0.0); None if it has none. Empties it but for its keys."""
+        -0.0s is 0.0), and their keys by code; None if it has none. Empties it."""
         self._compact()
         if not self.chunks:
             return None
-        g = self.chunks[0]
-        self.chunks = []
-        self.rows = 0
+        g, keys = self.chunks[0], self.chunk_keys[0]
+        self.chunks, self.chunk_keys = [], []
+        self.rows = self.key_rows = 0
         if self.what in ("sum", "mean") and g.acc.dtype == np.float64:
             g = g._replace(acc=g.acc + 0.0)
-        return g
+        return g, keys
 
     def _groups(self, key_bytes: Callable[[Any], bytes]) -> Iterator[Tuple[bytes, Any, Any, int, Any, int]]:
         """(key bytes, key, accumulator, timestamp, window, inputs) of every group, by key; the
         combiner is empty afterwards."""
-        g = self._take()
-        if g is None:
+        taken = self._take()
+        if taken is None:
             return
+        g, key_array = taken
         acc = g.acc
         # The CombineFn builds its accumulators from each group's total (sum, min or max; a
         # count's is its count) and count, the counts as a memoryview: a sequence of Python
         # ints that costs nothing unless the CombineFn reads it.
         counts = np.ascontiguousarray(g.n, np.int64).data
         accs = self.combine_fn.accumulators_from(counts if self.what == "count" else acc.tolist(), counts)
-        keys = self.keys
+        keys = key_array.to_pylist()
         kbs: List[Optional[bytes]] = [None] * len(keys)
         windows: Dict[Tuple[int, int], Any] = {}
         is_global = type(self.windowfn) is GlobalWindows
@@ -251,8 +257,24 @@ class VectorCombiner:
                 if w is None:
                     w = windows[(s, e)] = IntervalWindow._of(s, e)
             yield kb, keys[c], a, t, w, n
-        self.keys = []      # empty: the codes start again
-        self.code_of = {}
+
+
+def encoded_keys(keys: pa.Array) -> Optional[pa.Array]:
+    """The grouping bytes of str or int keys (`coders.encode_key`: b"s" and the UTF-8 bytes, or
+    b"i" and 8 bytes big-endian), computed over the array; None if it has nulls."""
+    if keys.null_count:
+        return None
+    if pa.types.is_integer(keys.type):
+        n = len(keys)
+        data = np.empty((n, 9), np.uint8)
+        data[:, 0] = ord("i")
+        data[:, 1:] = keys.to_numpy().astype(">i8").view(np.uint8).reshape(n, 8)
+        offsets = np.arange(0, 9 * n + 1, 9, dtype=np.int64)
+        return pa.LargeBinaryArray.from_buffers(pa.large_binary(), n, [None, pa.py_buffer(offsets),
+                                                                       pa.py_buffer(data)])
+    binary = keys.cast(pa.large_string()).cast(pa.large_binary())
+    return pc.binary_join_element_wise(pa.scalar(b"s", pa.large_binary()), binary,
+                                       pa.scalar(b"", pa.large_binary()))
 
 
 def _wide(what: str, acc: np.ndarray) -> np.ndarray:
