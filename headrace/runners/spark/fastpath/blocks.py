@@ -1,9 +1,10 @@
 """The columnar shuffle of the vectorised combines (`VectorCombiner`) into a grouping whose every
 window gets one pane (`ReduceFnRunner.one_pane_per_window`).
 
-A map partition's groups cross the shuffle as one `GroupBlock` per reduce partition and emit:
-numpy columns of (key, window, accumulator, count, kept timestamp) rows and the block's keys
-with their key bytes, under the record key (reduce partition, map partition, emit), which
+A map partition's groups of an emit cross the shuffle as `GroupBlock`s, per reduce partition
+and of at most `_MAX_ROWS` rows of whole keys: numpy columns of (key, window, accumulator,
+count, kept timestamp, map partition and emit) rows and the block's keys with their key bytes,
+under the record key (reduce partition, map partition, emit), which
 `batch.map_side.partition_of` routes as it is. A key's rows all go to the reduce partition its
 records would go to (the crc32 of its key bytes, modulo the partitions).
 
@@ -38,7 +39,7 @@ from headrace.model.window import GLOBAL_WINDOW, GlobalWindows, IntervalWindow
 from headrace.model.windowed import WindowedValue
 from headrace.runners.spark.fastpath.evaluate import _TIME_GUARD
 
-__all__ = ["GroupBlock", "split_blocks", "block_panes", "BlockStore", "BlockRecords"]
+__all__ = ["GroupBlock", "split_blocks", "block_panes", "BlockStore", "BlockRecords", "sort_blocks_apart"]
 
 _OUT_CHUNK = 1 << 16        # groups turned into Python objects at a time
 _SUB_BUCKETS = 64           # sub-buckets of a reduce partition's keys once its blocks spill
