@@ -8,7 +8,6 @@ order of the map partitions' outputs)."""
 
 from __future__ import annotations
 
-import math
 import random
 import zlib
 
@@ -33,6 +32,7 @@ from headrace.runners.spark.fastpath.combine import vector_combiner
 from headrace.runners.spark.fastpath.evaluate import compile_chain
 from headrace.model import coders
 import headrace as beam
+from tests.model.test_vectorized import same
 
 TV = beam.window.TimestampedValue
 
@@ -40,17 +40,6 @@ COMBINE_FNS = [SumCombineFn(), CountCombineFn(), MeanCombineFn(), MinCombineFn()
 WINDOWFNS = [GlobalWindows(), FixedWindows(60), FixedWindows(100, 30), Sessions(10)]
 COMBINERS = [TimestampCombiner.OUTPUT_AT_EARLIEST, TimestampCombiner.OUTPUT_AT_LATEST,
              TimestampCombiner.OUTPUT_AT_EOW]
-
-
-def same(a, b):
-    """Equal with equal types; floats bit for bit (NaN equals NaN, -0.0 differs from 0.0)."""
-    if type(a) is not type(b):
-        return False
-    if type(a) is tuple:
-        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
-    if type(a) is float:
-        return (math.isnan(a) and math.isnan(b)) or (a == b and math.copysign(1, a) == math.copysign(1, b))
-    return a == b
 
 
 def batch(rnd, keys, float_values, rows):

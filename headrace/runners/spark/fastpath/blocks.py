@@ -214,6 +214,7 @@ def block_panes(blocks: List[GroupBlock], combine_fn: Any, windowing: Windowing,
     is_global = type(windowfn) is GlobalWindows
     output = combine_fn.extract_output
     windows: dict = {}
+    w: Any
     for lo in range(0, len(idx), _OUT_CHUNK):
         hi = lo + _OUT_CHUNK
         n = np.ascontiguousarray(counts[lo:hi], np.int64).data
