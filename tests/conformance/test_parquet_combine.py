@@ -125,6 +125,16 @@ def test_benchmark_shape_sessions_sum(make_pipeline, files, data):
     assert_benchmark_shape_sums(make_pipeline, files, window.Sessions(600), expected)
 
 
+@pytest.mark.parametrize("windowfn", [window.FixedWindows(3600), window.Sessions(600)], ids=repr)
+def test_sums_are_the_same_when_the_shuffled_groups_spill(make_pipeline, files, data, windowfn, monkeypatch):
+    """A sort budget of 2,000 bytes: a Spark runner's reduce side spills the map side's columnar
+    blocks in sub-buckets of keys (and would spill records in sorted runs); the same sums."""
+    from headrace.runners.spark.batch import translation
+    monkeypatch.setattr(translation, "sort_budget", lambda sc: 2_000.0)
+    expected = hourly_sums(data) if isinstance(windowfn, window.FixedWindows) else sessions(data, 600 * 10**6)
+    assert_benchmark_shape_sums(make_pipeline, files, windowfn, expected)
+
+
 def test_builtin_combiners_in_the_global_window(make_pipeline, files, data):
     """Mean, count, min and max per key (no WindowInto): values and types as element by element."""
     by_key = collections.defaultdict(list)
