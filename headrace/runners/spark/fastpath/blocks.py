@@ -26,7 +26,8 @@ import os
 import pickle
 import tempfile
 import zlib
-from typing import IO, Any, Callable, Iterator, List, NamedTuple, Optional, Tuple
+from itertools import repeat
+from typing import IO, Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Tuple
 
 import numpy as np
 import pyarrow as pa
@@ -35,7 +36,7 @@ import pyarrow.compute as pc
 from headrace.model import coders
 from headrace.model.reduce import FINAL_PANE
 from headrace.model.strategy import TimestampCombiner, Windowing
-from headrace.model.window import GLOBAL_WINDOW, GlobalWindows, IntervalWindow
+from headrace.model.window import GLOBAL_WINDOW, GLOBAL_WINDOWS_TUPLE, GlobalWindows, IntervalWindow
 from headrace.model.windowed import WindowedValue
 from headrace.runners.spark.fastpath.evaluate import _TIME_GUARD
 
@@ -212,25 +213,32 @@ def block_panes(blocks: List[GroupBlock], combine_fn: Any, windowing: Windowing,
     keys = _concat_keys(blocks)
     key_rows = gk[idx]
     is_global = type(windowfn) is GlobalWindows
-    output = combine_fn.extract_output
-    windows: dict = {}
-    w: Any
+    windows: Dict[int, Tuple[Any, ...]] = {}    # (window,) tuples by start, shared by panes
+    plain = what != "mean"     # Sum, Count, Min, Max: an accumulator of some inputs is the output
     for lo in range(0, len(idx), _OUT_CHUNK):
         hi = lo + _OUT_CHUNK
         n = np.ascontiguousarray(counts[lo:hi], np.int64).data
         accs = combine_fn.accumulators_from(n if totals is None else totals[lo:hi].tolist(), n)
+        values = accs if plain else map(combine_fn.extract_output, accs)
         ks = keys.take(pa.array(key_rows[lo:hi])).to_pylist()
-        for k, a, s, e, h in zip(ks, accs, wstart[lo:hi].tolist(), wend[lo:hi].tolist(),
-                                 hold[lo:hi].tolist()):
-            if is_global:
-                w = GLOBAL_WINDOW
-            else:
-                w = windows.get(s)
-                if w is None or w.end_us != e:
-                    w = windows[s] = IntervalWindow._of(s, e)
-            yield WindowedValue((k, output(a)), h, (w,), FINAL_PANE)
+        wss = (repeat(GLOBAL_WINDOWS_TUPLE) if is_global
+               else _window_tuples(wstart[lo:hi].tolist(), wend[lo:hi].tolist(), windows))
+        for k, v, ws, h in zip(ks, values, wss, hold[lo:hi].tolist()):
+            yield WindowedValue((k, v), h, ws, FINAL_PANE)
         if len(windows) > _OUT_CHUNK:
             windows.clear()
+
+
+def _window_tuples(starts: List[int], ends: List[int], cache: Dict[int, Tuple[Any, ...]]
+                   ) -> List[Tuple[Any, ...]]:
+    """(IntervalWindow,) per (start, end), one tuple per start while its end stays the same."""
+    out = []
+    for s, e in zip(starts, ends):
+        ws = cache.get(s)
+        if ws is None or ws[0].end_us != e:
+            ws = cache[s] = (IntervalWindow._of(s, e),)
+        out.append(ws)
+    return out
 
 
 def _row_order(pe: np.ndarray, kid: np.ndarray, t: np.ndarray) -> np.ndarray:
