@@ -44,7 +44,7 @@ __all__ = ["GroupBlock", "split_blocks", "block_panes", "BlockStore", "BlockReco
 
 _OUT_CHUNK = 1 << 16        # groups turned into Python objects at a time
 _SUB_BUCKETS = 64           # sub-buckets of a reduce partition's keys once its blocks spill
-_MAX_ROWS = 1 << 14         # rows of a block (about 1 MB), unless one key has more
+_MAX_ROWS = 1 << 12         # rows of a block (about 280 kB), unless one key has more
 _GOLDEN = np.uint64(2654435761)
 
 
@@ -91,7 +91,8 @@ class GroupBlock(NamedTuple):
         key's rows in one block, a block of more than `_MAX_ROWS` rows only for a key that has
         them: keys are ordered by destination once and rows by their key's place in that order,
         then sliced (a block stays a small record in the shuffle: PySpark pickles 20 records at
-        first, and the JVM keeps a direct buffer as large as the largest it writes)."""
+        a time at first, the JVM keeps a direct buffer as large as the largest array it writes,
+        and G1 grows its heap to the limit under arrays of several MB at a high rate)."""
         korder = np.argsort(dest, kind="stable")                      # keys by destination
         kbounds = np.searchsorted(dest[korder], np.arange(parts + 1))
         place = np.empty(len(korder), np.int64)                       # a key's place in korder
