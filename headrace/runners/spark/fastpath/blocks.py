@@ -340,10 +340,24 @@ class BlockStore:
             self._spill()
 
     def _spill(self) -> None:
+        """Writes the blocks held to the sub-buckets' files, merged a quarter budget at a time
+        (merging all at once would copy them all), and forgets them as they go."""
         if self.files is None:
             self.files = [None] * _SUB_BUCKETS
-        held = GroupBlock.merged(self.held)
-        self.held, self.bytes = [], 0
+        held, self.held, self.bytes = self.held, [], 0
+        while held:
+            group = [held.pop()]
+            size = group[0].nbytes()
+            while held and size < self.budget / 4:
+                group.append(held.pop())
+                size += group[-1].nbytes()
+            merged = GroupBlock.merged(group)
+            del group
+            self._write(merged)
+
+    def _write(self, held: GroupBlock) -> None:
+        """Appends a block's rows to their sub-buckets' files."""
+        assert self.files is not None
         for s, part in held.split(_sub_bucket(held.crc), _SUB_BUCKETS):
             f = self.files[s]
             if f is None:
