@@ -321,10 +321,11 @@ class _PyList:
 
 class BlockStore:
     """A reduce partition's blocks, in memory up to `budget` bytes of their columns; beyond it,
-    the blocks held are merged and split into `_SUB_BUCKETS` sub-buckets of their keys (a hash
-    of their crc32), each appended to its sub-bucket's file in Spark's local directories, and so
-    are the blocks that come after, whenever a quarter of the budget of them is held. `groups`
-    gives them back as key-disjoint lists, each reduced on its own."""
+    the blocks held are merged a quarter budget at a time and split into `_SUB_BUCKETS`
+    sub-buckets of their keys (a hash of their crc32), each appended to its sub-bucket's file in
+    Spark's local directories, and so are the blocks that come after, whenever a quarter of the
+    budget of them is held. `groups` gives them back as key-disjoint lists, each reduced on its
+    own."""
 
     def __init__(self, budget: float) -> None:
         self.budget = budget
