@@ -90,7 +90,7 @@ class PartialSide(MapSide):
     is full (`PartialCombiner.full`: `max_cells` and `max_bytes`, fixed on the driver; the
     vectorised combiner's, `VectorCombiner.full`: `max_cells` groups); the CombineFn is set up
     and torn down around the partition and its failures name the grouping. With `parts`, the
-    vectorised combiner's groups go as columnar blocks, one per reduce partition of `parts`
+    vectorised combiner's groups go as columnar blocks cut per reduce partition of `parts`
     (`fastpath.blocks`), which only a grouping whose every window gets one pane reads."""
 
     def __init__(self, label: str, windowing: Windowing, combine_fn_bytes: bytes,

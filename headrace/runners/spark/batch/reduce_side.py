@@ -187,7 +187,7 @@ def _reduce_final(grouping: GroupingCore, combine_fn: Any, it: Iterator[Any]) ->
     (`ReduceFnRunner.one_pane_per_window`): each key's sorted records go to
     `ReduceFnRunner.final_panes`, which gives the panes the core gives them under the perfect
     watermark, without its per-call bookkeeping. A partition of columnar blocks comes as
-    (None, [blocks]) items of key-disjoint blocks (`worker.sorting.sort_shuffled`), each reduced
+    (None, [blocks]) items of key-disjoint blocks (`sort_shuffled`), each reduced
     at once (`fastpath.blocks.block_panes`)."""
     final_panes = grouping.core.final_panes
     late = grouping.late_output   # (nothing is late here: the late output stays empty)

@@ -39,6 +39,7 @@ from headrace.model.strategy import TimestampCombiner, Windowing
 from headrace.model.window import GLOBAL_WINDOW, GLOBAL_WINDOWS_TUPLE, GlobalWindows, IntervalWindow
 from headrace.model.windowed import WindowedValue
 from headrace.runners.spark.fastpath.evaluate import _TIME_GUARD
+from headrace.runners.spark.fastpath.tracer import _I64_MAX
 
 __all__ = ["GroupBlock", "split_blocks", "block_panes", "BlockStore", "BlockRecords", "sort_blocks_apart"]
 
@@ -48,7 +49,7 @@ _MAX_ROWS = 1 << 12         # rows of a block (about 280 kB), unless one key has
 _GOLDEN = np.uint64(2654435761)
 
 
-_ROW_COLUMNS = ("start", "end", "acc", "n", "ts")
+_ROW_COLUMNS = ("start", "end", "n", "ts")   # (and acc, which `_accs` concatenates)
 
 
 class GroupBlock(NamedTuple):
@@ -77,14 +78,17 @@ class GroupBlock(NamedTuple):
 
     @staticmethod
     def merged(blocks: List["GroupBlock"]) -> "GroupBlock":
-        """One block of the rows of `blocks` (a key may then have several entries)."""
+        """One block of the rows of `blocks` (a key may then have several entries; accumulators
+        as `_accs` joins them: integer and float ones of different map partitions stay the
+        Python numbers they are)."""
         if len(blocks) == 1:
             return blocks[0]
         offsets = np.cumsum([0] + [len(b.kbs) for b in blocks[:-1]])
+        start, end, n, ts = (np.concatenate([getattr(b, f) for b in blocks]) for f in _ROW_COLUMNS)
         return GroupBlock(np.concatenate([b.pe for b in blocks]), pa.concat_arrays([b.kbs for b in blocks]),
                           np.concatenate([b.crc for b in blocks]), _concat_keys(blocks),
                           np.concatenate([b.code + off for b, off in zip(blocks, offsets.tolist())]),
-                          *(np.concatenate([getattr(b, f) for b in blocks]) for f in _ROW_COLUMNS))
+                          start, end, _accs(blocks), n, ts)
 
     def split(self, dest: np.ndarray, parts: int) -> Iterator[Tuple[int, "GroupBlock"]]:
         """(p, a block of keys whose `dest` is p) for each p of range(`parts`) that has rows, a
@@ -122,9 +126,10 @@ class GroupBlock(NamedTuple):
 def split_blocks(part: int, emit: int, parts: int, kbs: pa.Array, keys: pa.Array, code: np.ndarray,
                  start: np.ndarray, end: np.ndarray, acc: np.ndarray, n: np.ndarray, ts: np.ndarray
                  ) -> Iterator[Tuple[Tuple[int, int, int], GroupBlock]]:
-    """A map partition's groups as shuffle records ((reduce partition, part, emit), block), one
-    per reduce partition of `parts` that has some: a key goes where `partition_of` sends its
-    records (the crc32 of its key bytes `kbs[code]`, large_binary, modulo `parts`)."""
+    """A map partition's groups as shuffle records ((reduce partition, part, emit), block), cut
+    per reduce partition of `parts` that has some (`GroupBlock.split`): a key goes where
+    `partition_of` sends its records (the crc32 of its key bytes `kbs[code]`, large_binary,
+    modulo `parts`)."""
     crc = np.fromiter(map(zlib.crc32, kbs.to_pylist()), np.uint32, len(kbs))
     pe = np.full(len(code), part << 32 | emit, np.int64)
     whole = GroupBlock(pe, kbs, crc, keys, code, start, end, acc, n, ts)
@@ -169,24 +174,18 @@ def block_panes(blocks: List[GroupBlock], combine_fn: Any, windowing: Windowing,
         return
     windowfn = windowing.windowfn
     merging = windowfn.is_merging()
+    is_global = type(windowfn) is GlobalWindows
     latest = windowing.timestamp_combiner is TimestampCombiner.OUTPUT_AT_LATEST
     eow = windowing.timestamp_combiner is TimestampCombiner.OUTPUT_AT_EOW
-    # Each key's rank among the partition's key bytes, and each row's.
-    kbs = pa.concat_arrays([b.kbs for b in blocks])
-    enc = pc.dictionary_encode(kbs)
+    m = GroupBlock.merged(blocks)
+    # Each key entry's rank among the partition's key bytes, and each row's.
+    enc = pc.dictionary_encode(m.kbs)
     rank = np.empty(len(enc.dictionary), np.int64)
     rank[pc.sort_indices(enc.dictionary).to_numpy()] = np.arange(len(enc.dictionary))
-    key_rank = rank[enc.indices.to_numpy()]
-    sizes = np.array([len(b.kbs) for b in blocks], np.int64)
-    offsets = np.concatenate(([0], np.cumsum(sizes)[:-1]))
-    gk = np.concatenate([b.code + off for b, off in zip(blocks, offsets)])   # a row's key, all blocks
-    kid = key_rank[gk]
-    start = np.concatenate([b.start for b in blocks])
-    end = np.concatenate([b.end for b in blocks])
-    ts = np.concatenate([b.ts for b in blocks])
-    t = np.minimum(start, ts) if merging else ts      # the records' sort time (`map_side._sort_time`)
-    order = _row_order(np.concatenate([b.pe for b in blocks]), kid, t)
-    kid, start, end, ts, gk = kid[order], start[order], end[order], ts[order], gk[order]
+    kid = rank[enc.indices.to_numpy()][m.code]
+    t = np.minimum(m.start, m.ts) if merging else m.ts   # the records' sort time (`map_side._sort_time`)
+    order = _row_order(m.pe, kid, t)
+    kid, start, end, ts, gk = kid[order], m.start[order], m.end[order], m.ts[order], m.code[order]
     first = np.ones(len(kid), bool)
     first[1:] = kid[1:] != kid[:-1]
     if merging:   # a session takes in each row that overlaps it (rows by start: see `_sort_time`)
@@ -194,10 +193,10 @@ def block_panes(blocks: List[GroupBlock], combine_fn: Any, windowing: Windowing,
     else:
         first[1:] |= start[1:] != start[:-1]
     idx = np.flatnonzero(first)
-    counts = np.add.reduceat(np.concatenate([b.n for b in blocks])[order], idx)
+    counts = np.add.reduceat(m.n[order], idx)
     totals: Any = None
     if what != "count":
-        acc = _accs(blocks)[order]
+        acc = _accs([m])[order]     # (int64 unless the partition's sums could overflow it)
         if what == "min":
             totals = np.minimum.reduceat(acc, idx)
         elif what == "max":
@@ -208,12 +207,14 @@ def block_panes(blocks: List[GroupBlock], combine_fn: Any, windowing: Windowing,
             totals = _sequential_sums(acc, idx)
     wstart = start[idx]
     wend = np.maximum.reduceat(end, idx) if merging else end[idx]
-    hold = wend - 1 if eow else (np.maximum if latest else np.minimum).reduceat(ts, idx)
-    if type(windowfn) is GlobalWindows and eow:
+    if not eow:
+        hold = (np.maximum if latest else np.minimum).reduceat(ts, idx)
+    elif is_global:
         hold = np.full(len(idx), GLOBAL_WINDOW.end_us - 1, np.int64)
-    keys = _concat_keys(blocks)
+    else:
+        hold = wend - 1
+    keys = m.keys
     key_rows = gk[idx]
-    is_global = type(windowfn) is GlobalWindows
     windows: Dict[int, Tuple[Any, ...]] = {}    # (window,) tuples by start, shared by panes
     plain = what != "mean"     # Sum, Count, Min, Max: an accumulator of some inputs is the output
     for lo in range(0, len(idx), _OUT_CHUNK):
@@ -258,16 +259,23 @@ def _row_order(pe: np.ndarray, kid: np.ndarray, t: np.ndarray) -> np.ndarray:
 
 def _accs(blocks: List[GroupBlock]) -> np.ndarray:
     """The blocks' accumulator columns as one: int64 unless a sum could overflow it (then Python
-    ints), float64 if all are floats, else Python numbers (added as Python adds them)."""
+    ints, widened as a sum whatever the combine: exact for extrema too), float64 if all are
+    floats, else Python numbers (added as Python adds them)."""
     accs = [b.acc for b in blocks]
     kinds = {a.dtype.kind for a in accs}
     if kinds == {"i"}:
-        acc = np.concatenate(accs)
-        big = max(abs(int(acc.min())), abs(int(acc.max()))) if len(acc) else 0
-        return acc if big * len(acc) <= np.iinfo(np.int64).max else acc.astype(object)
+        return wide("sum", accs[0] if len(accs) == 1 else np.concatenate(accs))
     if kinds == {"f"}:
-        return np.concatenate(accs)
+        return accs[0] if len(accs) == 1 else np.concatenate(accs)
     return np.concatenate([a.astype(object) for a in accs])
+
+
+def wide(what: str, acc: np.ndarray) -> np.ndarray:
+    """Integer sums as Python ints when int64 could overflow (never for realistic inputs)."""
+    if what in ("sum", "mean") and acc.dtype == np.int64 and len(acc) and \
+            max(abs(int(acc.min())), abs(int(acc.max()))) * len(acc) > _I64_MAX:
+        return acc.astype(object)
+    return acc
 
 
 def _sequential_sums(acc: np.ndarray, idx: np.ndarray) -> np.ndarray:

@@ -27,10 +27,9 @@ from headrace.model.combine import (CountCombineFn, MaxCombineFn, MeanCombineFn,
 from headrace.model.window import GLOBAL_WINDOW, FixedWindows, GlobalWindows, IntervalWindow, Sessions
 from headrace.model.strategy import Windowing
 from headrace.runners.kit.partial import keeps_latest
-from headrace.runners.spark.fastpath.blocks import GroupBlock, band, running_max_end, split_blocks
+from headrace.runners.spark.fastpath.blocks import GroupBlock, band, running_max_end, split_blocks, wide
 from headrace.runners.spark.fastpath.evaluate import (_FLOAT, _INT, _STR, _WINDOWFNS, _V,
                                                       VectorBundle)
-from headrace.runners.spark.fastpath.tracer import _I64_MAX
 
 __all__ = ["VectorCombiner", "vector_combiner"]
 
@@ -105,7 +104,7 @@ class VectorCombiner:
         ts = bundle.ts_array()
         acc = bundle.column(val) if self.what != "count" else np.zeros(bundle.n, np.int64)
         start, end = self._windows(ts)
-        self.chunks.append(self._reduce(_Groups(codes, start, end, _wide(self.what, acc),
+        self.chunks.append(self._reduce(_Groups(codes, start, end, wide(self.what, acc),
                                                 np.ones(bundle.n, np.int64), ts)))
         self.chunk_keys.append(keys)
         self.rows += len(self.chunks[-1].start)
@@ -154,7 +153,7 @@ class VectorCombiner:
             codes = np.concatenate([recode[g.code + off] for g, off in zip(c, offsets)])
             merged = _Groups(codes, *(np.concatenate([g[i] for g in c])
                                       for i in range(1, len(_Groups._fields))))
-            self.chunks = [self._reduce(merged._replace(acc=_wide(self.what, merged.acc)))]
+            self.chunks = [self._reduce(merged._replace(acc=wide(self.what, merged.acc)))]
             self.chunk_keys = [enc.dictionary]
         self.rows = len(self.chunks[0].start) if self.chunks else 0
         self.key_rows = len(self.chunk_keys[0]) if self.chunk_keys else 0
@@ -203,7 +202,7 @@ class VectorCombiner:
 
     def emit_blocks(self, key_bytes: Callable[[Any], bytes], parts: int, part: int, emit: int
                     ) -> Iterator[Tuple[Tuple[int, int, int], GroupBlock]]:
-        """The groups as columnar shuffle records, one `GroupBlock` per reduce partition of
+        """The groups as columnar shuffle records, `GroupBlock`s cut per reduce partition of
         `parts` (`blocks.split_blocks`), of map partition `part`'s `emit`; empties it."""
         taken = self._take()
         if taken is None:
@@ -275,14 +274,6 @@ def encoded_keys(keys: pa.Array) -> Optional[pa.Array]:
     binary = keys.cast(pa.large_string()).cast(pa.large_binary())
     return pc.binary_join_element_wise(pa.scalar(b"s", pa.large_binary()), binary,
                                        pa.scalar(b"", pa.large_binary()))
-
-
-def _wide(what: str, acc: np.ndarray) -> np.ndarray:
-    """Integer sums as Python ints when int64 could overflow (never for realistic inputs)."""
-    if what in ("sum", "mean") and acc.dtype == np.int64 and len(acc) and \
-            max(abs(int(acc.min())), abs(int(acc.max()))) * len(acc) > _I64_MAX:
-        return acc.astype(object)
-    return acc
 
 
 def _order(code: np.ndarray, value: np.ndarray) -> np.ndarray:
