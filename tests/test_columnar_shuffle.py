@@ -8,6 +8,7 @@ order of the map partitions' outputs)."""
 
 from __future__ import annotations
 
+import pickle
 import random
 import zlib
 
@@ -27,6 +28,7 @@ from headrace.runners.spark.batch import map_side, reduce_side
 from headrace.runners.spark.batch.map_side import partition_of
 from headrace.runners.spark.batch.reduce_side import sort_shuffled
 from headrace.runners.spark.fastpath import blocks as blocks_module
+from headrace.runners.spark.fastpath import columns
 from headrace.runners.spark.fastpath.blocks import BlockRecords, BlockStore, _sequential_sums
 from headrace.runners.spark.fastpath.combine import vector_combiner
 from headrace.runners.spark.fastpath.evaluate import compile_chain
@@ -98,8 +100,10 @@ def map_outputs(rnd, combine_fn, windowing, float_values, keys, maps, parts, mix
 
 
 def shuffled(outputs, parts, p, order):
-    """Reduce partition p's records, the map partitions' outputs fetched in `order`."""
-    return [r for m in order for r in outputs[m] if partition_of(r[0]) % parts == p]
+    """Reduce partition p's records, the map partitions' outputs fetched in `order`, pickled
+    and read back as the shuffle carries them (blocks in their narrow form)."""
+    return [pickle.loads(pickle.dumps(r, pickle.HIGHEST_PROTOCOL))
+            for m in order for r in outputs[m] if partition_of(r[0]) % parts == p]
 
 
 def reduce(combine_fn, windowing, records, budget, explode):
@@ -250,3 +254,56 @@ def test_keys_encoded_over_the_array_are_the_grouping_bytes(keys):
     from headrace.runners.spark.fastpath.combine import encoded_keys
     array = pa.array(keys, pa.int64() if keys and isinstance(keys[0], int) else pa.large_string())
     assert encoded_keys(array).to_pylist() == [coders.encode_key(k) for k in keys]
+
+
+_I64 = np.iinfo(np.int64)
+
+
+@settings(max_examples=300, deadline=None)
+@given(values=st.lists(st.integers(_I64.min, _I64.max), max_size=40),
+       ref=st.lists(st.integers(_I64.min, _I64.max), max_size=40),
+       near=st.integers(0, 2**40), small=st.booleans())
+def test_a_block_pickles_narrow_and_reads_back_exactly(values, ref, near, small):
+    """Every int64 column, however it spans (int64's extremes, a timestamp's least and greatest,
+    ends far from or near their starts), reads back as the same int64 values."""
+    n = min(len(values), len(ref))
+    start = np.array(ref[:n], np.int64)
+    if small:    # the common case: ends and kept timestamps near the starts, counts small
+        start = np.array([v % (1 << 40) for v in ref[:n]], np.int64)
+        end = start + np.array([v % (near + 1) for v in values[:n]], np.int64)
+    else:
+        end = np.array(values[:n], np.int64)
+    kbs = pa.array([b"k"], pa.large_binary())
+    block = blocks_module.GroupBlock(
+        np.array(values[:n], np.int64), kbs, np.zeros(1, np.uint32), pa.array(["k"]),
+        np.zeros(n, np.int64), start, end, np.array(values[:n], np.float64), np.ones(n, np.int64), end.copy())
+    back = pickle.loads(pickle.dumps(block, pickle.HIGHEST_PROTOCOL))
+    for field, got in zip(block._fields, back):
+        want = getattr(block, field)
+        if isinstance(want, pa.Array):
+            assert got.equals(want), field
+        else:
+            assert got.dtype == want.dtype and np.array_equal(got, want, equal_nan=True), field
+
+
+def test_blocks_of_sessions_pickle_to_a_fraction_of_their_columns():
+    """Rows of proto-sessions (starts over a week, ends a gap later, small totals and counts)
+    pickle to less than a third of their columns' bytes."""
+    rng = np.random.default_rng(7)
+    rows, week, gap = 4096, 7 * 24 * 3600 * 1000, 600_000
+    start = np.sort(rng.integers(0, week, rows))
+    block = blocks_module.GroupBlock(
+        np.full(rows, 3 << 32 | 1, np.int64), pa.array([b"k%d" % i for i in range(16)], pa.large_binary()),
+        np.arange(16, dtype=np.uint32), pa.array(["k%d" % i for i in range(16)]), rng.integers(0, 16, rows),
+        start, start + gap, rng.integers(0, 100, rows), np.ones(rows, np.int64), start.copy())
+    assert len(pickle.dumps(block, pickle.HIGHEST_PROTOCOL)) * 3 < block.nbytes()
+
+
+@pytest.mark.parametrize("span", [0, 255, 256, 65535, 65536, 2**32 - 1, 2**32, 2**62])
+@pytest.mark.parametrize("lo", [_I64.min, -5, 0, _I64.max - 2**62])
+def test_a_column_narrows_to_the_least_type_that_holds_its_span(span, lo):
+    column = np.array([lo, lo + span, lo + span // 2], np.int64)
+    packed = columns.narrowed(column)
+    assert np.array_equal(columns.widened(packed), column)
+    want = np.uint8 if span < 2**8 else np.uint16 if span < 2**16 else np.uint32 if span < 2**32 else None
+    assert (packed is column) if want is None else packed[1].dtype == want

@@ -301,6 +301,24 @@ def test_a_branch_point_read_by_several_steps_runs_its_dofns_once(spark_pipeline
     assert counter_value(result, "processed") == n
 
 
+def test_a_shuffle_partitions_records_as_pysparks_partitionby_does(spark_pipeline, runner):
+    """`pyspark_compat.partition_by` (chunks of bounded bytes) puts every record where PySpark's
+    `partitionBy` does, each map partition's records of a partition in their order."""
+    if runner == "spark-connect":
+        pytest.skip("uses the classic SparkContext")
+    from headrace.runners.spark import pyspark_compat
+    sc = _spark_context()
+    records = [(i % 7, (i, "v" * (i % 5000))) for i in range(3_000)]
+    rdd = sc.parallelize(records, 3)
+    ours = pyspark_compat.partition_by(rdd, 4, hash).glom().collect()
+    theirs = rdd.partitionBy(4, hash).glom().collect()
+    assert len(ours) == 4 and sum(map(len, ours)) == len(records)
+
+    def by_map_partition(part):   # (i) of the records of each input slice, in order
+        return {s: [r[1][0] for r in part if r[1][0] * 3 // len(records) == s] for s in range(3)}
+    assert [by_map_partition(p) for p in ours] == [by_map_partition(p) for p in theirs]
+
+
 def test_the_runner_works_without_pyspark_internals(spark_pipeline, job_groups, monkeypatch):
     from headrace.runners.spark import pyspark_compat
     monkeypatch.setattr(pyspark_compat, "USE_INTERNALS", False)

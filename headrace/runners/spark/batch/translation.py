@@ -235,8 +235,8 @@ class BatchTranslation:
         t = node.transform
         assert isinstance(t, Reshuffle)
         buckets = t.num_buckets or n
-        rdd = (self.rdds[node.inputs[0]].mapPartitionsWithIndex(tasks.reshuffle_key_fn(buckets))
-               .partitionBy(n, lambda k: k).values())
+        keyed = self.rdds[node.inputs[0]].mapPartitionsWithIndex(tasks.reshuffle_key_fn(buckets))
+        rdd = pyspark_compat.partition_by(keyed, n, lambda k: k).values()
         self._set(node.outputs[None], rdd)
 
     def _build_combineperkey(self, node: AppliedPTransform) -> None:
@@ -326,7 +326,7 @@ class BatchTranslation:
         `explode` beside ordinary ones)."""
         if self.sort_budget is None:
             self.sort_budget = sort_budget(self.sc)
-        return keyed.partitionBy(n, partition_of).mapPartitions(
+        return pyspark_compat.partition_by(keyed, n, partition_of).mapPartitions(
             functools.partial(sort_shuffled, budget=self.sort_budget, explode=explode))
 
     def _recorder(self, node: AppliedPTransform) -> Optional[RecordPanes]:

@@ -27,7 +27,8 @@ from headrace.model.combine import (CountCombineFn, MaxCombineFn, MeanCombineFn,
 from headrace.model.window import GLOBAL_WINDOW, FixedWindows, GlobalWindows, IntervalWindow, Sessions
 from headrace.model.strategy import Windowing
 from headrace.runners.kit.partial import keeps_latest
-from headrace.runners.spark.fastpath.blocks import GroupBlock, band, running_max_end, split_blocks, wide
+from headrace.runners.spark.fastpath.blocks import GroupBlock, split_blocks, wide
+from headrace.runners.spark.fastpath.columns import band, running_max_end
 from headrace.runners.spark.fastpath.evaluate import (_FLOAT, _INT, _STR, _WINDOWFNS, _V,
                                                       VectorBundle)
 

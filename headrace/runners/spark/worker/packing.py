@@ -4,10 +4,10 @@ output's elements of a bundle packed into one record."""
 from __future__ import annotations
 
 import pickle
-from typing import Any, List, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Tuple
 
 import cloudpickle
-from pyspark.serializers import FramedSerializer
+from pyspark.serializers import FramedSerializer, pack_long
 
 
 class FastPickleSerializer(FramedSerializer):
@@ -37,3 +37,38 @@ def pack(values: Any) -> bytes:
 def unpack(record: Tuple[int, bytes]) -> List[Any]:
     """The values of a record (index, pack(values))."""
     return pickle.loads(record[1])
+
+
+#: the bytes a shuffle chunk aims at: under half of the smallest G1 heap region (1 MiB), so the
+#: JVM reads and writes it as an ordinary young object, never a "humongous" one
+SHUFFLE_CHUNK_BYTES = 256 * 1024
+
+
+def shuffle_chunks(n: int, partition_of: Callable[[Any], int], dumps: Callable[[Any], bytes],
+                   _split: int, records: Iterable[Tuple[Any, Any]]) -> Iterator[bytes]:
+    """A map task's (key, value) records as the JVM's shuffle takes them (`PairwiseRDD`):
+    (packed reduce partition, chunk) pairs, a chunk a pickled list of records of one partition
+    `partition_of(key) % n`, in their order, of about `SHUFFLE_CHUNK_BYTES` while the records'
+    sizes hold steady: the records per chunk follow the bytes per record of the last chunk, and
+    at most double from one chunk to the next (the first chunks are small while the sizes are
+    unknown); a record larger than that is a chunk alone. Sizes that jump after many small
+    records can still make one chunk larger (records are not measured one by one: that would
+    pickle each alone)."""
+    buckets: Dict[int, List[Any]] = {}
+    per = 1
+    for kv in records:
+        p = partition_of(kv[0]) % n
+        items = buckets.get(p)
+        if items is None:
+            items = buckets[p] = []
+        items.append(kv)
+        if len(items) >= per:
+            data = dumps(items)
+            buckets[p] = []
+            yield pack_long(p)
+            yield data
+            per = max(1, min(2 * per, len(items) * SHUFFLE_CHUNK_BYTES // max(len(data), 1)))
+    for p, items in buckets.items():
+        if items:
+            yield pack_long(p)
+            yield dumps(items)
