@@ -277,7 +277,9 @@ def test_a_block_pickles_narrow_and_reads_back_exactly(values, ref, near, small)
     block = blocks_module.GroupBlock(
         np.array(values[:n], np.int64), kbs, np.zeros(1, np.uint32), pa.array(["k"]),
         np.zeros(n, np.int64), start, end, np.array(values[:n], np.float64), np.ones(n, np.int64), end.copy())
-    back = pickle.loads(pickle.dumps(block, pickle.HIGHEST_PROTOCOL))
+    narrow = pickle.loads(pickle.dumps(block, pickle.HIGHEST_PROTOCOL))
+    assert narrow.nbytes() == block.nbytes()   # (a store budgets the block as it will be wide)
+    back = pickle.loads(pickle.dumps(narrow, pickle.HIGHEST_PROTOCOL)).wide()   # (spilled narrow)
     for field, got in zip(block._fields, back):
         want = getattr(block, field)
         if isinstance(want, pa.Array):

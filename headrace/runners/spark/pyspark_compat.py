@@ -1,6 +1,6 @@
 """The Spark runner's only uses of PySpark internals, each with a fallback on public API.
 
-Everything else in `headrace.runners.spark` uses PySpark's public API. The four hooks here
+Everything else in `headrace.runners.spark` uses PySpark's public API. The hooks here
 were checked against PySpark 4.3.0 (and exist unchanged since PySpark 3.x); each is looked up
 with `getattr`, so if a PySpark release renames or drops it the runner degrades instead of
 failing. `USE_INTERNALS = False` forces every fallback (the tests run the runner that way).

@@ -27,7 +27,7 @@ import pickle
 import tempfile
 import zlib
 from itertools import repeat
-from typing import IO, Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Tuple
+from typing import IO, Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Tuple, Union
 
 import numpy as np
 import pyarrow as pa
@@ -42,7 +42,8 @@ from headrace.runners.spark.fastpath.columns import narrowed, running_max_end, w
 from headrace.runners.spark.fastpath.evaluate import _TIME_GUARD
 from headrace.runners.spark.fastpath.tracer import _I64_MAX
 
-__all__ = ["GroupBlock", "split_blocks", "block_panes", "BlockStore", "BlockRecords", "sort_blocks_apart"]
+__all__ = ["GroupBlock", "NarrowBlock", "split_blocks", "block_panes", "BlockStore", "BlockRecords",
+           "sort_blocks_apart"]
 
 _OUT_CHUNK = 1 << 16        # groups turned into Python objects at a time
 _SUB_BUCKETS = 64           # sub-buckets of a reduce partition's keys once its blocks spill
@@ -80,11 +81,15 @@ class GroupBlock(NamedTuple):
     def __reduce__(self) -> Tuple[Any, tuple]:
         """Pickled narrow (`columns.narrowed`): each int64 column as offsets from its least value in the
         narrowest unsigned type that holds them, the ends and kept timestamps first less the
-        starts (a block of sessions' rows pickles to about a fifth of its bytes)."""
-        start = narrowed(self.start)
-        return (_unpickle_block, (self.kbs, self.crc, self.keys, narrowed(self.pe), narrowed(self.code),
-                                  start, narrowed(self.end, self.start), narrowed(self.acc),
-                                  narrowed(self.n), narrowed(self.ts, self.start)))
+        starts (a block of sessions' rows pickles to about a fifth of its bytes); it unpickles
+        as the `NarrowBlock` it stands for."""
+        return (NarrowBlock, (self.kbs, self.crc, self.keys, narrowed(self.pe), narrowed(self.code),
+                              narrowed(self.start), narrowed(self.end, self.start), narrowed(self.acc),
+                              narrowed(self.n), narrowed(self.ts, self.start)))
+
+    def wide(self) -> "GroupBlock":
+        """Itself (see `NarrowBlock.wide`)."""
+        return self
 
     @staticmethod
     def merged(blocks: List["GroupBlock"]) -> "GroupBlock":
@@ -133,12 +138,31 @@ class GroupBlock(NamedTuple):
                 lo = end
 
 
-def _unpickle_block(kbs: pa.Array, crc: np.ndarray, keys: pa.Array, pe: Any, code: Any, start: Any,
-                    end: Any, acc: Any, n: Any, ts: Any) -> GroupBlock:
-    """The block `GroupBlock.__reduce__` pickled."""
-    s = widened(start)
-    return GroupBlock(widened(pe), kbs, crc, keys, widened(code), s, widened(end, s), widened(acc),
-                      widened(n), widened(ts, s))
+class NarrowBlock:
+    """A `GroupBlock` as the shuffle brings it and a reduce partition's `BlockStore` holds it:
+    its int64 columns narrow, as pickled (`GroupBlock.__reduce__`), until `wide()` makes the
+    block (a store of sessions' blocks holds about a fifth of their bytes)."""
+
+    __slots__ = ("args",)
+
+    def __init__(self, *args: Any) -> None:
+        self.args = args
+
+    def __reduce__(self) -> Tuple[Any, tuple]:
+        return (NarrowBlock, self.args)
+
+    def nbytes(self) -> int:
+        """The bytes of the block's columns once wide (what a `BlockStore` budgets)."""
+        kbs, crc, keys = self.args[:3]
+        rows = (c.nbytes if isinstance(c, np.ndarray) else 8 * len(c[1]) for c in self.args[3:])
+        return kbs.nbytes + keys.nbytes + crc.nbytes + sum(rows)
+
+    def wide(self) -> GroupBlock:
+        """The block, its columns int64 again (the values pickled)."""
+        kbs, crc, keys, pe, code, start, end, acc, n, ts = self.args
+        s = widened(start)
+        return GroupBlock(widened(pe), kbs, crc, keys, widened(code), s, widened(end, s), widened(acc),
+                          widened(n), widened(ts, s))
 
 
 def split_blocks(part: int, emit: int, parts: int, kbs: pa.Array, keys: pa.Array, code: np.ndarray,
@@ -328,12 +352,13 @@ class BlockStore:
 
     def __init__(self, budget: float) -> None:
         self.budget = budget
-        self.held: List[GroupBlock] = []
+        self.held: List[Union[GroupBlock, NarrowBlock]] = []
         self.bytes = 0
         self.files: Optional[List[Optional[IO[bytes]]]] = None   # per sub-bucket, once spilled
 
-    def add(self, block: GroupBlock) -> None:
-        """Holds the block; spills what it holds past its budget (a quarter once spilling)."""
+    def add(self, block: Union[GroupBlock, NarrowBlock]) -> None:
+        """Holds the block (narrow as it came); spills what it holds past its budget (a quarter
+        once spilling)."""
         self.held.append(block)
         self.bytes += block.nbytes()
         if self.bytes > (self.budget if self.files is None else self.budget / 4):
@@ -351,7 +376,7 @@ class BlockStore:
             while held and size < self.budget / 4:
                 group.append(held.pop())
                 size += group[-1].nbytes()
-            merged = GroupBlock.merged(group)
+            merged = GroupBlock.merged([b.wide() for b in group])
             del group
             self._write(merged)
 
@@ -374,16 +399,19 @@ class BlockStore:
         """Its blocks, in lists of which no two share a key (one list if none spilled); the
         files are closed, and gone, as they are read."""
         if self.files is None:
-            if self.held:
-                yield self.held
-            self.held = []
+            held, self.held = self.held[::-1], []
+            if held:
+                wide = []
+                while held:   # (each narrow block let go as it is widened)
+                    wide.append(held.pop().wide())
+                yield wide
             return
         if self.held:
             self._spill()
         files, self.files = self.files, None
         for f in files:
             if f is not None:
-                yield list(_read(f))
+                yield [b.wide() for b in _read(f)]
 
     def drain(self) -> Iterator[GroupBlock]:
         """Every block, held or spilled (which empties it)."""
@@ -397,7 +425,7 @@ def _sub_bucket(crc: np.ndarray) -> np.ndarray:
     return (((crc.astype(np.uint64) * _GOLDEN) & np.uint64(0xFFFFFFFF)) >> np.uint64(26)).astype(np.int64)
 
 
-def _read(f: IO[bytes]) -> Iterator[GroupBlock]:
+def _read(f: IO[bytes]) -> Iterator[NarrowBlock]:
     with f:
         f.seek(0)
         while True:
@@ -424,8 +452,9 @@ class BlockRecords:
     def __getstate__(self) -> dict:
         return {**self.__dict__, "_combine_fn": None}
 
-    def __call__(self, block: GroupBlock) -> Iterator[Tuple[tuple, tuple]]:
+    def __call__(self, narrow: Union[GroupBlock, NarrowBlock]) -> Iterator[Tuple[tuple, tuple]]:
         """The block's records."""
+        block = narrow.wide()
         if self._combine_fn is None:
             self._combine_fn = coders.loads(self.combine_fn_bytes)
         fn = self._combine_fn
@@ -445,7 +474,7 @@ class BlockRecords:
 
 
 def sort_blocks_apart(records: Iterator[Tuple[Any, Any]], store: BlockStore,
-                      explode: Optional[Callable[[GroupBlock], Iterator[Tuple[Any, Any]]]]
+                      explode: Optional[Callable[[Any], Iterator[Tuple[Any, Any]]]]
                       ) -> Iterator[Tuple[Any, Any]]:
     """The ordinary records of a shuffled partition; its blocks go to `store` until an ordinary
     record comes, and from then on (those held first) as the records they stand for

@@ -147,25 +147,42 @@ class VectorCombiner:
     def _compact(self) -> None:
         """One chunk of its chunks, their keys encoded anew (the keys of all, distinct)."""
         if len(self.chunks) > 1:
-            c = self.chunks
+            # The chunks' columns are concatenated one column at a time and each chunk's
+            # dropped once it is (the reduce then gathers and drops them one at a time too):
+            # at most about one copy of the rows is alive beside them, not three.
+            cols: List[List[Any]] = [list(g) for g in self.chunks]
+            self.chunks = []
             enc = pc.dictionary_encode(pa.concat_arrays(self.chunk_keys))
             offsets = np.cumsum([0] + [len(k) for k in self.chunk_keys[:-1]]).tolist()
             recode = enc.indices.to_numpy().astype(np.int64)
-            codes = np.concatenate([recode[g.code + off] for g, off in zip(c, offsets)])
-            merged = _Groups(codes, *(np.concatenate([g[i] for g in c])
-                                      for i in range(1, len(_Groups._fields))))
-            self.chunks = [self._reduce(merged._replace(acc=wide(self.what, merged.acc)))]
+            merged: List[np.ndarray] = []
+            for i in range(len(_Groups._fields)):
+                merged.append(np.concatenate([recode[c[0] + off] for c, off in zip(cols, offsets)] if i == 0
+                                             else [c[i] for c in cols]))
+                for c in cols:
+                    c[i] = None
+            del cols
+            merged[3] = wide(self.what, merged[3])
+            self.chunks = [self._reduce(_Groups(*merged), merged)]
             self.chunk_keys = [enc.dictionary]
         self.rows = len(self.chunks[0].start) if self.chunks else 0
         self.key_rows = len(self.chunk_keys[0]) if self.chunk_keys else 0
 
-    def _reduce(self, g: _Groups) -> _Groups:
-        """One row per (key, window): per window, or per merged session."""
+    def _reduce(self, g: _Groups, owned: Optional[List[Any]] = None) -> _Groups:
+        """One row per (key, window): per window, or per merged session. `owned`: a list of
+        `g`'s columns that no one else holds, emptied here so that each column is freed once
+        it has been gathered."""
         n = len(g.code)
         if not n:
             return g
-        order = _order(g.code, g.start)
-        code, start, end = g.code[order], g.start[order], g.end[order]
+        columns = list(g)
+        del g
+        if owned is not None:
+            owned.clear()
+        code, start, end, acc, counts, ts = columns
+        columns.clear()
+        order = _order(code, start)
+        code, start, end = code[order], start[order], end[order]
         first = np.ones(n, bool)
         first[1:] = code[1:] != code[:-1]
         if self.merging:
@@ -173,10 +190,13 @@ class VectorCombiner:
         else:
             first[1:] |= start[1:] != start[:-1]
         idx = np.flatnonzero(first)
+        del first
         red = np.minimum if self.what == "min" else np.maximum if self.what == "max" else np.add
-        return _Groups(code[idx], start[idx], np.maximum.reduceat(end, idx), red.reduceat(g.acc[order], idx),
-                       np.add.reduceat(g.n[order], idx),
-                       self.keep_ts.reduceat(g.ts[order], idx))
+        end = np.maximum.reduceat(end, idx)
+        acc = red.reduceat(acc[order], idx)
+        counts = np.add.reduceat(counts[order], idx)
+        ts = self.keep_ts.reduceat(ts[order], idx)
+        return _Groups(code[idx], start[idx], end, acc, counts, ts)
 
     def emit(self, key_bytes: Callable[[Any], bytes],
              record: Callable[[bytes, Any, Any, int, Any], Any]) -> Iterator[Any]:
