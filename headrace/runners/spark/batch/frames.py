@@ -36,7 +36,7 @@ import pyarrow as pa
 
 from headrace.io.iobase import batched
 from headrace.runners.spark import pyspark_compat
-from headrace.runners.spark.worker.packing import pack
+from headrace.runners.spark.worker.packing import pack, partition_chunks
 
 PLAIN = ("m", "b")       # m: DATA or REPORT; b: a chunk of records, or a report, pickled
 KEYED = ("m", "p", "b")  # p: the partition the rows' records go to
@@ -396,26 +396,17 @@ def _plain_batch(blobs: List[bytes], m: int = DATA) -> pa.RecordBatch:
 
 
 def _keyed_batches(it: Iterator[Any], n: int, partition_of: Any) -> Iterator[pa.RecordBatch]:
-    """(key, value) records as KEYED rows: a chunk of one partition's records per row."""
-    pending: Dict[int, List[Any]] = {}
+    """(key, value) records as KEYED rows: a chunk of one partition's records per row, of about
+    256 KB (`packing.partition_chunks`: a row is a binary value in the JVM, and G1 allocates one
+    over half a heap region in regions of its own)."""
     parts: List[int] = []
     blobs: List[bytes] = []
-    for record in it:
-        p = partition_of(record[0]) % n
-        mine = pending.get(p)
-        if mine is None:
-            mine = pending[p] = []
-        mine.append(record)
-        if len(mine) >= _CHUNK:
-            parts.append(p)
-            blobs.append(pack(mine))
-            del pending[p]
-            if len(blobs) >= _ROWS_PER_BATCH:
-                yield _keyed_batch(parts, blobs)
-                parts, blobs = [], []
-    for p, mine in pending.items():
+    for p, blob in partition_chunks(n, partition_of, pack, it):
         parts.append(p)
-        blobs.append(pack(mine))
+        blobs.append(blob)
+        if len(blobs) >= _ROWS_PER_BATCH:
+            yield _keyed_batch(parts, blobs)
+            parts, blobs = [], []
     if blobs:
         yield _keyed_batch(parts, blobs)
 

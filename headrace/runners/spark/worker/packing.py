@@ -46,14 +46,22 @@ SHUFFLE_CHUNK_BYTES = 256 * 1024
 
 def shuffle_chunks(n: int, partition_of: Callable[[Any], int], dumps: Callable[[Any], bytes],
                    _split: int, records: Iterable[Tuple[Any, Any]]) -> Iterator[bytes]:
-    """A map task's (key, value) records as the JVM's shuffle takes them (`PairwiseRDD`):
-    (packed reduce partition, chunk) pairs, a chunk a pickled list of records of one partition
-    `partition_of(key) % n`, in their order, of about `SHUFFLE_CHUNK_BYTES` while the records'
-    sizes hold steady: the records per chunk follow the bytes per record of the last chunk, and
-    at most double from one chunk to the next (the first chunks are small while the sizes are
-    unknown); a record larger than that is a chunk alone. Sizes that jump after many small
-    records can still make one chunk larger (records are not measured one by one: that would
-    pickle each alone)."""
+    """A map task's (key, value) records as the JVM's shuffle takes them (`PairwiseRDD`): the
+    (partition, chunk) pairs of `partition_chunks`, the partition packed as PySpark packs it."""
+    for p, data in partition_chunks(n, partition_of, dumps, records):
+        yield pack_long(p)
+        yield data
+
+
+def partition_chunks(n: int, partition_of: Callable[[Any], int], dumps: Callable[[Any], bytes],
+                     records: Iterable[Tuple[Any, Any]]) -> Iterator[Tuple[int, bytes]]:
+    """(partition, chunk) pairs of (key, value) records, a chunk a pickled list (`dumps`) of
+    records of one partition `partition_of(key) % n`, in their order, of about
+    `SHUFFLE_CHUNK_BYTES` while the records' sizes hold steady: the records per chunk follow
+    the bytes per record of the last chunk, and at most double from one chunk to the next (the
+    first chunks are small while the sizes are unknown); a record larger than that is a chunk
+    alone. Sizes that jump after many small records can still make one chunk larger (records
+    are not measured one by one: that would pickle each alone)."""
     buckets: Dict[int, List[Any]] = {}
     per = 1
     for kv in records:
@@ -65,10 +73,8 @@ def shuffle_chunks(n: int, partition_of: Callable[[Any], int], dumps: Callable[[
         if len(items) >= per:
             data = dumps(items)
             buckets[p] = []
-            yield pack_long(p)
-            yield data
+            yield p, data
             per = max(1, min(2 * per, len(items) * SHUFFLE_CHUNK_BYTES // max(len(data), 1)))
     for p, items in buckets.items():
         if items:
-            yield pack_long(p)
-            yield dumps(items)
+            yield p, dumps(items)
