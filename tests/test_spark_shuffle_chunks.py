@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from headrace.runners.spark.worker.packing import SHUFFLE_CHUNK_BYTES, shuffle_chunks
+from headrace.runners.spark.worker.packing import SHUFFLE_CHUNK_BYTES, shuffle_chunks, sized_chunks
 
 
 def dumps(obj):
@@ -62,3 +62,15 @@ def test_small_records_go_many_to_a_chunk():
 def test_a_few_large_records_among_small_ones_do_not_make_a_chunk_of_many():
     records = [(0, b"y" * (20 if i % 50 else 200_000)) for i in range(2_000)]
     assert max(len(c) for _, c in chunks_of(records, 1)) <= 2 * SHUFFLE_CHUNK_BYTES
+
+
+@pytest.mark.parametrize("sizes", [[10], [60_000], [0, 200_000, 200_000], [50_000, 1_200, 300]])
+def test_consecutive_records_go_in_order_in_chunks_of_bounded_bytes(sizes):
+    """`sized_chunks` (a chain's rows over Spark Connect) cuts one stream as a partition's."""
+    records = [(i, b"x" * sizes[i % len(sizes)]) for i in range(500)]
+    chunks = list(sized_chunks(iter(records), dumps))
+    assert [r for c in chunks for r in pickle.loads(c)] == records
+    for chunk in chunks:
+        assert len(chunk) <= 2 * SHUFFLE_CHUNK_BYTES or len(pickle.loads(chunk)) == 1
+    if sizes == [10]:
+        assert len(chunks) < 20   # small records many to a chunk

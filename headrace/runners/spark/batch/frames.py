@@ -8,7 +8,7 @@ DataFrame operations:
 
 * a chain of `mapPartitions` / `mapPartitionsWithIndex` / `filter` / `map` / `flatMap` is one
   `DataFrame.mapInArrow` (functions composed in Python, as PySpark pipelines an RDD's); its
-  records cross Spark pickled, a chunk of them per row (`PLAIN`: `m int, b binary`);
+  records cross Spark pickled, about 256 KB of them per row (`PLAIN`: `m int, b binary`);
 * `partitionBy` (a grouping's shuffle, whose reading chain then sorts each partition's records,
   `worker.sorting`) is `repartitionById` on the partition the partitioner gives, a chunk of
   records per row;
@@ -34,15 +34,13 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tupl
 
 import pyarrow as pa
 
-from headrace.io.iobase import batched
 from headrace.runners.spark import pyspark_compat
-from headrace.runners.spark.worker.packing import pack, partition_chunks
+from headrace.runners.spark.worker.packing import pack, partition_chunks, sized_chunks
 
 PLAIN = ("m", "b")       # m: DATA or REPORT; b: a chunk of records, or a report, pickled
 KEYED = ("m", "p", "b")  # p: the partition the rows' records go to
 DATA, REPORT = 0, 1
 
-_CHUNK = 1024            # records pickled together in one PLAIN row
 _ROWS_PER_BATCH = 16     # PLAIN rows per Arrow batch a chain yields
 
 _REPORTS: List[Tuple[int, Any]] = []   # a worker's accumulator updates in the running chain
@@ -380,9 +378,11 @@ def _chunks(batches: Iterator[pa.RecordBatch], passed: List[bytes]) -> Iterator[
 
 
 def _plain_batches(it: Iterator[Any]) -> Iterator[pa.RecordBatch]:
+    """Records as PLAIN rows: consecutive records per row, about 256 KB of them
+    (`packing.sized_chunks`, as `_keyed_batches` cuts a partition's)."""
     blobs: List[bytes] = []
-    for chunk in batched(it, _CHUNK):
-        blobs.append(pack(chunk))
+    for blob in sized_chunks(it, pack):
+        blobs.append(blob)
         if len(blobs) >= _ROWS_PER_BATCH:
             yield _plain_batch(blobs)
             blobs = []

@@ -74,7 +74,29 @@ def partition_chunks(n: int, partition_of: Callable[[Any], int], dumps: Callable
             data = dumps(items)
             buckets[p] = []
             yield p, data
-            per = max(1, min(2 * per, len(items) * SHUFFLE_CHUNK_BYTES // max(len(data), 1)))
+            per = _next_per(per, len(items), len(data))
     for p, items in buckets.items():
         if items:
             yield p, dumps(items)
+
+
+def sized_chunks(records: Iterable[Any], dumps: Callable[[Any], bytes]) -> Iterator[bytes]:
+    """Consecutive records as pickled lists (`dumps`) of about `SHUFFLE_CHUNK_BYTES`, cut as
+    `partition_chunks` cuts one partition's."""
+    items: List[Any] = []
+    per = 1
+    for r in records:
+        items.append(r)
+        if len(items) >= per:
+            data = dumps(items)
+            yield data
+            per = _next_per(per, len(items), len(data))
+            items = []
+    if items:
+        yield dumps(items)
+
+
+def _next_per(per: int, count: int, size: int) -> int:
+    """The records of the next chunk: as many as `SHUFFLE_CHUNK_BYTES` holds at the last chunk's
+    bytes per record (`count` records in `size` bytes), at most twice the last's `per`."""
+    return max(1, min(2 * per, count * SHUFFLE_CHUNK_BYTES // max(size, 1)))
