@@ -105,8 +105,8 @@ class VectorCombiner:
         ts = bundle.ts_array()
         acc = bundle.column(val) if self.what != "count" else np.zeros(bundle.n, np.int64)
         start, end = self._windows(ts)
-        self.chunks.append(self._reduce(_Groups(codes, start, end, wide(self.what, acc),
-                                                np.ones(bundle.n, np.int64), ts)))
+        self.chunks.append(self._reduce([codes, start, end, wide(self.what, acc),
+                                         np.ones(bundle.n, np.int64), ts]))
         self.chunk_keys.append(keys)
         self.rows += len(self.chunks[-1].start)
         self.key_rows += len(keys)
@@ -163,24 +163,20 @@ class VectorCombiner:
                     c[i] = None
             del cols
             merged[3] = wide(self.what, merged[3])
-            self.chunks = [self._reduce(_Groups(*merged), merged)]
+            self.chunks = [self._reduce(merged)]
             self.chunk_keys = [enc.dictionary]
         self.rows = len(self.chunks[0].start) if self.chunks else 0
         self.key_rows = len(self.chunk_keys[0]) if self.chunk_keys else 0
 
-    def _reduce(self, g: _Groups, owned: Optional[List[Any]] = None) -> _Groups:
-        """One row per (key, window): per window, or per merged session. `owned`: a list of
-        `g`'s columns that no one else holds, emptied here so that each column is freed once
-        it has been gathered."""
-        n = len(g.code)
-        if not n:
-            return g
-        columns = list(g)
-        del g
-        if owned is not None:
-            owned.clear()
+    def _reduce(self, columns: List[Any]) -> _Groups:
+        """One row per (key, window) of the rows whose `_Groups` columns `columns` holds: per
+        window, or per merged session. Empties `columns`, so that a column no one else holds is
+        freed once it has been gathered."""
         code, start, end, acc, counts, ts = columns
         columns.clear()
+        n = len(code)
+        if not n:
+            return _Groups(code, start, end, acc, counts, ts)
         order = _order(code, start)
         code, start, end = code[order], start[order], end[order]
         first = np.ones(n, bool)
