@@ -199,9 +199,12 @@ def run_headrace(args: argparse.Namespace) -> Result:
         start_spark(args)
         startup = time.perf_counter() - t0
     if args.contender == "headrace-connect":   # a bounded pipeline over Spark Connect
-        options = PipelineOptions(runner="SparkRunner", spark_remote=args.master,
-                                  spark_conf=[kv for kv in spark_conf(args)
-                                              if kv.startswith("spark.sql.")])
+        # a Spark Connect server the runner starts takes every setting the classic contender
+        # runs with (UI off, the driver's memory); on the server start_spark made, which has
+        # them, only the runtime SQL settings are set again
+        conf = spark_conf(args) if args.runner_starts_spark else [
+            kv for kv in spark_conf(args) if kv.startswith("spark.sql.")]
+        options = PipelineOptions(runner="SparkRunner", spark_remote=args.master, spark_conf=conf)
     else:
         options = PipelineOptions(args.headrace_option or [], runner="SparkRunner",
                                   spark_master=args.master, spark_conf=spark_conf(args))
