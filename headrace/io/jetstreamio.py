@@ -81,7 +81,7 @@ from headrace.io.flushes import FlushWriter
 from headrace.io.restriction_trackers import (
     OFFSET_INFINITY, KeyedOffsetRangeTracker, OffsetRange,
 )
-from headrace.io.reads import BoundedRead, UnboundedRead
+from headrace.io.reads import DEAD_LETTER_TAG, BoundedRead, ReadAll, UnboundedRead
 from headrace.io.watermark_estimators import ReadProgressEstimator
 from headrace.metrics.metric import Metrics
 from headrace.model.time import MAX_TIMESTAMP_MICROS, Duration
@@ -100,8 +100,6 @@ __all__ = ["JetStreamMessage", "ReadAllFromJetStream", "ReadFromJetStream", "Wri
 
 _log = logging.getLogger(__name__)
 
-DEAD_LETTER_TAG = "dead_letter"
-_MAIN_TAG = "messages"
 _SCHEMES = ("nats", "tls", "ws", "wss")
 _CONNECTING = threading.RLock()
 
@@ -779,7 +777,7 @@ def _config(servers: Any, subjects: Any, start_sequence: Optional[int],
                    options)
 
 
-class ReadAllFromJetStream(PTransform):
+class ReadAllFromJetStream(ReadAll):
     """Reads every stream named in the input PCollection (the readAll form of
     `ReadFromJetStream`, with the same options; `subjects` filters each stream). With
     `validate` (the default, as Beam's) the transform connects when the pipeline is built, so an
@@ -798,29 +796,15 @@ class ReadAllFromJetStream(PTransform):
         self._config = _config(servers, subjects, start_sequence, stop_sequence, timestamp_field,
                                watermark_delay, durable_name, batch_size, with_metadata, decoder,
                                poll_interval, stop_after_idle, request_timeout, client_options)
-        self._tags: Optional[Tuple[str, str]] = None
 
-    def with_exception_handling(self, main_tag: str = "good",
-                                dead_letter_tag: str = "bad") -> "ReadAllFromJetStream":
-        """Makes the result (good, bad): the messages, and the bad ones as
-        (JetStreamMessage with the raw data, (exception type, repr, traceback lines))."""
-        if main_tag == dead_letter_tag:
-            raise InvalidArgumentError(
-                f"{type(self).__name__}.with_exception_handling: main_tag and dead_letter_tag are "
-                f"both {main_tag!r}; give them different names")
-        self._tags = (main_tag, dead_letter_tag)
-        return self
+    main_tag = "messages"
 
     def expand(self, pcoll: Any) -> Any:
-        from headrace.transforms.core import ParDo
         fn_class = _ReadBounded if self._config.stop_sequence is not None else _ReadUnbounded
         fn = fn_class(self._config)
         if self._validate:   # the server reachable when the pipeline is built (Beam's validate=)
             fn.validate(self._validated_elements())
-        result = pcoll | "ReadStreams" >> ParDo(fn).with_outputs(DEAD_LETTER_TAG, main=_MAIN_TAG)
-        if self._tags is None:
-            return result[_MAIN_TAG]
-        return result[_MAIN_TAG], result[DEAD_LETTER_TAG]
+        return self._result(*self._read(pcoll, "ReadStreams", fn))
 
     def _validated_elements(self) -> List[Any]:
         """The streams `validate` checks exist (none: the streams come at run time)."""

@@ -69,7 +69,7 @@ from headrace.io.flushes import FlushWriter
 from headrace.io.restriction_trackers import (
     OFFSET_INFINITY, KeyedOffsetRangeTracker, OffsetRange,
 )
-from headrace.io.reads import BoundedRead, UnboundedRead
+from headrace.io.reads import DEAD_LETTER_TAG, BoundedRead, ReadAll, UnboundedRead
 from headrace.io.watermark_estimators import ReadProgressEstimator
 from headrace.metrics.metric import Metrics
 from headrace.model.time import MAX_TIMESTAMP_MICROS, Duration
@@ -87,8 +87,6 @@ __all__ = ["KafkaRecord", "ReadAllFromKafka", "ReadFromKafka", "WriteToKafka", "
 
 _log = logging.getLogger(__name__)
 
-DEAD_LETTER_TAG = "dead_letter"
-_MAIN_TAG = "records"
 _METADATA_TIMEOUT = 10.0       # seconds for a metadata or offsets request (at most)
 _MAX_CONSUMERS = 16            # partition consumers one DoFn instance keeps open
 _STALL_LIMIT = 60.0            # seconds a bounded read waits for records it knows exist
@@ -816,7 +814,7 @@ def _config(where: str, consumer_config: Any, key_deserializer: Any, value_deser
                    stop_after_idle, float(consumer_polling_timeout), bool(idle_watermark))
 
 
-class ReadAllFromKafka(PTransform):
+class ReadAllFromKafka(ReadAll):
     """Reads every topic, or (topic, partition), of the input PCollection (the readAll form of
     `ReadFromKafka`, with the same options; see the module doc). With `validate` (the default)
     the transform connects when the pipeline is built, so an unreachable cluster fails at once."""
@@ -849,21 +847,11 @@ class ReadAllFromKafka(PTransform):
                                commit_offset_in_finalize, timestamp_policy, with_metadata,
                                stop_read_time, watermark_delay, batch_size, poll_interval,
                                stop_after_idle, consumer_polling_timeout, idle_watermark)
-        self._tags: Optional[Tuple[str, str]] = None
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self._config.consumer_config!r})"
 
-    def with_exception_handling(self, main_tag: str = "good",
-                                dead_letter_tag: str = "bad") -> "ReadAllFromKafka":
-        """Makes the result (good, bad): the records, and the bad ones as
-        (KafkaRecord, (exception type, repr, traceback lines))."""
-        if main_tag == dead_letter_tag:
-            raise InvalidArgumentError(
-                f"{type(self).__name__}.with_exception_handling: main_tag and dead_letter_tag are "
-                f"both {main_tag!r}; give them different names")
-        self._tags = (main_tag, dead_letter_tag)
-        return self
+    main_tag = "records"
 
     def expand(self, pcoll: Any) -> Any:
         from headrace.transforms.core import ParDo
@@ -872,10 +860,7 @@ class ReadAllFromKafka(PTransform):
         if self._validate:   # the cluster reachable when the pipeline is built (Beam's validate)
             fn.validate(self._validated_topics())
         parts = pcoll | "Partitions" >> ParDo(_Partitions(self._config, self._what))
-        result = parts | "ReadPartitions" >> ParDo(fn).with_outputs(DEAD_LETTER_TAG, main=_MAIN_TAG)
-        if self._tags is None:
-            return result[_MAIN_TAG]
-        return result[_MAIN_TAG], result[DEAD_LETTER_TAG]
+        return self._result(*self._read(parts, "ReadPartitions", fn))
 
     def _validated_topics(self) -> List[str]:
         """The topics `validate` checks exist (none: the topics come at run time)."""

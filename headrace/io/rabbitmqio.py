@@ -79,13 +79,13 @@ import zlib
 from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 from headrace.errors import InvalidArgumentError, PipelineExecutionError
+from headrace.io.reads import DEAD_LETTER_TAG, ReadAll
 from headrace.io.redisio import mask_url
 from headrace.io.watermark_estimators import ReadProgressEstimator
 from headrace.metrics.metric import Metrics
 from headrace.model.time import Duration
 from headrace.model.windowed import TimestampedValue
 from headrace.pipeline.dofn import DoFn
-from headrace.pipeline.ptransform import PTransform
 from headrace.pipeline.pvalue import TaggedOutput
 from headrace.pipeline.splittable import (
     RecordBlock, RestrictionProgress, RestrictionProvider, RestrictionTracker,
@@ -101,8 +101,6 @@ __all__ = ["BloomFilter", "QueueRestriction", "RabbitMqMessage", "ReadAllFromRab
 
 _log = logging.getLogger(__name__)
 
-DEAD_LETTER_TAG = "dead_letter"
-_MAIN_TAG = "messages"
 _DEDUP_BY = ("message_id", "correlation_id", "body")
 _PROPERTIES = ("content_type", "content_encoding", "headers", "delivery_mode", "priority",
                "correlation_id", "reply_to", "expiration", "message_id", "timestamp", "type",
@@ -770,7 +768,7 @@ def _config(url: str, queue_declare: bool, batch_size: int, with_metadata: bool,
                    float(poll_interval), stop_after_idle, ssl)
 
 
-class ReadAllFromRabbitMQ(PTransform):
+class ReadAllFromRabbitMQ(ReadAll):
     """Reads every queue named in the input PCollection (the readAll form of
     `ReadFromRabbitMQ`, with the same options; see the module doc). With `validate` (the
     default) the transform connects when the pipeline is built, so an unreachable server or
@@ -789,21 +787,11 @@ class ReadAllFromRabbitMQ(PTransform):
                                timestamp_field, watermark_delay, dedup, dedup_by, dedup_horizon,
                                dedup_range, dedup_buckets, poll_interval, stop_after_idle,
                                ssl_options)
-        self._tags: Optional[Tuple[str, str]] = None
 
     #: the splittable DoFn class of the read (a subclass may extend it, e.g. a test's)
     read_fn_class = _ReadQueues
 
-    def with_exception_handling(self, main_tag: str = "good",
-                                dead_letter_tag: str = "bad") -> "ReadAllFromRabbitMQ":
-        """Makes the result (good, bad): the messages, and the malformed ones (no record id,
-        a bad timestamp) as (RabbitMqMessage, (exception type, repr, traceback lines))."""
-        if main_tag == dead_letter_tag:
-            raise InvalidArgumentError(
-                f"{type(self).__name__}.with_exception_handling: main_tag and dead_letter_tag are "
-                f"both {main_tag!r}; give them different names")
-        self._tags = (main_tag, dead_letter_tag)
-        return self
+    main_tag = "messages"
 
     def expand(self, pcoll: Any) -> Any:
         from headrace.transforms.core import ParDo
@@ -811,13 +799,10 @@ class ReadAllFromRabbitMQ(PTransform):
         fn = self.read_fn_class(cfg)
         if self._validate:
             fn.validate(self._validated_queues())
-        result = pcoll | "ReadQueues" >> ParDo(fn).with_outputs(DEAD_LETTER_TAG, main=_MAIN_TAG)
-        good = result[_MAIN_TAG]
+        good, bad = self._read(pcoll, "ReadQueues", fn)
         if cfg.dedup:
             good = good | "DeduplicateIds" >> ParDo(_DedupIds(cfg.dedup_horizon_us, cfg.dedup_range_us))
-        if self._tags is None:
-            return good
-        return good, result[DEAD_LETTER_TAG]
+        return self._result(good, bad)
 
     def _validated_queues(self) -> List[str]:
         """The queues `validate` checks (none: they come at run time)."""

@@ -54,7 +54,7 @@ from headrace.io.flushes import FlushWriter
 from headrace.io.restriction_trackers import (
     OFFSET_INFINITY, KeyedOffsetRangeTracker, OffsetRange,
 )
-from headrace.io.reads import BoundedRead, UnboundedRead
+from headrace.io.reads import DEAD_LETTER_TAG, BoundedRead, ReadAll, UnboundedRead
 from headrace.io.watermark_estimators import ReadProgressEstimator
 from headrace.metrics.metric import Metrics
 from headrace.model.time import MAX_TIMESTAMP_MICROS, Duration
@@ -76,8 +76,6 @@ _log = logging.getLogger(__name__)
 SEQ_BITS = 20
 _SEQ_LIMIT = 1 << SEQ_BITS
 _MS_LIMIT = 1 << (63 - SEQ_BITS)
-DEAD_LETTER_TAG = "dead_letter"
-_MAIN_TAG = "entries"
 # redis-py options that hold credentials: kept as Secrets (never pickled into a checkpoint)
 _SECRET_OPTIONS = ("password", "ssl_password")
 
@@ -552,7 +550,7 @@ def _config(url: str, start_id: Optional[str], stop_id: Optional[str],
                    batch_size, bool(with_metadata), float(poll_interval), stop_after_idle, options)
 
 
-class ReadAllFromRedisStreams(PTransform):
+class ReadAllFromRedisStreams(ReadAll):
     """Reads every stream key of the input PCollection (the readAll form of
     `ReadFromRedisStreams`, with the same options; see the module doc). With `validate` (the
     default, as Beam's) the transform connects when the pipeline is built, so an unreachable
@@ -570,30 +568,15 @@ class ReadAllFromRedisStreams(PTransform):
         self._config = _config(url, start_id, stop_id, timestamp_field, watermark_delay,
                                consumer_group, consumer_name, batch_size, with_metadata,
                                poll_interval, stop_after_idle, client_options)
-        self._tags: Optional[Tuple[str, str]] = None
 
-    def with_exception_handling(self, main_tag: str = "good",
-                                dead_letter_tag: str = "bad") -> "ReadAllFromRedisStreams":
-        """Makes the result (good, bad): the entries, and the malformed ones as
-        (StreamEntry, (exception type, repr, traceback lines))."""
-        if main_tag == dead_letter_tag:
-            raise InvalidArgumentError(
-                f"{type(self).__name__}.with_exception_handling: main_tag and dead_letter_tag are "
-                f"both {main_tag!r}; give them different names")
-        self._tags = (main_tag, dead_letter_tag)
-        return self
+    main_tag = "entries"
 
     def expand(self, pcoll: Any) -> Any:
-        from headrace.transforms.core import ParDo
         fn_class = _ReadBounded if self._config.stop_id is not None else _ReadUnbounded
         fn = fn_class(self._config)
         if self._validate:   # the server reachable when the pipeline is built (Beam's validate=)
             fn.validate(self._validated_keys())
-        result = pcoll | "ReadStreams" >> ParDo(fn).with_outputs(
-            DEAD_LETTER_TAG, main=_MAIN_TAG)
-        if self._tags is None:
-            return result[_MAIN_TAG]
-        return result[_MAIN_TAG], result[DEAD_LETTER_TAG]
+        return self._result(*self._read(pcoll, "ReadStreams", fn))
 
     def _validated_keys(self) -> List[str]:
         """The keys `validate` checks are streams (none: the keys come at run time)."""
