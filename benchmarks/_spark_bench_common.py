@@ -309,6 +309,30 @@ class TreeMemorySampler(threading.Thread):
         self.others_cpu_share: Optional[float] = None
 
     def _sample(self, root) -> Tuple[int, Dict[str, int]]:
+        """(summed RSS, RSS by kind) of the tree now. Read from `/proc` directly where it can:
+        the tree's processes from their threads' `children` files and each one's RSS, name and
+        CPU time from its `stat` file (psutil's recursive `children` reads every process's
+        `stat` on the machine at each call, which took about a fifth of a core at 20 samples a
+        second, taken from the contenders on a two-core machine)."""
+        pids = _tree_pids(root.pid)
+        if pids is None:
+            return self._sample_psutil(root)
+        parts: Dict[str, int] = {}
+        for pid in pids:
+            stat = _proc_stat(pid)
+            if stat is None:
+                continue
+            name, cpu, rss = stat
+            if pid not in self.seen:
+                self.seen[pid] = _process(pid)
+            self.cpu_seconds[pid] = cpu
+            kind = "driver" if pid == root.pid else ("jvm" if "java" in name else "workers")
+            parts[kind] = parts.get(kind, 0) + rss
+        self.max_processes = max(self.max_processes, len(pids))
+        return sum(parts.values()), parts
+
+    def _sample_psutil(self, root) -> Tuple[int, Dict[str, int]]:
+        """`_sample` through psutil (where `/proc/PID/task/TID/children` is missing)."""
         import psutil
 
         parts: Dict[str, int] = {}
@@ -362,12 +386,63 @@ class TreeMemorySampler(threading.Thread):
         moment), so that the next run starts alone; kills what is left after `timeout`."""
         import psutil
 
-        _, alive = psutil.wait_procs(list(self.seen.values()), timeout=timeout)
+        _, alive = psutil.wait_procs([p for p in self.seen.values() if p is not None],
+                                     timeout=timeout)
         for p in alive:
             try:
                 p.kill()
             except psutil.Error:
                 pass
+
+
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _tree_pids(root: int) -> Optional[List[int]]:
+    """`root` and its descendants, from `/proc/PID/task/TID/children` (every thread's children:
+    a JVM forks from its threads); None where the kernel has no such files."""
+    if not os.path.exists(f"/proc/{root}/task/{root}/children"):
+        return None
+    out, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/children") as fh:
+                    todo.extend(int(c) for c in fh.read().split())
+            except OSError:
+                pass
+    return out
+
+
+def _proc_stat(pid: int) -> Optional[Tuple[str, float, int]]:
+    """(name, user + system CPU seconds, RSS bytes) of a process, from `/proc/PID/stat`."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            data = fh.read()
+    except OSError:
+        return None
+    head, _, rest = data.rpartition(b")")
+    fields = rest.split()
+    # after the name: state is field 3, utime 14, stime 15 and rss 24 (proc(5))
+    return (head.partition(b"(")[2].decode(errors="replace"),
+            (int(fields[11]) + int(fields[12])) / _TICK, int(fields[21]) * _PAGE)
+
+
+def _process(pid: int) -> Any:
+    """psutil's Process of `pid` (for `reap`), or None if it has already gone."""
+    import psutil
+
+    try:
+        return psutil.Process(pid)
+    except psutil.Error:
+        return None
 
 
 def _busy_cpu_seconds(t) -> float:
