@@ -783,6 +783,8 @@ class ReadAllFromJetStream(ReadAll):
     `validate` (the default, as Beam's) the transform connects when the pipeline is built, so an
     unreachable server (or, for `ReadFromJetStream`, a missing stream) fails at once."""
 
+    main_tag = "messages"   # the read DoFn's main output
+
     def __init__(self, servers: Any = "nats://127.0.0.1:4222", subjects: Any = None,
                  start_sequence: Optional[int] = None, stop_sequence: Union[int, str, None] = None,
                  timestamp_field: Optional[str] = None, watermark_delay: float = 0,
@@ -796,8 +798,6 @@ class ReadAllFromJetStream(ReadAll):
         self._config = _config(servers, subjects, start_sequence, stop_sequence, timestamp_field,
                                watermark_delay, durable_name, batch_size, with_metadata, decoder,
                                poll_interval, stop_after_idle, request_timeout, client_options)
-
-    main_tag = "messages"
 
     def expand(self, pcoll: Any) -> Any:
         fn_class = _ReadBounded if self._config.stop_sequence is not None else _ReadUnbounded

@@ -819,6 +819,8 @@ class ReadAllFromKafka(ReadAll):
     `ReadFromKafka`, with the same options; see the module doc). With `validate` (the default)
     the transform connects when the pipeline is built, so an unreachable cluster fails at once."""
 
+    main_tag = "records"   # the read DoFn's main output
+
     processing_time_policy = "ProcessingTime"
     create_time_policy = "CreateTime"
     log_append_time = "LogAppendTime"
@@ -850,8 +852,6 @@ class ReadAllFromKafka(ReadAll):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self._config.consumer_config!r})"
-
-    main_tag = "records"
 
     def expand(self, pcoll: Any) -> Any:
         from headrace.transforms.core import ParDo

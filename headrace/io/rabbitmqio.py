@@ -774,6 +774,8 @@ class ReadAllFromRabbitMQ(ReadAll):
     default) the transform connects when the pipeline is built, so an unreachable server or
     refused credentials (and, for `ReadFromRabbitMQ`, a missing queue) fail at once."""
 
+    main_tag = "messages"   # the read DoFn's main output
+
     def __init__(self, url: str = "amqp://guest:guest@127.0.0.1:5672/%2F",
                  queue_declare: bool = False, batch_size: int = 100, with_metadata: bool = False,
                  timestamp_header: Optional[str] = None, timestamp_field: Optional[str] = None,
@@ -790,8 +792,6 @@ class ReadAllFromRabbitMQ(ReadAll):
 
     #: the splittable DoFn class of the read (a subclass may extend it, e.g. a test's)
     read_fn_class = _ReadQueues
-
-    main_tag = "messages"
 
     def expand(self, pcoll: Any) -> Any:
         from headrace.transforms.core import ParDo

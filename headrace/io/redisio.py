@@ -556,6 +556,8 @@ class ReadAllFromRedisStreams(ReadAll):
     default, as Beam's) the transform connects when the pipeline is built, so an unreachable
     server (or, for a bounded `ReadFromRedisStreams`, a missing stream) fails at once."""
 
+    main_tag = "entries"   # the read DoFn's main output
+
     def __init__(self, url: str = "redis://127.0.0.1:6379/0", start_id: Optional[str] = None,
                  stop_id: Optional[str] = None, timestamp_field: Optional[str] = None,
                  watermark_delay: float = 0, consumer_group: Optional[str] = None,
@@ -568,8 +570,6 @@ class ReadAllFromRedisStreams(ReadAll):
         self._config = _config(url, start_id, stop_id, timestamp_field, watermark_delay,
                                consumer_group, consumer_name, batch_size, with_metadata,
                                poll_interval, stop_after_idle, client_options)
-
-    main_tag = "entries"
 
     def expand(self, pcoll: Any) -> Any:
         fn_class = _ReadBounded if self._config.stop_id is not None else _ReadUnbounded
