@@ -309,33 +309,36 @@ class TreeMemorySampler(threading.Thread):
         self.others_cpu_share: Optional[float] = None
 
     def _sample(self, root) -> Tuple[int, Dict[str, int]]:
-        """(summed RSS, RSS by kind) of the tree now. Read from `/proc` directly where it can:
-        the tree's processes from their threads' `children` files and each one's RSS, name and
-        CPU time from its `stat` file (psutil's recursive `children` reads every process's
-        `stat` on the machine at each call, which took about a fifth of a core at 20 samples a
-        second, taken from the contenders on a two-core machine)."""
-        pids = _tree_pids(root.pid)
-        if pids is None:
-            return self._sample_psutil(root)
+        """(summed RSS, RSS by kind) of the tree now: driver, JVM, Python workers."""
         parts: Dict[str, int] = {}
-        for pid in pids:
-            stat = _proc_stat(pid)
-            if stat is None:
-                continue
-            name, cpu, rss = stat
-            if pid not in self.seen:
-                self.seen[pid] = _process(pid)
+        listed, stats = self._tree_stats(root)
+        for pid, name, cpu, rss in stats:
             self.cpu_seconds[pid] = cpu
             kind = "driver" if pid == root.pid else ("jvm" if "java" in name else "workers")
             parts[kind] = parts.get(kind, 0) + rss
-        self.max_processes = max(self.max_processes, len(pids))
+        self.max_processes = max(self.max_processes, listed)
         return sum(parts.values()), parts
 
-    def _sample_psutil(self, root) -> Tuple[int, Dict[str, int]]:
-        """`_sample` through psutil (where `/proc/PID/task/TID/children` is missing)."""
+    def _tree_stats(self, root) -> Tuple[int, List[Tuple[int, str, float, int]]]:
+        """(processes listed, (pid, name, CPU seconds, RSS bytes) of those still there) of the
+        tree, each new one added to `seen`. Read from `/proc` directly where it can: the tree's
+        processes from their threads' `children` files, each one's figures from its `stat` file
+        (psutil's recursive `children` reads every process's `stat` on the machine at each
+        call, which took about a fifth of a core at 20 samples a second, taken from the
+        contenders on a two-core machine); through psutil elsewhere."""
+        out: List[Tuple[int, str, float, int]] = []
+        pids = _tree_pids(root.pid)
+        if pids is not None:
+            for pid in pids:
+                stat = _proc_stat(pid)
+                if stat is None:
+                    continue
+                if pid not in self.seen:
+                    self.seen[pid] = _process(pid)
+                out.append((pid, *stat))
+            return len(pids), out
         import psutil
 
-        parts: Dict[str, int] = {}
         procs = [root]
         try:
             procs += root.children(recursive=True)
@@ -350,11 +353,8 @@ class TreeMemorySampler(threading.Thread):
                     cpu = p.cpu_times()
             except psutil.Error:
                 continue
-            self.cpu_seconds[p.pid] = cpu.user + cpu.system
-            kind = "driver" if p.pid == root.pid else ("jvm" if "java" in name else "workers")
-            parts[kind] = parts.get(kind, 0) + rss
-        self.max_processes = max(self.max_processes, len(procs))
-        return sum(parts.values()), parts
+            out.append((p.pid, name, cpu.user + cpu.system, rss))
+        return len(procs), out
 
     def run(self) -> None:
         import psutil

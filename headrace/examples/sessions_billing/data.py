@@ -15,7 +15,7 @@ import re
 import threading
 import time
 from operator import itemgetter
-from typing import List, NamedTuple, Optional, Tuple
+from typing import Dict, List, NamedTuple, Optional, Tuple
 
 HOUR_S = 60 * 60
 KINDS = ("view", "ad_impression", "ad_click")
@@ -97,7 +97,7 @@ def generate_lines(n_events: int = DEFAULT_EVENTS, n_users: int = DEFAULT_USERS,
     add = lines.append
     day = fmt_time(DAY_START_US)[:11]
     # the same text as fmt_time(t), made faster: each second's "HH:MM:SS" made once
-    clock: dict = {}
+    clock: Dict[int, str] = {}
     for t, user, kind, secs, adv, price in events:
         second, ms = divmod((t - DAY_START_US) // 1000, 1000)
         hms = clock.get(second)
