@@ -334,6 +334,17 @@ def _close(consumer: Any) -> None:
         pass
 
 
+def _close_producer(producer: Any) -> None:
+    """Closes a producer now (confluent-kafka's `close`, where the installed version has it;
+    older ones close it when it is collected)."""
+    close = getattr(producer, "close", None)
+    try:
+        if close is not None:
+            close()
+    except Exception:   # closing a broken producer: nothing left to do
+        pass
+
+
 # ---- the restriction: ((topic, partition), OffsetRange) --------------------------------------
 
 
@@ -1001,6 +1012,7 @@ class _KafkaFlushes(FlushWriter):
                 producer.flush(1)
             except Exception:  # a broken producer: nothing left to do
                 pass
+            _close_producer(producer)
 
     def _producer(self, shard: int) -> Any:
         """The shard's transactional producer, initialised (fencing any older one of the same
@@ -1071,7 +1083,6 @@ class _KafkaFlushes(FlushWriter):
                 "cleanup.policy=compact, or give marker_topic= an existing one")
 
     def write(self, shard: int, flush: int, elements: List[Any]) -> bool:
-        from confluent_kafka import KafkaException
         producer = self._producer(shard)
         if flush <= self._committed[shard]:
             return False
@@ -1087,16 +1098,27 @@ class _KafkaFlushes(FlushWriter):
                              partition=self.marker_partition(shard, partitions))
             producer.commit_transaction(self.timeout)
         except Exception as exc:
-            err = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
-            if err is not None and hasattr(err, "txn_requires_abort") and err.txn_requires_abort():
-                try:
-                    producer.abort_transaction(self.timeout)
-                except Exception:  # the producer is dropped below: the retry starts afresh
-                    pass
-            self._producers.pop(shard, None)   # the retry re-initialises and reads the marker
+            self._drop(shard, producer, exc)
             raise self.failure(exc, f"cannot write flush {flush} of shard {shard} to") from None
         self._committed[shard] = flush
         return True
+
+    def _drop(self, shard: int, producer: Any, exc: BaseException) -> None:
+        """Ends the shard's producer after a failed flush, now rather than whenever the garbage
+        collector reaches it while its successor (same transactional id) runs: its open
+        transaction aborted when the brokers can take that (a failure of this process's own,
+        or one Kafka says needs an abort; not a fenced producer, nor an unreachable broker, which
+        would only wait), then closed. The retry re-initialises, fencing what is left, and reads
+        the marker."""
+        from confluent_kafka import KafkaException
+        self._producers.pop(shard, None)
+        err = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
+        if err is None or (hasattr(err, "txn_requires_abort") and err.txn_requires_abort()):
+            try:
+                producer.abort_transaction(self.timeout)
+            except Exception:  # none open, or fenced: closing is all that is left
+                pass
+        _close_producer(producer)
 
     @staticmethod
     def _produce(producer: Any, topic: str, key: Optional[bytes], value: Optional[bytes],
