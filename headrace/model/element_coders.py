@@ -762,7 +762,27 @@ class DeterministicMapCoder(MapCoder):
 # ---- pickling -----------------------------------------------------------------------------
 
 
-class PickleCoder(FastCoder):
+class _AnyValueCoder(FastCoder):
+    """A coder of any value: one may be a pair, whose key and value it codes itself."""
+
+    def is_kv_coder(self) -> bool:
+        """True: a value may be a pair."""
+        return True
+
+    def key_coder(self) -> Coder:
+        """Itself."""
+        return self
+
+    def value_coder(self) -> Coder:
+        """Itself."""
+        return self
+
+    def to_type_hint(self) -> Any:
+        """Any."""
+        return Any
+
+
+class PickleCoder(_AnyValueCoder):
     """Any picklable value, with Python's pickle (not deterministic)."""
 
     def _encode_to(self, value: Any, out: bytearray, nested: bool) -> None:
@@ -780,22 +800,6 @@ class PickleCoder(FastCoder):
     def as_deterministic_coder(self, step_label: str, error_message: Optional[str] = None) -> Coder:
         """A FastPrimitivesCoder that fails on values it cannot encode deterministically."""
         return DeterministicFastPrimitivesCoder(FastPrimitivesCoder(self), step_label)
-
-    def is_kv_coder(self) -> bool:
-        """True: a pickled value may be a pair."""
-        return True
-
-    def key_coder(self) -> Coder:
-        """Itself."""
-        return self
-
-    def value_coder(self) -> Coder:
-        """Itself."""
-        return self
-
-    def to_type_hint(self) -> Any:
-        """Any."""
-        return Any
 
 
 class Base64PickleCoder(Coder):
@@ -819,7 +823,7 @@ _NONE, _INT, _FLOAT, _BYTES, _STR, _LIST, _TUPLE, _DICT, _SET, _BOOL = 0, 1, 2, 
 _FROZENSET, _BIGINT, _ENUM, _DATACLASS, _UNKNOWN = 0xF9, 0xFA, 0xFB, 0xFC, 0xFF
 
 
-class FastPrimitivesCoder(FastCoder):
+class FastPrimitivesCoder(_AnyValueCoder):
     """None, bool, int, float, str, bytes and lists, tuples, dicts, sets of them, each tagged
     with its type; other values go to `fallback_coder` (PickleCoder by default)."""
 
@@ -842,22 +846,6 @@ class FastPrimitivesCoder(FastCoder):
             return self
         return DeterministicFastPrimitivesCoder(self, step_label)
 
-    def is_kv_coder(self) -> bool:
-        """True: a value may be a pair."""
-        return True
-
-    def key_coder(self) -> Coder:
-        """Itself."""
-        return self
-
-    def value_coder(self) -> Coder:
-        """Itself."""
-        return self
-
-    def to_type_hint(self) -> Any:
-        """Any."""
-        return Any
-
     def __hash__(self) -> int:
         return hash((type(self), self._fallback_coder))
 
@@ -865,7 +853,7 @@ class FastPrimitivesCoder(FastCoder):
         return "FastPrimitivesCoder"
 
 
-class DeterministicFastPrimitivesCoder(FastCoder):
+class DeterministicFastPrimitivesCoder(_AnyValueCoder):
     """FastPrimitivesCoder with dicts and sets sorted, enums by name and frozen dataclasses by
     field; any other value of no fixed encoding raises TypeError naming the step."""
 
@@ -882,22 +870,6 @@ class DeterministicFastPrimitivesCoder(FastCoder):
     def is_deterministic(self) -> bool:
         """True."""
         return True
-
-    def is_kv_coder(self) -> bool:
-        """True: a value may be a pair."""
-        return True
-
-    def key_coder(self) -> Coder:
-        """Itself."""
-        return self
-
-    def value_coder(self) -> Coder:
-        """Itself."""
-        return self
-
-    def to_type_hint(self) -> Any:
-        """Any."""
-        return Any
 
     def __hash__(self) -> int:
         return hash((type(self), self._step_label))
