@@ -59,6 +59,7 @@ import hashlib
 import logging
 import time
 import traceback
+import warnings
 import zlib
 from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple, Union
 
@@ -340,7 +341,9 @@ def _close_producer(producer: Any) -> None:
     close = getattr(producer, "close", None)
     try:
         if close is not None:
-            close()
+            with warnings.catch_warnings():   # its abort of a broken producer's transaction
+                warnings.simplefilter("ignore", RuntimeWarning)
+                close()
     except Exception:   # closing a broken producer: nothing left to do
         pass
 
@@ -1023,13 +1026,20 @@ class _KafkaFlushes(FlushWriter):
         from confluent_kafka import Producer
         conf = {k: reveal(v) for k, v in self.conf.items()}
         conf.update({"transactional.id": f"{self.prefix}-{shard}", "enable.idempotence": True})
+        producer = None
         try:
             producer = Producer(conf, logger=_log)
             producer.init_transactions(self.timeout)
         except Exception as exc:
+            if producer is not None:
+                _close_producer(producer)
             raise self.failure(exc, f"cannot start the transactional producer of shard {shard} "
                                     "for") from None
-        self._committed[shard] = self._read_marker(shard)
+        try:
+            self._committed[shard] = self._read_marker(shard)
+        except BaseException:
+            _close_producer(producer)
+            raise
         self._producers[shard] = producer
         return producer
 
