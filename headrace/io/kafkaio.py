@@ -336,9 +336,14 @@ def _close(consumer: Any) -> None:
 
 
 def _close_producer(producer: Any) -> None:
-    """Closes a producer now (confluent-kafka's `close`, where the installed version has it;
-    older ones close it when it is collected)."""
+    """Closes a producer now, dropping what it has not sent (confluent-kafka's `close`, where
+    the installed version has it; older ones close it when it is collected). Without the purge,
+    `close` waits for unsent records: about a minute while the brokers are out of reach."""
     close = getattr(producer, "close", None)
+    try:
+        producer.purge(True, True, False)   # in the queue, in flight; without waiting
+    except Exception:   # a producer that cannot purge: close waits as long as it must
+        pass
     try:
         if close is not None:
             with warnings.catch_warnings():   # its abort of a broken producer's transaction
@@ -917,6 +922,7 @@ _JAVA_SERIALIZERS: Dict[str, Callable[[Any], bytes]] = {
 }
 MARKER_TOPIC_SUFFIX = ".headrace-commits"
 _TXN_TIMEOUT = 30.0   # seconds for init_transactions / commit_transaction / abort_transaction
+_ABORT_TIMEOUT = 5.0   # seconds for a failed flush's abort before its producer is closed
 _MAX_RECORD_MS = 2 ** 63 // 1000
 
 
@@ -1124,8 +1130,8 @@ class _KafkaFlushes(FlushWriter):
         self._producers.pop(shard, None)
         err = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
         if err is None or (hasattr(err, "txn_requires_abort") and err.txn_requires_abort()):
-            try:
-                producer.abort_transaction(self.timeout)
+            try:   # not for long: the retry's init_transactions aborts it as well
+                producer.abort_transaction(min(self.timeout, _ABORT_TIMEOUT))
             except Exception:  # none open, or fenced: closing is all that is left
                 pass
         _close_producer(producer)
