@@ -1,12 +1,15 @@
 """A Kafka cluster for the Kafka connector's tests: librdkafka's mock cluster (no broker to
 install). A producer made with `test.mock.num.brokers` starts an in-process cluster of that many
-brokers listening on loopback TCP; its addresses are the brokers the producer's metadata
-reports, so consumers in this process and in Spark's executor processes reach it as a real
-cluster. The cluster lives as long as the producer (the test process), so a job run in a
-subprocess and killed keeps its cluster. Topics are created on first use with 4 partitions."""
+brokers listening on loopback TCP; it runs in a helper process of its own, so the test process,
+and Spark's executor processes, reach it as a real cluster through its addresses, and a fault of
+the mock (a native abort) ends the helper and fails the Kafka tests instead of the whole test
+run. The cluster lives until the test process closes it or ends, so a job run in a subprocess
+and killed keeps its cluster. Topics are created on first use with 4 partitions."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import uuid
 from typing import Any, Dict, List, NamedTuple, Optional
 
@@ -27,17 +30,48 @@ class Written(NamedTuple):
     headers: tuple
 
 
+# the helper process: a mock cluster of argv[1] brokers; prints their addresses, then serves
+# until its stdin closes (the test process closed it, or ended)
+_HELPER = """
+import sys
+from confluent_kafka import Producer
+p = Producer({"test.mock.num.brokers": int(sys.argv[1]), "log_level": 3})
+md = p.list_topics(timeout=20)
+brokers = sorted(md.brokers.values(), key=lambda b: b.id)
+print(",".join(f"{b.host}:{b.port}" for b in brokers), flush=True)
+sys.stdin.read()
+"""
+
+
 class MockKafka:
     """A mock cluster: `bootstrap`, `config(**more)`, `topic(name)` (a fresh name),
-    `produce(topic, records)`, `consumer()`."""
+    `produce(topic, records)`, `consumer()`, `close()`."""
 
     def __init__(self, brokers: int = 3) -> None:
         from confluent_kafka import Producer
-        self.producer = Producer({"test.mock.num.brokers": brokers, "log_level": 3,
+        self._helper = subprocess.Popen([sys.executable, "-c", _HELPER, str(brokers)],
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        line = self._helper.stdout.readline().strip() if self._helper.stdout else ""
+        if not line:
+            self.close()
+            raise RuntimeError("librdkafka's mock cluster did not start in its helper process "
+                               f"(exit status {self._helper.poll()})")
+        self.bootstrap = line
+        self.producer = Producer({"bootstrap.servers": self.bootstrap, "log_level": 3,
                                   "linger.ms": 0})
-        md = self.producer.list_topics(timeout=20)
-        self.bootstrap = ",".join(f"{b.host}:{b.port}" for b in sorted(
-            md.brokers.values(), key=lambda b: b.id))
+
+    def close(self) -> None:
+        """Ends the cluster: its helper process exits when its stdin closes."""
+        producer = getattr(self, "producer", None)
+        if producer is not None:
+            producer.flush(10)
+        if self._helper.stdin is not None:
+            self._helper.stdin.close()
+        try:
+            self._helper.wait(10)
+        except subprocess.TimeoutExpired:
+            self._helper.kill()
+            self._helper.wait()
 
     def config(self, **more: Any) -> Dict[str, Any]:
         """A consumer config for the cluster (dots for underscores in `more`'s names)."""

@@ -1,5 +1,5 @@
 """Kafka: `ReadFromKafka` / `ReadAllFromKafka` against librdkafka's mock cluster (tests/_kafka.py:
-3 brokers in this process, on loopback TCP, so Spark's executor processes reach it too), on
+3 brokers in a helper process, on loopback TCP, reached by this process and Spark's executors), on
 every runner. Expected values are computed from what the tests produce (the producer's
 delivery reports give each record's partition, offset and timestamp)."""
 
@@ -28,7 +28,7 @@ from tests._support import FailAfterWrite, counter_value
 def kafka():
     cluster = start_cluster()
     yield cluster
-    cluster.producer.flush(10)
+    cluster.close()
 
 
 def _records(n, start_ms=1_000_000, step_ms=250, partitions=PARTITIONS, value=None):
