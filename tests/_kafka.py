@@ -45,7 +45,7 @@ sys.stdin.read()
 
 class MockKafka:
     """A mock cluster: `bootstrap`, `config(**more)`, `topic(name)` (a fresh name),
-    `produce(topic, records)`, `consumer()`, `close()`."""
+    `produce(topic, records)`, `consumer()`, `check_alive()`, `close()`."""
 
     def __init__(self, brokers: int = 3) -> None:
         from confluent_kafka import Producer
@@ -59,6 +59,13 @@ class MockKafka:
         self.bootstrap = line
         self.producer = Producer({"bootstrap.servers": self.bootstrap, "log_level": 3,
                                   "linger.ms": 0})
+
+    def check_alive(self) -> None:
+        """Fails the calling test if the helper process (the cluster) has ended."""
+        status = self._helper.poll()
+        if status is not None:
+            pytest.fail(f"librdkafka's mock cluster ended: its helper process exited with status "
+                        f"{status} (negative: killed by that signal)", pytrace=False)
 
     def close(self) -> None:
         """Ends the cluster: its helper process exits when its stdin closes."""

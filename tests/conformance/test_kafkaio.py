@@ -25,10 +25,18 @@ from tests._support import FailAfterWrite, counter_value
 
 
 @pytest.fixture(scope="module")
-def kafka():
+def _cluster():
     cluster = start_cluster()
     yield cluster
     cluster.close()
+
+
+@pytest.fixture
+def kafka(_cluster):
+    """The module's mock cluster, failing the test at once if its helper process has ended
+    (instead of each test waiting out its timeouts against a cluster that is gone)."""
+    _cluster.check_alive()
+    return _cluster
 
 
 def _records(n, start_ms=1_000_000, step_ms=250, partitions=PARTITIONS, value=None):
