@@ -142,7 +142,17 @@ def test_the_bytecode_home_links_pysparks_home_and_is_built_once(tmp_path, monke
     assert home is not None and real is not None and home.startswith(str(tmp_path))
     assert os.path.realpath(os.path.join(home, "bin", "spark-submit")) == \
         os.path.realpath(os.path.join(real, "bin", "spark-submit"))
-    assert os.path.realpath(os.path.join(home, "jars")) == os.path.realpath(os.path.join(real, "jars"))
+    # each jar is a link to PySpark's, but a signed one is an unsigned copy (class-data sharing)
+    jars, real_jars = os.path.join(home, "jars"), os.path.join(real, "jars")
+    assert not os.path.islink(jars) and sorted(os.listdir(jars)) == sorted(os.listdir(real_jars))
+    copies = [n for n in os.listdir(jars) if not os.path.islink(os.path.join(jars, n))]
+    signed = [n for n in os.listdir(real_jars) if spark_home._signed(os.path.join(real_jars, n))]
+    assert sorted(copies) == sorted(signed)
+    for name in copies:
+        assert not spark_home._signed(os.path.join(jars, name)), name
+    for name in set(os.listdir(jars)) - set(copies):
+        assert os.path.realpath(os.path.join(jars, name)) == \
+            os.path.realpath(os.path.join(real_jars, name))
     lib = os.path.join(home, "python", "lib")
     assert sorted(os.listdir(lib)) == sorted(os.listdir(os.path.join(real, "python", "lib")))
     assert not os.path.islink(os.path.join(lib, "pyspark.zip"))
@@ -153,6 +163,34 @@ def test_the_bytecode_home_links_pysparks_home_and_is_built_once(tmp_path, monke
     # a SPARK_HOME the user set is theirs
     monkeypatch.setenv("SPARK_HOME", real)
     assert spark_home.bytecode_home() is None
+
+
+def test_a_jar_copied_without_signature_keeps_every_other_entry(tmp_path):
+    import zipfile
+
+    from headrace.runners.spark import spark_home
+    entries = {"META-INF/MANIFEST.MF": b"Manifest-Version: 1.0\n",
+               "META-INF/SIGNER.SF": b"sig", "META-INF/SIGNER.RSA": b"block",
+               "META-INF/other.dsa": b"block", "META-INF/SIG-X": b"sig",
+               "META-INF/maven/x/pom.properties": b"version=1",
+               "META-INF/services/a.SF": b"not a signature: not at META-INF's top",
+               "org/x/A.class": b"\xca\xfe\xba\xbe" + bytes(range(200))}
+    signed, plain, unsigned = tmp_path / "s.jar", tmp_path / "p.jar", tmp_path / "u.jar"
+    with zipfile.ZipFile(signed, "w", zipfile.ZIP_DEFLATED) as z:
+        for name, data in entries.items():
+            z.writestr(name, data)
+    with zipfile.ZipFile(plain, "w") as z:
+        z.writestr("org/x/A.class", b"x")
+    assert spark_home._signed(str(signed)) and not spark_home._signed(str(plain))
+    assert not spark_home._signed(str(tmp_path / "missing.jar"))
+    spark_home.without_signature(str(signed), str(unsigned))
+    assert not spark_home._signed(str(unsigned))
+    kept = {"META-INF/MANIFEST.MF", "META-INF/maven/x/pom.properties", "META-INF/services/a.SF",
+            "org/x/A.class"}
+    with zipfile.ZipFile(unsigned) as z:
+        assert sorted(z.namelist()) == sorted(kept)
+        assert {n: z.read(n) for n in kept} == {n: entries[n] for n in kept}
+        assert z.getinfo("org/x/A.class").compress_type == zipfile.ZIP_DEFLATED
 
 
 def test_a_new_home_removes_the_stale_ones_and_keeps_other_installations(tmp_path):

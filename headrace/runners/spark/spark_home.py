@@ -16,6 +16,12 @@ entry of PySpark's home but `python/lib/pyspark.zip` and `py4j-*.zip`, which it 
 those archives with each module's bytecode beside it (unchecked hash-based `.pyc` files, which `zipimport`
 prefers to the source). It is built once per PySpark version and Python version. A SPARK_HOME
 the user set is used as it is, and so is PySpark's home when the cache cannot be written.
+
+Its `jars` directory links each of PySpark's jars too, but holds a copy of each signed one
+(Janino and its `commons-compiler`, Spark SQL's code generator, are the only ones in PySpark 4)
+without its signature files: the JVM's class-data sharing (`jvm_archive`) skips every class of
+a signed jar ("Signed JAR"), so a Spark Connect server's first query, which compiles generated
+code, loaded Janino's 331 classes from the jars; with the copies they come from the archive.
 """
 
 from __future__ import annotations
@@ -35,7 +41,8 @@ _LOG = logging.getLogger(__name__)
 _DONE = "headrace-complete"  # written last into a finished home: _BUILT_FROM and its source
 _BUILT_FROM = "built from "
 _MAGIC = importlib.util.MAGIC_NUMBER
-_FORMAT = "2"  # of what _build makes (2: the code names its file in the archive); in the key
+_FORMAT = "3"  # of what _build makes (2: the code names its file in the archive; 3: unsigned
+#                 copies of signed jars); in the key
 
 
 def cache_root() -> str:
@@ -115,7 +122,8 @@ def _build(home: str, target: str) -> None:
     try:
         lib = os.path.join(home, "python", "lib")
         archives = _archives(lib)
-        _link_all_but(home, tmp, ["python"])
+        _link_all_but(home, tmp, ["python", "jars"])
+        _link_jars(os.path.join(home, "jars"), os.path.join(tmp, "jars"))
         _link_all_but(os.path.join(home, "python"), os.path.join(tmp, "python"), ["lib"])
         _link_all_but(lib, os.path.join(tmp, "python", "lib"), archives)
         for name in archives:   # the modules' paths as they will be, under `target`
@@ -139,6 +147,45 @@ def _link_all_but(source: str, dest: str, left_out: List[str]) -> None:
     for name in os.listdir(source):
         if name not in left_out:
             os.symlink(os.path.join(source, name), os.path.join(dest, name))
+
+
+def _link_jars(source: str, dest: str) -> None:
+    """Makes `dest` with a link to each jar of `source`, but an unsigned copy of a signed one."""
+    os.makedirs(dest, exist_ok=True)
+    for name in os.listdir(source):
+        path = os.path.join(source, name)
+        if name.endswith(".jar") and _signed(path):
+            without_signature(path, os.path.join(dest, name))
+        else:
+            os.symlink(path, os.path.join(dest, name))
+
+
+def _is_signature(entry: str) -> bool:
+    """Whether a jar entry is a signature file (the jar specification's `META-INF/*.SF`, its
+    signature block files and `SIG-*`)."""
+    upper = entry.upper()
+    if not upper.startswith("META-INF/") or "/" in upper[len("META-INF/"):]:
+        return False
+    base = upper[len("META-INF/"):]
+    return base.endswith((".SF", ".RSA", ".DSA", ".EC")) or base.startswith("SIG-")
+
+
+def _signed(jar: str) -> bool:
+    """Whether the jar at `jar` carries a signature (unreadable: treated as not signed)."""
+    try:
+        with zipfile.ZipFile(jar) as z:
+            return any(_is_signature(n) for n in z.namelist())
+    except (OSError, zipfile.BadZipFile):
+        return False
+
+
+def without_signature(source: str, dest: str) -> None:
+    """Copies the jar `source` to `dest` without its signature files (entries and their
+    compression kept), so the JVM treats it as unsigned."""
+    with zipfile.ZipFile(source) as zin, zipfile.ZipFile(dest, "w") as zout:
+        for info in zin.infolist():
+            if not _is_signature(info.filename):
+                zout.writestr(info, zin.read(info))
 
 
 def _archives(lib: str) -> List[str]:
