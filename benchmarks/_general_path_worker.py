@@ -85,9 +85,11 @@ def run_headrace_spark(args: argparse.Namespace) -> Tuple[float, float]:
 
     from _spark_bench_worker import spark_conf, start_spark
 
-    t0 = time.perf_counter()
-    start_spark(spark_args(args))
-    startup = time.perf_counter() - t0
+    startup = 0.0
+    if not args.runner_starts_spark:
+        t0 = time.perf_counter()
+        start_spark(spark_args(args))
+        startup = time.perf_counter() - t0
     options = PipelineOptions(runner="SparkRunner", spark_master=args.master,
                               spark_conf=spark_conf(spark_args(args)))
     return startup, run_beam_model(beam, options, args)
@@ -96,18 +98,21 @@ def run_headrace_spark(args: argparse.Namespace) -> Tuple[float, float]:
 def run_headrace_connect(args: argparse.Namespace) -> Tuple[float, float]:
     """headrace's SparkRunner over Spark Connect: a Spark Connect server started in this process
     with the RDD job's settings (`remote(master)`, timed as start-up), the pipeline run on it
-    with --spark_remote (runtime settings only)."""
+    with --spark_remote (runtime settings only). With --runner-starts-spark the runner starts
+    that server itself, with every setting, inside the timed part."""
     import headrace as beam
     from headrace.options.pipeline_options import PipelineOptions
 
     from _spark_bench_worker import spark_conf, start_spark
 
-    t0 = time.perf_counter()
-    start_spark(spark_args(args))   # the contender's name makes it a Spark Connect session
-    startup = time.perf_counter() - t0
-    options = PipelineOptions(runner="SparkRunner", spark_remote=args.master,
-                              spark_conf=[kv for kv in spark_conf(spark_args(args))
-                                          if kv.startswith("spark.sql.")])
+    conf = spark_conf(spark_args(args))
+    startup = 0.0
+    if not args.runner_starts_spark:
+        t0 = time.perf_counter()
+        start_spark(spark_args(args))   # the contender's name makes it a Spark Connect session
+        startup = time.perf_counter() - t0
+        conf = [kv for kv in conf if kv.startswith("spark.sql.")]
+    options = PipelineOptions(runner="SparkRunner", spark_remote=args.master, spark_conf=conf)
     return startup, run_beam_model(beam, options, args)
 
 
@@ -142,6 +147,8 @@ def main(argv=None) -> int:
     ap.add_argument("--shuffle-partitions", type=int, default=4)
     ap.add_argument("--driver-memory", default="2g")
     ap.add_argument("--warmup", type=int, default=0, help="untimed runs in the same session first")
+    ap.add_argument("--runner-starts-spark", action="store_true",
+                    help="headrace: the SparkRunner starts Spark inside the timed part")
     args = ap.parse_args(argv)
     try:
         startup, seconds = RUNS[args.contender](args)

@@ -2,7 +2,7 @@
 
     python benchmarks/general_path.py [--events 1000000] [--beam-events 50000] [--master local[2]]
         [--repeat 3] [--only headrace-spark,rdd,headrace-local,beam,headrace-connect] [--skip-beam]
-        [--warmup 0] [--wait-idle SECONDS] [--json PATH]
+        [--warmup 0] [--runner-starts-spark] [--wait-idle SECONDS] [--json PATH]
 
 The job (benchmarks/_general_path_job.py, written once as plain Python functions that every
 contender calls) is shaped like the sessions & billing demo: parse JSON log lines, malformed ones
@@ -22,6 +22,10 @@ files, cached in --data-dir. Contenders:
                   (a Spark Connect server started in the worker's process on --master)
   beam            the pipeline on Apache Beam's Python DirectRunner, in Beam's own virtualenv, on a
                   smaller input (--beam-events); compared with headrace-local on that same input
+
+With --runner-starts-spark, headrace-spark and headrace-connect start no session first: the
+SparkRunner starts Spark (or its Spark Connect server) with the same settings and headrace's own
+(its JVM class archive and options, its Python worker daemon), inside the timed part.
 
 Each run is its own subprocess (_general_path_worker.py); this process samples the RSS of its whole
 process tree (driver Python, JVM, Python workers) every 50 ms. --repeat runs per contender, the
@@ -135,7 +139,9 @@ def worker_cmd(args: argparse.Namespace, contender: str, pattern: str, out: str)
     return [python, WORKER, "--contender", contender, "--input", pattern, "--output", out,
             "--master", args.master, "--shuffle-partitions", str(args.shuffle_partitions),
             "--driver-memory", args.driver_memory, "--warmup",
-            str(args.warmup if contender in SPARK_CONTENDERS else 0)]
+            str(args.warmup if contender in SPARK_CONTENDERS else 0)] + (
+                ["--runner-starts-spark"] if args.runner_starts_spark and contender.startswith(
+                    "headrace-") and contender != "headrace-local" else [])
 
 
 def run_group(args: argparse.Namespace, contenders: List[str], n: int, pattern: str,
@@ -256,6 +262,10 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     ap.add_argument("--data-dir", default=os.path.join(tempfile.gettempdir(), "headrace-general-path"),
                     help="where the input is generated and reused, and outputs are written "
                          "(default: %(default)s)")
+    ap.add_argument("--runner-starts-spark", action="store_true",
+                    help="headrace on Spark: let the SparkRunner start Spark (with headrace's JVM "
+                         "and worker settings) inside the timed part instead of pre-starting a "
+                         "SparkSession with the same settings")
     add_run_flags(ap)
     args = ap.parse_args(argv)
     args.contenders = [c for c in args.only.split(",") if c]
@@ -307,9 +317,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     rdd = groups.get("main", {}).get("rdd")
     print(f"\ngeneral path: the demo-shaped job, {args.repeat} run(s) each (median seconds, largest peak)\n")
     print(table(rows, rdd))
+    starts = ("Spark start-up excluded: each Spark contender starts its SparkSession first, with "
+              "the same settings" if not args.runner_starts_spark else "Spark start-up included "
+              "for headrace's contenders: their runner starts Spark, with the same settings, "
+              "inside the time")
     print(f"""
-seconds: the job alone: reading the JSON lines, every step, writing every output (Spark start-up
-  excluded: each Spark contender starts its SparkSession first, with the same settings).
+seconds: the job: reading the JSON lines, every step, writing every output ({starts}).
 vs RDD job: events/s over the hand-written RDD job's on {args.events:,} events (Beam and the
   headrace-local run it is compared with ran on {n_beam:,} events).
 CPU s: user + system CPU seconds of the whole run's process tree (Spark start-up included), the
