@@ -13,11 +13,13 @@ then a small bounded pipeline over a Spark Connect server started in the same JV
 `--spark_remote=local[N]` starts one; skipped without PySpark's Spark Connect client), and that
 JVM writes the classes it loaded to a file when it exits (`-XX:ArchiveClassesAtExit`);
 the file is renamed into headrace's cache only after that JVM exited normally, so no JVM ever
-maps a partial one (a truncated archive crashes the JVM that maps it). It is about 212 MB and
+maps a partial one (a truncated archive crashes the JVM that maps it). It is about 220 MB and
 is made once per Java installation, PySpark version and Spark home (its key); building took
 31-43 s here. The Spark Connect run adds the classes a Spark Connect server's first requests
 load (gRPC, its planner, Spark SQL's analyser and planner, Arrow): a pipeline's first job over
-a server that `--spark_remote=local[2]` starts took 0.2-0.7 s less with them. The JVM archives
+a server that `--spark_remote=local[2]` starts took 0.2-0.7 s less with them; the run ends
+with the request PySpark's client makes when its process exits (dropping the session's Spark ML
+cache, for which the server loads about 490 classes of Spark ML). The JVM archives
 no class of a signed jar; the bytecode SPARK_HOME (`spark_home`) holds unsigned copies of the
 signed ones (Janino, Spark SQL's code generator), so their classes are archived too.
 
@@ -47,7 +49,8 @@ ENV = "HEADRACE_JVM_ARCHIVE"
 """Set to `off` to start the driver JVM without the archive."""
 
 _FORMAT = "3"  # of the build's workload and options; in the key (2: a Spark Connect run too;
-#                3: the bytecode home's unsigned jars, whose classes it now holds)
+#                3: the bytecode home's unsigned jars, whose classes it now holds, and the Spark
+#                Connect client's exit request)
 QUIET = "-Xlog:cds*=off"
 """The JVM option that silences its messages about an archive it cannot use (class path, build)."""
 
