@@ -430,3 +430,41 @@ def test_a_run_over_spark_connect_tags_its_jobs_and_leaves_the_users_tags(spark_
     assert all("users-own-tag" in tags for main, tags in seen if main), seen
     assert spark.getTags() == {"users-own-tag"}
     spark.removeTag("users-own-tag")
+
+
+def test_a_run_over_spark_connect_turns_code_generation_off_and_puts_the_settings_back(
+        spark_pipeline, runner, monkeypatch):
+    """Over Spark Connect a run's queries run without Spark SQL's generated code (their rows are
+    few); the session's own settings are back when the run ends, a failed run's too."""
+    if runner != "spark-connect":
+        pytest.skip("tests the batch runner over Spark Connect (batch/frames.py)")
+    from pyspark.sql import SparkSession
+
+    from headrace.runners.spark.batch import frames
+    with spark_pipeline() as p:  # starts (or reuses) the session
+        assert_that(p | beam.Create([1]), equal_to([1]))
+    spark = SparkSession.getActiveSession()
+    (whole, _), (factory, _) = frames.INTERPRETED
+    spark.conf.set(whole, "true")          # the user's own value: put back as it was
+    spark.conf.unset(factory)              # not set: unset again after the run
+    seen = []
+    real = frames.FrameContext.collect
+
+    def spy(self, df):
+        seen.append((self.spark.conf.get(whole), self.spark.conf.get(factory)))
+        return real(self, df)
+    monkeypatch.setattr(frames.FrameContext, "collect", spy)
+    try:
+        with spark_pipeline() as p:
+            assert_that(p | beam.Create([1, 2]) | beam.Map(lambda x: x * 2), equal_to([2, 4]))
+        assert seen and set(seen) == {("false", "NO_CODEGEN")}, seen
+        assert (spark.conf.get(whole), spark.conf.get(factory, None)) == ("true", None)
+
+        def fail(x):
+            raise ValueError("boom")
+        with pytest.raises(Exception, match="boom"):
+            with spark_pipeline() as p:
+                _ = p | beam.Create([1]) | beam.Map(fail)
+        assert (spark.conf.get(whole), spark.conf.get(factory, None)) == ("true", None)
+    finally:
+        spark.conf.unset(whole)

@@ -15,6 +15,9 @@ DataFrame operations:
 * `parallelize` is `spark.range` with one row per slice, the slices in the function's closure;
   `union` is `unionByName`; `persist` / `unpersist` the DataFrame's; `collect` reads Arrow;
 * a broadcast is its value in the closures of the functions that read it (`Inline`);
+* a run's queries run with Spark SQL's code generation off (`INTERPRETED`, set on the session
+  for the run and put back after it): their rows are few (a chunk of records each), so compiling
+  code for them (Janino, on a server's first queries in a cold JVM) cost more than it saved;
 * an accumulator's updates travel as rows (`m = 1`) beside the data to the next action, which
   gives them to the driver: every chain adds its partition's updates at its end, tagged with the
   chain and the partition, and passes earlier chains' rows on; the driver keeps one per tag, so
@@ -42,6 +45,12 @@ KEYED = ("m", "p", "b")  # p: the partition the rows' records go to
 DATA, REPORT = 0, 1
 
 _ROWS_PER_BATCH = 16     # PLAIN rows per Arrow batch a chain yields
+
+INTERPRETED = (("spark.sql.codegen.wholeStage", "false"),
+               ("spark.sql.codegen.factoryMode", "NO_CODEGEN"))
+"""The Spark SQL settings of a run's queries: no generated code (whole-stage or per
+expression). A first job over a freshly started Spark Connect server compiled about ten classes
+for them; without: 0.2-0.35 s shorter at 1 M and 10 M events (benchmarks/README.md)."""
 
 _REPORTS: List[Tuple[int, Any]] = []   # a worker's accumulator updates in the running chain
 
@@ -97,6 +106,7 @@ class FrameContext:
         self._lock = threading.Lock()
         self._accumulators = 0
         self._tag: Optional[str] = None
+        self._saved: List[Tuple[str, Optional[str]]] = []   # settings to put back at close
 
     # ---- the context ---------------------------------------------------------------------
 
@@ -151,9 +161,16 @@ class FrameContext:
 
     def setJobGroup(self, group: str, description: str) -> None:
         """Tags this thread's next operations with the run's group (Spark Connect's job tags:
-        `spark.interruptTag(group)` cancels the run's jobs); `close` removes the tag."""
+        `spark.interruptTag(group)` cancels the run's jobs) and sets `INTERPRETED` on the
+        session; `close` removes the tag and puts the settings back."""
         self._tag = group
         self.spark.addTag(group)
+        conf = self.spark.conf
+        for key, value in INTERPRETED:
+            before = conf.get(key, None)   # None: not set on the session
+            if before != value:
+                conf.set(key, value)
+                self._saved.append((key, before))
 
     def Thread(self, target: Callable[..., Any], args: Tuple[Any, ...]) -> threading.Thread:
         """A thread for one of a run's concurrent jobs (as PySpark's InheritableThread for a
@@ -171,10 +188,17 @@ class FrameContext:
         return threading.Thread(target=run, args=args)
 
     def close(self) -> None:
-        """Removes the run's tag from this thread's operations (the user's own tags stay)."""
+        """Removes the run's tag from this thread's operations (the user's own tags stay) and
+        puts back the settings the run changed."""
         tag, self._tag = self._tag, None
         if tag is not None:
             self.spark.removeTag(tag)
+        saved, self._saved = self._saved, []
+        for key, before in reversed(saved):
+            if before is None:
+                self.spark.conf.unset(key)
+            else:
+                self.spark.conf.set(key, before)
 
     def getLocalProperty(self, key: str) -> Optional[str]:
         """None: Spark Connect has no local properties (no step names on its stages)."""
