@@ -77,19 +77,27 @@ def run_beam_model(beam, options, args: argparse.Namespace) -> float:
     return time.perf_counter() - t0
 
 
+def started_first(args: argparse.Namespace) -> float:
+    """Starts the contender's SparkSession with the RDD job's settings, unless
+    --runner-starts-spark leaves that to the runner; the seconds it took (its start-up)."""
+    from _spark_bench_worker import start_spark
+
+    if args.runner_starts_spark:
+        return 0.0
+    t0 = time.perf_counter()
+    start_spark(spark_args(args))
+    return time.perf_counter() - t0
+
+
 def run_headrace_spark(args: argparse.Namespace) -> Tuple[float, float]:
     """headrace's SparkRunner; a SparkSession with the RDD job's settings is started first (not
     timed) and the runner's getOrCreate picks it up."""
     import headrace as beam
     from headrace.options.pipeline_options import PipelineOptions
 
-    from _spark_bench_worker import spark_conf, start_spark
+    from _spark_bench_worker import spark_conf
 
-    startup = 0.0
-    if not args.runner_starts_spark:
-        t0 = time.perf_counter()
-        start_spark(spark_args(args))
-        startup = time.perf_counter() - t0
+    startup = started_first(args)
     options = PipelineOptions(runner="SparkRunner", spark_master=args.master,
                               spark_conf=spark_conf(spark_args(args)))
     return startup, run_beam_model(beam, options, args)
@@ -103,14 +111,11 @@ def run_headrace_connect(args: argparse.Namespace) -> Tuple[float, float]:
     import headrace as beam
     from headrace.options.pipeline_options import PipelineOptions
 
-    from _spark_bench_worker import spark_conf, start_spark
+    from _spark_bench_worker import spark_conf
 
     conf = spark_conf(spark_args(args))
-    startup = 0.0
+    startup = started_first(args)   # the contender's name makes it a Spark Connect session
     if not args.runner_starts_spark:
-        t0 = time.perf_counter()
-        start_spark(spark_args(args))   # the contender's name makes it a Spark Connect session
-        startup = time.perf_counter() - t0
         conf = [kv for kv in conf if kv.startswith("spark.sql.")]
     options = PipelineOptions(runner="SparkRunner", spark_remote=args.master, spark_conf=conf)
     return startup, run_beam_model(beam, options, args)

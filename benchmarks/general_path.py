@@ -140,8 +140,8 @@ def worker_cmd(args: argparse.Namespace, contender: str, pattern: str, out: str)
             "--master", args.master, "--shuffle-partitions", str(args.shuffle_partitions),
             "--driver-memory", args.driver_memory, "--warmup",
             str(args.warmup if contender in SPARK_CONTENDERS else 0)] + (
-                ["--runner-starts-spark"] if args.runner_starts_spark and contender.startswith(
-                    "headrace-") and contender != "headrace-local" else [])
+                ["--runner-starts-spark"] if args.runner_starts_spark
+                and contender in ("headrace-spark", "headrace-connect") else [])
 
 
 def run_group(args: argparse.Namespace, contenders: List[str], n: int, pattern: str,

@@ -15,7 +15,7 @@ JVM writes the classes it loaded to a file when it exits (`-XX:ArchiveClassesAtE
 the file is renamed into headrace's cache only after that JVM exited normally, so no JVM ever
 maps a partial one (a truncated archive crashes the JVM that maps it). It is about 220 MB and
 is made once per Java installation, PySpark version and Spark home (its key); building took
-31-43 s here. The Spark Connect run adds the classes a Spark Connect server's first requests
+31-62 s here. The Spark Connect run adds the classes a Spark Connect server's first requests
 load (gRPC, its planner, Spark SQL's analyser and planner, Arrow): a pipeline's first job over
 a server that `--spark_remote=local[2]` starts took 0.2-0.7 s less with them; the run ends
 with the request PySpark's client makes when its process exits (dropping the session's Spark ML

@@ -50,7 +50,7 @@ INTERPRETED = (("spark.sql.codegen.wholeStage", "false"),
                ("spark.sql.codegen.factoryMode", "NO_CODEGEN"))
 """The Spark SQL settings of a run's queries: no generated code (whole-stage or per
 expression). A first job over a freshly started Spark Connect server compiled about ten classes
-for them; without: 0.2-0.35 s shorter at 1 M and 10 M events (benchmarks/README.md)."""
+for them; without: 0.1-0.4 s shorter in six of seven comparisons (benchmarks/README.md)."""
 
 _REPORTS: List[Tuple[int, Any]] = []   # a worker's accumulator updates in the running chain
 
