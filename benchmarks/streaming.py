@@ -412,7 +412,8 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     ap.add_argument("--native-java-options", default="", metavar="OPTIONS",
                     help="spark.driver.extraJavaOptions of the native and tws contenders (default: "
                          "Spark's defaults, as a user runs it; headrace's JVM compiles with C1 "
-                         "alone, and -XX:TieredStopAtLevel=1 here gives them the same)")
+                         "alone at lower thresholds, and '-XX:TieredStopAtLevel=1 "
+                         "-XX:CompileThresholdScaling=0.3' here gives them the same)")
     ap.add_argument("--headrace-source", choices=("source", "impulse"), default="source",
                     help="headrace's input: an UnboundedSource making the events with numpy, as "
                          "the native contender's Spark source does (default), or PeriodicImpulse "

@@ -166,7 +166,7 @@ def test_headraces_log_configuration_comes_first_unless_the_user_names_one(monke
     names a log4j configuration of its own."""
     from headrace.runners.spark import jvm_archive, logs
     monkeypatch.setenv(jvm_archive.ENV, "off")
-    jit = logs.JIT_OPTION
+    jit = f"{logs.JIT_OPTION} {logs.THRESHOLD_OPTION}"
     assert logs.java_options([]) == f"{logs.LOG4J_OPTION} {jit}"
     assert (logs.java_options([("spark.driver.extraJavaOptions", "-Da=1")])
             == f"{logs.LOG4J_OPTION} {jit} -Da=1")
@@ -176,12 +176,17 @@ def test_headraces_log_configuration_comes_first_unless_the_user_names_one(monke
 
 @pytest.mark.usefixtures("no_java_env_options")
 def test_the_driver_runs_c1_alone_unless_the_user_chooses_the_tiers(monkeypatch):
-    """headrace's driver JVM compiles with C1 alone (`JIT_OPTION`); options of the user's that
-    choose the compilation tiers are kept as given, without it."""
+    """headrace's driver JVM compiles with C1 alone (`JIT_OPTION`), its thresholds scaled
+    (`THRESHOLD_OPTION`); options of the user's that choose the compilation tiers are kept as
+    given, without either; options that scale the thresholds, without the scaling."""
     from headrace.runners.spark import jvm_archive, logs
     monkeypatch.setenv(jvm_archive.ENV, "off")
     assert logs.JIT_OPTION == "-XX:TieredStopAtLevel=1"
-    assert logs.java_options([]).split()[-1] == logs.JIT_OPTION
+    assert logs.THRESHOLD_OPTION == "-XX:CompileThresholdScaling=0.3"
+    assert logs.java_options([]).split()[-2:] == [logs.JIT_OPTION, logs.THRESHOLD_OPTION]
+    own = "-XX:CompileThresholdScaling=0.5"
+    assert (logs.java_options([("spark.driver.extraJavaOptions", own)])
+            == f"{logs.LOG4J_OPTION} {logs.JIT_OPTION} {own}")
     for own in ("-XX:TieredStopAtLevel=4", "-XX:-TieredCompilation", "-Da=1 -XX:TieredStopAtLevel=3"):
         assert logs.java_options([("spark.driver.extraJavaOptions", own)]) == f"{logs.LOG4J_OPTION} {own}"
     # options every java takes come before headrace's on its command line: a choice there is kept
@@ -201,7 +206,7 @@ def test_the_jvm_class_archive_is_used_once_built_unless_turned_off(monkeypatch,
     monkeypatch.delenv(jvm_archive.ENV, raising=False)
     path = jvm_archive.archive_path()
     assert path is not None and path.startswith(str(tmp_path))
-    jit = logs.JIT_OPTION
+    jit = f"{logs.JIT_OPTION} {logs.THRESHOLD_OPTION}"
     assert logs.java_options([]) == f"{logs.LOG4J_OPTION} {jit}"   # not built
     with open(path, "wb") as f:                                  # never mapped: no JVM starts
         f.write(b"built")
