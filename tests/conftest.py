@@ -31,14 +31,14 @@ from tests._support import Journal, Once
 # Every JVM the tests start (the shared sessions' drivers, local-cluster executors, the drivers
 # of subprocess jobs, the Spark Connect server) runs with the C1 JIT only and the serial
 # collector, unless JDK_JAVA_OPTIONS is set already (HEADRACE_TEST_JVM=default keeps the JVM's
-# own defaults, but for the C1-only compilation that headrace gives the drivers it starts,
-# `logs.JIT_OPTION`). A test's JVM lives for seconds to minutes, in which C2 never pays back: with
-# tiered compilation C2 compiled Spark's planner and scheduler code throughout a streaming
-# query's run (a compiler thread at 50% of a core), and the parallel collector's threads
-# compete on 2 cores. Measured on an idle 2-core machine, a TestStream query of 60 one-element
-# steps (benchmarks/streaming_breakdown.py --shape teststream --steps 60): 161 s of CPU and
-# 881 ms per micro-batch by default, 96 s and 615 ms with these options. Neither changes what
-# a pipeline computes.
+# own defaults, but for the C1-only compilation at scaled thresholds that headrace gives the
+# drivers it starts, `logs.JIT_OPTION` and `logs.THRESHOLD_OPTION`). A test's JVM lives for
+# seconds to minutes, in which C2 never pays back: with tiered compilation C2 compiled Spark's
+# planner and scheduler code throughout a streaming query's run (a compiler thread at 50% of a
+# core), and the parallel collector's threads compete on 2 cores. Measured on an idle 2-core
+# machine, a TestStream query of 60 one-element steps (benchmarks/streaming_breakdown.py --shape
+# teststream --steps 60): 161 s of CPU and 881 ms per micro-batch by default, 96 s and 615 ms
+# with these options. Neither changes what a pipeline computes.
 TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 if os.environ.get("HEADRACE_TEST_JVM") != "default":
     os.environ.setdefault("JDK_JAVA_OPTIONS", TEST_JVM_OPTIONS)
